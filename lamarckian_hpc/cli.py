@@ -1,0 +1,151 @@
+"""`lamarckian-hpc`: train a run from a config, and inspect the file a run wrote.
+
+User mistakes (a bad config, a missing file) end with one line on stderr and exit status 2;
+tracebacks are kept for bugs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from .config import ConfigError, RunConfig, load_config
+
+USAGE_ERROR = 2
+
+
+def _fail(message: str) -> int:
+    print(message, file=sys.stderr)
+    return USAGE_ERROR
+
+
+def run_path_for(config: RunConfig, config_file: str | None) -> Path:
+    """storage.directory / <run_name>.h5; the default name says which config, when and which seed."""
+    name = config.storage.run_name
+    if name is None:
+        stem = Path(config_file).stem if config_file else "run"
+        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}"
+    path = config.storage.directory / f"{name}.h5"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = config.storage.directory / f"{name}-{suffix}.h5"
+    return path
+
+
+def train_command(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as error:
+        return _fail(str(error))
+    # Heavy imports only once the config is known to be good.
+    from .progress import ConsoleProgress
+    from .runtime import METRIC_NAMES, SerialTrainer
+    from .runtime.recording import MetricsRecorder
+    from .storage import RunWriter
+
+    path = run_path_for(config, args.config)
+    try:
+        trainer = SerialTrainer(config)
+    except ValueError as error:
+        return _fail(f"error: {error}")
+    console = Console(stderr=True)
+    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(args.config)})
+    console.print(f"run file: {path}", highlight=False)
+    trainer.observers += [MetricsRecorder(writer, config.storage.metrics_interval_seconds),
+                          ConsoleProgress(config.stop.total_env_steps, console)]
+    try:
+        result = trainer.train()
+    except KeyboardInterrupt:
+        writer.close()
+        console.print(f"interrupted; metrics up to now are in {path}")
+        return 130
+    finally:
+        trainer.close()
+        writer.close()
+    table = Table(title="result", show_header=False)
+    table.add_row("env frames", f"{result.env_frames:,}")
+    table.add_row("wall time", f"{result.wall_time_seconds:.1f} s")
+    table.add_row("sampling frames/s", f"{result.sampling_frames_per_second:,.0f}")
+    table.add_row("updates", str(result.updates))
+    table.add_row("episodes", f"{result.episodes:,}")
+    recent = "n/a" if result.recent_return_mean is None else f"{result.recent_return_mean:.1f}"
+    table.add_row(f"mean return (last {config.stop.return_window} episodes)", recent)
+    if config.stop.target_return is not None:
+        reached = result.target_reached_at_frames
+        table.add_row(f"target {config.stop.target_return:g}",
+                      f"reached at {reached:,} frames" if reached is not None else "not reached")
+    Console().print(table)
+    print(path)
+    return 0
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            rows += _flatten(value, f"{prefix}{key}.")
+        else:
+            rows.append((f"{prefix}{key}", value))
+    return rows
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    from .storage import open_run
+
+    path = Path(args.run)
+    if not path.is_file():
+        return _fail(f"error: no such run file: {path}")
+    try:
+        with open_run(path) as reader:
+            summary = reader.summary()
+    except (OSError, KeyError, ValueError) as error:
+        return _fail(f"error: {path} is not a readable run file: {error}")
+    if args.json:
+        print(json.dumps(summary.to_json_dict(), indent=2))
+        return 0
+    console = Console()
+    status = "closed cleanly" if summary.closed_cleanly else "still being written, or its writer was killed"
+    console.print(f"[bold]{path}[/bold]  ({status})")
+    console.print(f"env frames {summary.env_frames:,}   wall time {summary.wall_time_seconds:.1f} s   "
+                  f"package {summary.meta.get('package_version')}   host {summary.meta.get('hostname')}")
+    config_table = Table("config", "value", title="config")
+    for key, value in _flatten(summary.config):
+        config_table.add_row(key, str(value))
+    console.print(config_table)
+    metrics_table = Table("metric", "last value", "rows", title="metrics")
+    for name in sorted(summary.counts):
+        last = summary.last_values.get(name)
+        metrics_table.add_row(name, "n/a" if last is None else f"{last:.6g}", str(summary.counts[name]))
+    console.print(metrics_table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lamarckian-hpc", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train a policy from a config file")
+    train.add_argument("config", help="YAML config file (see configs/)")
+    train.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
+    train.set_defaults(handler=train_command)
+    inspect = commands.add_parser("inspect", help="summarise a run file")
+    inspect.add_argument("run", help="the run's .h5 file")
+    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
+    inspect.set_defaults(handler=inspect_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

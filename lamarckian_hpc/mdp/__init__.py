@@ -1,0 +1,37 @@
+"""The asynchronous MDP interface: environments, controllers and the batched sampler."""
+
+from .agent import AgentHandle, DecideRequest, Decision, StepRequest
+from .base import MDP, AgentId, StepOutcome
+from .controllers import (
+    Controller,
+    EpisodeResult,
+    FrozenPolicyController,
+    ScriptedController,
+    TrainingController,
+)
+from .experience import ExperienceBuffer, FragmentArrays
+from .gym_adapter import AGENT_ID, GymMDP, make_gym_env
+from .sampler import Policy, PolicyOutput, Sampler
+
+__all__ = [
+    "AGENT_ID",
+    "MDP",
+    "AgentHandle",
+    "AgentId",
+    "Controller",
+    "DecideRequest",
+    "Decision",
+    "EpisodeResult",
+    "ExperienceBuffer",
+    "FragmentArrays",
+    "FrozenPolicyController",
+    "GymMDP",
+    "Policy",
+    "PolicyOutput",
+    "Sampler",
+    "ScriptedController",
+    "StepOutcome",
+    "StepRequest",
+    "TrainingController",
+    "make_gym_env",
+]

@@ -1,0 +1,92 @@
+"""Controllers: coroutines that each drive one agent through one episode (paper Fig. 4b).
+
+A training controller records experience for its policy and returns the episode's rewards; a
+sparring controller (a scripted rule or a frozen policy) only acts and returns nothing. Which
+agent gets which controller is decided by the sampler's controller factory, so the same MDP can
+host a learner against a scripted opponent, two learners, or a learner and a frozen snapshot.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .agent import AgentHandle
+from .base import AgentId
+from .experience import ExperienceBuffer
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeResult:
+    """What a training controller returns when its agent's episode ends."""
+
+    agent_id: AgentId
+    policy_id: str
+    episode_return: float
+    length: int
+    terminated: bool
+
+
+class Controller(ABC):
+    """Drives one agent; `run` is a coroutine that ends with the agent's episode."""
+
+    @abstractmethod
+    async def run(self, agent: AgentHandle) -> EpisodeResult | None: ...
+
+
+class TrainingController(Controller):
+    """Acts with a learning policy and records every step into the experience buffer."""
+
+    def __init__(self, policy_id: str, experience: ExperienceBuffer) -> None:
+        self.policy_id = policy_id
+        self.experience = experience
+
+    async def run(self, agent: AgentHandle) -> EpisodeResult:
+        fragment = self.experience.open(self.policy_id)
+        observation = agent.observation()
+        episode_return, length = 0.0, 0
+        while True:
+            decision = await agent.decide(self.policy_id, observation)
+            outcome = await agent.step(decision.action)
+            fragment.append(observation, decision, outcome)
+            episode_return += outcome.reward
+            length += 1
+            if outcome.done:
+                break
+            observation = outcome.observation
+        self.experience.finish(fragment, terminated=outcome.terminated)
+        return EpisodeResult(agent.agent_id, self.policy_id, episode_return, length, outcome.terminated)
+
+
+class FrozenPolicyController(Controller):
+    """Sparring partner that acts with a policy that is not trained (a snapshot, a league member)."""
+
+    def __init__(self, policy_id: str) -> None:
+        self.policy_id = policy_id
+
+    async def run(self, agent: AgentHandle) -> None:
+        observation = agent.observation()
+        while True:
+            decision = await agent.decide(self.policy_id, observation)
+            outcome = await agent.step(decision.action)
+            if outcome.done:
+                return None
+            observation = outcome.observation
+
+
+class ScriptedController(Controller):
+    """Sparring partner driven by a plain function of the observation; needs no inference."""
+
+    def __init__(self, act: Callable[[np.ndarray], Any]) -> None:
+        self.act = act
+
+    async def run(self, agent: AgentHandle) -> None:
+        observation = agent.observation()
+        while True:
+            outcome = await agent.step(self.act(observation))
+            if outcome.done:
+                return None
+            observation = outcome.observation

@@ -1,0 +1,73 @@
+"""Any Gymnasium environment id as a one-agent MDP, with discrete or continuous actions.
+
+The adapter does not auto-reset: the episode's last outcome carries the true final observation,
+which the learner needs to bootstrap a truncated episode, and the sampler resets the MDP once its
+agent is gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from .base import MDP, AgentId, StepOutcome
+
+AGENT_ID = "agent_0"
+
+
+def make_gym_env(env_id: str, kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None) -> gym.Env:
+    """gymnasium.make with a readable error for unknown ids."""
+    try:
+        return gym.make(env_id, max_episode_steps=max_episode_steps, **(kwargs or {}))
+    except gym.error.Error as error:
+        raise ValueError(f"cannot make Gymnasium environment {env_id!r}: {error}") from None
+
+
+class GymMDP(MDP):
+    """One Gymnasium environment driven by a single agent, `agent_0`."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__()
+        self.env = env
+        space = env.action_space
+        if not isinstance(space, (gym.spaces.Discrete, gym.spaces.Box)):
+            raise ValueError(f"unsupported action space {space}; supported: Discrete, Box")
+        self._low = space.low if isinstance(space, gym.spaces.Box) else None
+        self._high = space.high if isinstance(space, gym.spaces.Box) else None
+        self._observation: np.ndarray | None = None
+        self._alive = False
+
+    def reset(self, seed: int | None = None) -> None:
+        self._observation, _ = self.env.reset(seed=seed)
+        if seed is not None:
+            self.env.action_space.seed(seed)
+        self._alive = True
+        self.pending_actions.clear()
+
+    def agent_ids(self) -> list[AgentId]:
+        return [AGENT_ID] if self._alive else []
+
+    def observation(self, agent_id: AgentId) -> np.ndarray:
+        assert self._observation is not None
+        return self._observation
+
+    def tick(self) -> dict[AgentId, StepOutcome]:
+        action = self.pending_actions[AGENT_ID]
+        if self._low is not None:
+            action = np.clip(action, self._low, self._high)
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self._observation = observation
+        if terminated or truncated:
+            self._alive = False
+        return {AGENT_ID: StepOutcome(observation, float(reward), bool(terminated), bool(truncated), info)}
+
+    def observation_space(self, agent_id: AgentId) -> gym.Space:
+        return self.env.observation_space
+
+    def action_space(self, agent_id: AgentId) -> gym.Space:
+        return self.env.action_space
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,62 @@
+"""The policy and critic PPO trains, after the paper's Table III: the critic sits on top of the
+policy's hidden layers (shared bottom) unless `share_trunk` is off, LeakyReLU by default."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from .cnn import ConvEncoder
+from .heads import CategoricalHead, GaussianHead
+from .layers import fully_connected, layer_init, output_size
+
+
+def _encoder(observation_space: gym.Space, config: ModelConfig) -> tuple[nn.Module, int]:
+    shape = observation_space.shape or ()
+    if config.kind == "cnn":
+        encoder = ConvEncoder(tuple(shape), config.activation)
+        return encoder, encoder.output_size
+    in_features = int(np.prod(shape))
+    return nn.Sequential(nn.Flatten(), fully_connected(in_features, config.policy_hidden_sizes, config.activation)), \
+        output_size(config.policy_hidden_sizes, in_features)
+
+
+class ActorCritic(nn.Module):
+    """`act` for sampling (no critic, no graph), `evaluate` for the loss."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: ModelConfig) -> None:
+        super().__init__()
+        self.trunk, features = _encoder(observation_space, config)
+        if config.share_trunk:
+            self.critic_trunk: nn.Module | None = None
+            critic_in = features
+        else:
+            self.critic_trunk, critic_in = _encoder(observation_space, config)
+        self.critic = nn.Sequential(
+            fully_connected(critic_in, config.critic_hidden_sizes, config.activation),
+            layer_init(nn.Linear(output_size(config.critic_hidden_sizes, critic_in), 1), gain=1.0),
+        )
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.head: CategoricalHead | GaussianHead = CategoricalHead(features, int(action_space.n))
+        elif isinstance(action_space, gym.spaces.Box):
+            self.head = GaussianHead(features, int(np.prod(action_space.shape)), config.initial_log_std)
+        else:
+            raise ValueError(f"unsupported action space {action_space}; supported: Discrete, Box")
+
+    def act(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample actions and their log-probabilities."""
+        return self.head.sample(self.trunk(observations))
+
+    def value(self, observations: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(observations) if self.critic_trunk is None else self.critic_trunk(observations)
+        return self.critic(features).squeeze(-1)
+
+    def evaluate(self, observations: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities and entropy of `actions`, and state values, in one pass over the trunk."""
+        features = self.trunk(observations)
+        log_probs, entropy = self.head.log_prob_entropy(features, actions)
+        critic_features = features if self.critic_trunk is None else self.critic_trunk(observations)
+        return log_probs, entropy, self.critic(critic_features).squeeze(-1)

@@ -1,0 +1,15 @@
+"""Run files: one HDF5 file per run, written with SWMR so it can be read while it grows."""
+
+from lamarckian_hpc.storage.reader import MetricSeries, RunReader, RunSummary, open_run
+from lamarckian_hpc.storage.run_file import SCHEMA_VERSION, STANDARD_METRICS, RunWriter, collect_meta
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STANDARD_METRICS",
+    "MetricSeries",
+    "RunReader",
+    "RunSummary",
+    "RunWriter",
+    "collect_meta",
+    "open_run",
+]
