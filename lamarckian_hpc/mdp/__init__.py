@@ -9,7 +9,7 @@ from .controllers import (
     ScriptedController,
     TrainingController,
 )
-from .experience import ExperienceBuffer, FragmentArrays
+from .experience import ExperienceBatch, ExperienceBuffer
 from .gym_adapter import AGENT_ID, GymMDP, make_gym_env
 from .sampler import Policy, PolicyOutput, Sampler
 
@@ -22,8 +22,8 @@ __all__ = [
     "DecideRequest",
     "Decision",
     "EpisodeResult",
+    "ExperienceBatch",
     "ExperienceBuffer",
-    "FragmentArrays",
     "FrozenPolicyController",
     "GymMDP",
     "Policy",

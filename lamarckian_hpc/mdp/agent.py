@@ -9,7 +9,6 @@ gain, and it would hide the tick boundary at which batching happens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generator
 
 import numpy as np
@@ -18,13 +17,15 @@ if TYPE_CHECKING:
     from .base import MDP, AgentId, StepOutcome
 
 
-@dataclass(frozen=True, slots=True)
 class Decision:
-    """One row of a batched policy inference."""
+    """One row of a batched policy inference (slotted: one is made per agent per tick)."""
 
-    action: Any
-    log_prob: float
-    policy_version: int
+    __slots__ = ("action", "log_prob", "policy_version")
+
+    def __init__(self, action: Any, log_prob: float, policy_version: int) -> None:
+        self.action = action
+        self.log_prob = log_prob
+        self.policy_version = policy_version
 
 
 class DecideRequest:

@@ -10,7 +10,6 @@ a single-agent Gymnasium environment is the special case of one agent that lives
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any, Hashable
 
 import gymnasium as gym
@@ -19,20 +18,30 @@ import numpy as np
 AgentId = Hashable
 
 
-@dataclass(frozen=True, slots=True)
 class StepOutcome:
-    """What one agent gets back after the MDP consumed its action."""
+    """What one agent gets back after the MDP consumed its action.
 
-    observation: np.ndarray
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any] = field(default_factory=dict)
+    A plain slotted class rather than a dataclass: one is made per agent per tick, and a frozen
+    dataclass costs several times as much to construct.
+    """
+
+    __slots__ = ("observation", "reward", "terminated", "truncated", "info")
+
+    def __init__(self, observation: np.ndarray, reward: float, terminated: bool, truncated: bool,
+                 info: dict[str, Any] | None = None) -> None:
+        self.observation = observation
+        self.reward = reward
+        self.terminated = terminated
+        self.truncated = truncated
+        self.info = info if info is not None else {}
 
     @property
     def done(self) -> bool:
         """The agent's episode is over (it terminated, was truncated or left the game)."""
         return self.terminated or self.truncated
+
+    def __repr__(self) -> str:
+        return (f"StepOutcome(reward={self.reward!r}, terminated={self.terminated}, truncated={self.truncated})")
 
 
 class MDP(ABC):
@@ -44,6 +53,10 @@ class MDP(ABC):
     (the default `ready`); an asynchronous game overrides `ready` to advance on its own clock
     and answers only the agents whose actions it consumed.
     """
+
+    #: Whether agents can appear mid-episode; when False the sampler looks for new agents only
+    #: after a reset, which saves a scan per tick for single-agent environments.
+    agents_join_mid_episode: bool = True
 
     def __init__(self) -> None:
         self.pending_actions: dict[AgentId, Any] = {}

@@ -45,7 +45,7 @@ class TrainingController(Controller):
         self.experience = experience
 
     async def run(self, agent: AgentHandle) -> EpisodeResult:
-        fragment = self.experience.open(self.policy_id)
+        fragment = self.experience.open()
         observation = agent.observation()
         episode_return, length = 0.0, 0
         while True:

@@ -1,16 +1,21 @@
-"""Experience recorded by training controllers, cut into fragments the learner can use.
+"""Experience recorded by training controllers, handed to the learner as one flat batch.
 
-A fragment is a run of consecutive steps of one agent under one policy. It ends when the agent's
-episode ends, or when the learner takes a batch while the episode goes on (a cut); either way
-it keeps what the learner needs to bootstrap its value estimate: whether the last step was
-terminal, and the observation that followed it. Agents of different lengths, agents that join
-late and agents that leave early all fit this shape, so the learner never assumes a fixed
+Steps are recorded per fragment: a run of consecutive steps of one agent. A fragment ends when
+the agent's episode ends, or when the learner takes a batch while the episode goes on (a cut);
+either way it keeps what the learner needs to bootstrap its value estimate: whether the last step
+was terminal, and the observation that followed it. Agents of different lengths, agents that
+join late and agents that leave early all fit this shape, so the learner never assumes a fixed
 [T, num_envs] grid.
+
+Fragments stay Python lists until the learner takes them, and are then converted together, once
+per field, into flat arrays: converting each short episode on its own would cost more than
+stepping it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -19,34 +24,45 @@ from .base import StepOutcome
 
 
 @dataclass(frozen=True)
-class FragmentArrays:
-    """A finished or cut fragment as arrays: [T, ...] per step, plus how it ends."""
+class ExperienceBatch:
+    """Fragments laid end to end: per-step arrays are [T, ...], per-fragment arrays are [F, ...]."""
 
-    policy_id: str
     observations: np.ndarray
     actions: np.ndarray
     log_probs: np.ndarray
     rewards: np.ndarray
     policy_versions: np.ndarray
-    terminated: bool
-    bootstrap_observation: np.ndarray
+    lengths: np.ndarray
+    terminated: np.ndarray
+    bootstrap_observations: np.ndarray
 
     def __len__(self) -> int:
         return len(self.rewards)
 
+    @property
+    def num_fragments(self) -> int:
+        return len(self.lengths)
+
+    def fragment(self, index: int) -> dict[str, np.ndarray]:
+        """The steps of one fragment (for inspection and tests)."""
+        start = int(self.lengths[:index].sum())
+        stop = start + int(self.lengths[index])
+        return {"observations": self.observations[start:stop], "actions": self.actions[start:stop],
+                "log_probs": self.log_probs[start:stop], "rewards": self.rewards[start:stop],
+                "policy_versions": self.policy_versions[start:stop]}
+
 
 class Fragment:
-    """A live fragment; the controller appends one step per tick."""
+    """A live fragment; its controller appends one step per tick."""
 
-    __slots__ = ("policy_id", "buffer", "observations", "actions", "log_probs", "rewards", "versions", "last_outcome")
+    __slots__ = ("buffer", "observations", "actions", "log_probs", "rewards", "versions", "last_outcome")
 
-    def __init__(self, policy_id: str, buffer: ExperienceBuffer) -> None:
-        self.policy_id = policy_id
+    def __init__(self, buffer: ExperienceBuffer) -> None:
         self.buffer = buffer
-        self._clear()
+        self.clear()
         self.last_outcome: StepOutcome | None = None
 
-    def _clear(self) -> None:
+    def clear(self) -> None:
         self.observations: list[np.ndarray] = []
         self.actions: list = []
         self.log_probs: list[float] = []
@@ -62,30 +78,30 @@ class Fragment:
         self.last_outcome = outcome
         self.buffer.num_steps += 1
 
-    def to_arrays(self, terminated: bool) -> FragmentArrays:
-        assert self.last_outcome is not None
-        return FragmentArrays(
-            policy_id=self.policy_id,
-            observations=np.asarray(self.observations, dtype=np.float32),
-            actions=np.asarray(self.actions),
-            log_probs=np.asarray(self.log_probs, dtype=np.float32),
-            rewards=np.asarray(self.rewards, dtype=np.float32),
-            policy_versions=np.asarray(self.versions, dtype=np.int64),
-            terminated=terminated,
-            bootstrap_observation=np.asarray(self.last_outcome.observation, dtype=np.float32),
-        )
+
+class _Closed:
+    """A fragment's lists frozen at its end, waiting for the next take."""
+
+    __slots__ = ("observations", "actions", "log_probs", "rewards", "versions", "terminated", "bootstrap")
+
+    def __init__(self, fragment: Fragment, terminated: bool) -> None:
+        self.observations, self.actions = fragment.observations, fragment.actions
+        self.log_probs, self.rewards, self.versions = fragment.log_probs, fragment.rewards, fragment.versions
+        self.terminated = terminated
+        assert fragment.last_outcome is not None
+        self.bootstrap = fragment.last_outcome.observation
 
 
 class ExperienceBuffer:
-    """Collects the fragments of every training controller until the learner takes them."""
+    """Collects the fragments of one policy's training controllers until the learner takes them."""
 
     def __init__(self) -> None:
         self.num_steps = 0
         self._open: dict[Fragment, None] = {}  # insertion order keeps runs reproducible
-        self._finished: list[FragmentArrays] = []
+        self._closed: list[_Closed] = []
 
-    def open(self, policy_id: str) -> Fragment:
-        fragment = Fragment(policy_id, self)
+    def open(self) -> Fragment:
+        fragment = Fragment(self)
         self._open[fragment] = None
         return fragment
 
@@ -93,15 +109,26 @@ class ExperienceBuffer:
         """The agent's episode ended; `terminated` False means it was truncated or left."""
         self._open.pop(fragment, None)
         if fragment.rewards:
-            self._finished.append(fragment.to_arrays(terminated))
+            self._closed.append(_Closed(fragment, terminated))
 
-    def take(self) -> list[FragmentArrays]:
+    def take(self) -> ExperienceBatch:
         """Everything recorded so far; open fragments are cut and go on empty."""
-        taken = self._finished
+        closed = self._closed
         for fragment in self._open:
             if fragment.rewards:
-                taken.append(fragment.to_arrays(terminated=False))
-                fragment._clear()
-        self._finished = []
+                closed.append(_Closed(fragment, terminated=False))
+                fragment.clear()
+        self._closed = []
         self.num_steps = 0
-        return taken
+        if not closed:
+            raise ValueError("no experience recorded yet")
+        return ExperienceBatch(
+            observations=np.asarray(list(chain.from_iterable(c.observations for c in closed)), dtype=np.float32),
+            actions=np.asarray(list(chain.from_iterable(c.actions for c in closed))),
+            log_probs=np.asarray(list(chain.from_iterable(c.log_probs for c in closed)), dtype=np.float32),
+            rewards=np.asarray(list(chain.from_iterable(c.rewards for c in closed)), dtype=np.float32),
+            policy_versions=np.asarray(list(chain.from_iterable(c.versions for c in closed)), dtype=np.int64),
+            lengths=np.asarray([len(c.rewards) for c in closed], dtype=np.int64),
+            terminated=np.asarray([c.terminated for c in closed], dtype=bool),
+            bootstrap_observations=np.asarray([c.bootstrap for c in closed], dtype=np.float32),
+        )

@@ -28,6 +28,8 @@ def make_gym_env(env_id: str, kwargs: dict[str, Any] | None = None, max_episode_
 class GymMDP(MDP):
     """One Gymnasium environment driven by a single agent, `agent_0`."""
 
+    agents_join_mid_episode = False
+
     def __init__(self, env: gym.Env) -> None:
         super().__init__()
         self.env = env
@@ -48,6 +50,13 @@ class GymMDP(MDP):
 
     def agent_ids(self) -> list[AgentId]:
         return [AGENT_ID] if self._alive else []
+
+    @property
+    def episode_over(self) -> bool:
+        return not self._alive
+
+    def ready(self) -> bool:
+        return AGENT_ID in self.pending_actions
 
     def observation(self, agent_id: AgentId) -> np.ndarray:
         assert self._observation is not None

@@ -105,8 +105,10 @@ class Sampler:
                     raise KeyError(f"unknown policy id {policy_id!r}; known: {sorted(self.policies)}")
                 output = policy(np.stack([observation for _, observation in requests]))
                 version = self.policy_versions[policy_id]
+                actions = output.actions.tolist()  # plain Python values: cheaper to index and to check
+                log_probs = output.log_probs.tolist()
                 for row, (slot, _) in enumerate(requests):
-                    self._resume(slot, Decision(output.actions[row], float(output.log_probs[row]), version))
+                    self._resume(slot, Decision(actions[row], log_probs[row], version))
 
     def tick(self) -> None:
         """Advance every MDP by one step of its clock."""
@@ -125,7 +127,9 @@ class Sampler:
             if mdp.episode_over:
                 self._abandon_left_agents(index)
                 mdp.reset()
-            self._join_new_agents(index)
+                self._join_new_agents(index)
+            elif mdp.agents_join_mid_episode:
+                self._join_new_agents(index)
 
     def _abandon_left_agents(self, index: int) -> None:
         """Controllers of agents that vanished without a final outcome break the MDP contract."""

@@ -88,7 +88,7 @@ class SerialTrainer:
             sampling_start = time.monotonic()
             frames_before = self.sampler.env_frames
             self.sampler.run_until(lambda: self.experience.num_steps >= algorithm.batch_size)
-            fragments = self.experience.take()
+            experience = self.experience.take()
             sampling_elapsed = time.monotonic() - sampling_start
             sampling_seconds += sampling_elapsed
             batch_frames = self.sampler.env_frames - frames_before
@@ -102,9 +102,9 @@ class SerialTrainer:
             learning_rate = self._learning_rate(env_frames)
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate
-            batch = build_rollout_batch(fragments, self.model, algorithm.gamma, algorithm.gae_lambda, self.device,
+            batch = build_rollout_batch(experience, self.model, algorithm.gamma, algorithm.gae_lambda, self.device,
                                         algorithm.reward_scale)
-            staleness = self.policy_version - np.concatenate([f.policy_versions for f in fragments])
+            staleness = self.policy_version - experience.policy_versions
             diagnostics = ppo_update(self.model, self.optimizer, batch, algorithm, self.rng)
             if self.sampling_model is not self.model:
                 self.sampling_model.load_state_dict(self.model.state_dict())

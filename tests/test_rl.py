@@ -1,0 +1,153 @@
+"""PPO's pieces against values worked out by hand, and the action heads against torch.distributions."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from lamarckian_hpc.config import ModelConfig, PPOConfig
+from lamarckian_hpc.models import ActorCritic, CategoricalHead, GaussianHead
+from lamarckian_hpc.rl import (
+    RolloutBatch,
+    clipped_policy_loss,
+    generalized_advantages,
+    next_values_of_fragments,
+    ppo_loss,
+    ppo_update,
+    value_loss,
+)
+
+
+def test_gae_matches_hand_computation_for_one_terminal_fragment():
+    rewards = np.array([1.0, 1.0, 1.0])
+    values = np.array([0.5, 0.4, 0.3])
+    next_values = np.array([0.4, 0.3, 0.0])  # the last step is terminal
+    ends = np.array([False, False, True])
+    advantages = generalized_advantages(rewards, values, next_values, ends, gamma=0.9, gae_lambda=0.8)
+    # delta = (0.86, 0.87, 0.7); A2 = 0.7; A1 = 0.87 + 0.72 * 0.7; A0 = 0.86 + 0.72 * A1
+    a2 = 0.7
+    a1 = 0.87 + 0.72 * a2
+    a0 = 0.86 + 0.72 * a1
+    np.testing.assert_allclose(advantages, [a0, a1, a2], rtol=1e-6)
+
+
+def test_gae_does_not_leak_across_fragment_boundaries():
+    rewards = np.array([1.0, 0.0, 2.0])
+    values = np.zeros(3)
+    next_values = np.array([5.0, 0.0, 0.0])  # fragment 1 is cut with bootstrap 5; fragment 2 ends terminal
+    ends = np.array([True, False, True])
+    advantages = generalized_advantages(rewards, values, next_values, ends, gamma=0.5, gae_lambda=1.0)
+    # Fragment 1: 1 + 0.5 * 5 = 3.5. Fragment 2: A2 = 2, A1 = 0 + 0.5 * 2 = 1.
+    np.testing.assert_allclose(advantages, [3.5, 1.0, 2.0])
+
+
+def test_next_values_shift_inside_fragments_and_bootstrap_at_their_ends():
+    values = np.array([1.0, 2.0, 3.0, 4.0, 5.0], dtype=np.float32)
+    next_values, ends = next_values_of_fragments(
+        values, lengths=np.array([2, 3]), bootstrap_values=np.array([10.0, 20.0], dtype=np.float32),
+        terminated=np.array([False, True]),
+    )
+    np.testing.assert_allclose(next_values, [2.0, 10.0, 4.0, 5.0, 0.0])
+    assert ends.tolist() == [False, True, False, False, True]
+
+
+def test_clipped_policy_loss_matches_hand_computation():
+    log_probs = torch.log(torch.tensor([0.5, 0.2]))
+    old_log_probs = torch.log(torch.tensor([0.25, 0.4]))  # ratios 2.0 and 0.5
+    # advantages (1, -1): min(2, 1.2) = 1.2 and min(-0.5, -0.8) = -0.8 -> loss -0.2
+    loss = clipped_policy_loss(log_probs, old_log_probs, torch.tensor([1.0, -1.0]), clip_range=0.2)
+    assert float(loss) == pytest.approx(-0.2, abs=1e-6)
+    # advantages (-1, 1): min(-2, -1.2) = -2 and min(0.5, 0.8) = 0.5 -> loss 0.75
+    loss = clipped_policy_loss(log_probs, old_log_probs, torch.tensor([-1.0, 1.0]), clip_range=0.2)
+    assert float(loss) == pytest.approx(0.75, abs=1e-6)
+
+
+def test_value_loss_is_half_mean_squared_error():
+    assert float(value_loss(torch.tensor([1.0, 3.0]), torch.tensor([2.0, 1.0]))) == pytest.approx(1.25)
+
+
+def _cartpole_model(seed: int = 0) -> ActorCritic:
+    torch.manual_seed(seed)
+    env = gym.make("CartPole-v1")
+    return ActorCritic(env.observation_space, env.action_space, ModelConfig(policy_hidden_sizes=(16,), critic_hidden_sizes=(8,)))
+
+
+def _random_batch(model: ActorCritic, size: int = 64) -> RolloutBatch:
+    generator = torch.Generator().manual_seed(1)
+    observations = torch.randn(size, 4, generator=generator)
+    with torch.no_grad():
+        actions, log_probs = model.act(observations)
+    returns = 2.0 * observations[:, 0]  # a target the critic can fit
+    return RolloutBatch(observations, actions, log_probs, torch.randn(size, generator=generator), returns)
+
+
+def test_ppo_loss_is_the_weighted_sum_of_its_parts():
+    model = _cartpole_model()
+    batch = _random_batch(model)
+    config = PPOConfig(policy_weight=0.7, value_weight=0.3, entropy_weight=0.05, normalize_advantages=False)
+    total, parts = ppo_loss(model, batch, config)
+    expected = 0.7 * parts["loss_policy"] + 0.3 * parts["loss_value"] - 0.05 * parts["entropy"]
+    assert float(total) == pytest.approx(float(expected), rel=1e-6)
+    # On the sampling policy itself the ratio is 1: nothing is clipped and the KL estimate is 0.
+    assert float(parts["clip_fraction"]) == 0.0
+    assert float(parts["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(parts["loss_policy"]) == pytest.approx(-float(batch.advantages.mean()), rel=1e-5)
+
+
+def test_ppo_update_lowers_the_loss_on_its_batch():
+    model = _cartpole_model()
+    batch = _random_batch(model, 256)
+    config = PPOConfig(batch_size=256, num_minibatches=4, num_epochs=8, learning_rate=3e-3, entropy_weight=0.0)
+    before = float(ppo_loss(model, batch, config)[1]["loss_value"])
+    diagnostics = ppo_update(model, torch.optim.Adam(model.parameters(), lr=3e-3), batch, config, np.random.default_rng(0))
+    after = float(ppo_loss(model, batch, config)[1]["loss_value"])
+    assert after < 0.5 * before
+    assert set(diagnostics) >= {"loss_policy", "loss_value", "entropy", "approx_kl", "clip_fraction"}
+
+
+def test_categorical_head_agrees_with_torch_distributions():
+    torch.manual_seed(0)
+    head = CategoricalHead(5, 3)
+    features = torch.randn(10, 5)
+    actions, log_probs = head.sample(features)
+    reference = torch.distributions.Categorical(logits=head.logits(features))
+    torch.testing.assert_close(log_probs, reference.log_prob(actions))
+    chosen, entropy = head.log_prob_entropy(features, actions)
+    torch.testing.assert_close(chosen, reference.log_prob(actions))
+    torch.testing.assert_close(entropy, reference.entropy())
+
+
+def test_gaussian_head_agrees_with_torch_distributions():
+    torch.manual_seed(0)
+    head = GaussianHead(5, 2, initial_log_std=-0.5)
+    features = torch.randn(10, 5)
+    actions, log_probs = head.sample(features)
+    reference = torch.distributions.Normal(head.mean(features), head.log_std.exp())
+    torch.testing.assert_close(log_probs, reference.log_prob(actions).sum(-1))
+    chosen, entropy = head.log_prob_entropy(features, actions)
+    torch.testing.assert_close(chosen, reference.log_prob(actions).sum(-1))
+    torch.testing.assert_close(entropy, reference.entropy().sum(-1))
+    assert math.isclose(float(head.log_std.exp()[0]), math.exp(-0.5), rel_tol=1e-6)
+
+
+def test_pendulum_model_follows_table_three():
+    env = gym.make("Pendulum-v1")
+    model = ActorCritic(env.observation_space, env.action_space, ModelConfig())
+    linear_sizes = [m.out_features for m in model.trunk.modules() if isinstance(m, torch.nn.Linear)]
+    assert linear_sizes == [256, 128]
+    critic_sizes = [m.out_features for m in model.critic.modules() if isinstance(m, torch.nn.Linear)]
+    assert critic_sizes == [128, 64, 1]  # on top of the shared (256, 128): FC(256, 128, 128, 64)
+    assert any(isinstance(m, torch.nn.LeakyReLU) for m in model.modules())
+
+
+def test_cnn_model_accepts_stacked_frames():
+    space = gym.spaces.Box(0, 255, shape=(84, 84, 4), dtype=np.uint8)
+    model = ActorCritic(space, gym.spaces.Discrete(6), ModelConfig(kind="cnn", critic_hidden_sizes=()))
+    images = torch.randint(0, 256, (3, 84, 84, 4)).float()
+    actions, log_probs = model.act(images)
+    assert actions.shape == (3,) and log_probs.shape == (3,)
+    assert model.value(images).shape == (3,)
