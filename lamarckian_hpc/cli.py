@@ -62,14 +62,16 @@ def train_command(args: argparse.Namespace) -> int:
     trainer.observers += [MetricsRecorder(writer, config.storage.metrics_interval_seconds),
                           ConsoleProgress(config.stop.total_env_steps, console)]
     try:
-        result = trainer.train()
+        result = trainer.train()  # the recorder closes the file as completed when training ends
     except KeyboardInterrupt:
-        writer.close()
+        writer.close(completed=False)
         console.print(f"interrupted; metrics up to now are in {path}")
         return 130
+    except BaseException:
+        writer.close(completed=False)
+        raise
     finally:
         trainer.close()
-        writer.close()
     table = Table(title="result", show_header=False)
     table.add_row("env frames", f"{result.env_frames:,}")
     table.add_row("wall time", f"{result.wall_time_seconds:.1f} s")
@@ -112,7 +114,7 @@ def inspect_command(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_json_dict(), indent=2))
         return 0
     console = Console()
-    status = "closed cleanly" if summary.closed_cleanly else "still being written, or its writer was killed"
+    status = "completed" if summary.closed_cleanly else "still being written, failed, or its writer was killed"
     console.print(f"[bold]{path}[/bold]  ({status})")
     console.print(f"env frames {summary.env_frames:,}   wall time {summary.wall_time_seconds:.1f} s   "
                   f"package {summary.meta.get('package_version')}   host {summary.meta.get('hostname')}")

@@ -68,6 +68,18 @@ class PPOConfig(_Section):
     max_grad_norm: float = Field(0.5, gt=0, description="Gradient clipping norm.")
     normalize_advantages: bool = Field(True, description="Normalize advantages per minibatch.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_derived_fields(cls, data: Any) -> Any:
+        """A stored config carries the derived minibatch_size; accept it back when it agrees."""
+        if isinstance(data, dict) and "minibatch_size" in data:
+            data = dict(data)
+            given = data.pop("minibatch_size")
+            derived = cls(**data).minibatch_size
+            if given != derived:
+                raise ValueError(f"minibatch_size is derived (batch_size // num_minibatches = {derived}), got {given}")
+        return data
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def minibatch_size(self) -> int:
@@ -175,7 +187,11 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if not file.is_file():
             raise ConfigError(f"config error: file not found: {file}")
         try:
-            loaded = yaml.safe_load(file.read_text())
+            text = file.read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config error: {file}: cannot read: {error}") from None
+        try:
+            loaded = yaml.safe_load(text)
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark is not None else ""

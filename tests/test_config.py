@@ -86,11 +86,6 @@ def test_more_minibatches_than_batch_is_rejected() -> None:
         load_config(None, ["algorithm.batch_size=4", "algorithm.num_minibatches=8"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RunConfig.to_json_dict() includes the computed field algorithm.minibatch_size, which "
-    "extra='forbid' rejects, so the config a run file stores cannot be loaded back",
-)
 def test_stored_config_loads_back() -> None:
     config = load_config(CARTPOLE_CONFIG, ["seed=3"])
     assert build_config(config.to_json_dict(), "stored") == config
@@ -176,11 +171,6 @@ def test_cli_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
     assert "mapping" in line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="load_config calls Path.read_text() outside any handler, so a config file that is not "
-    "UTF-8 ends in a UnicodeDecodeError traceback instead of a one-line config error",
-)
 def test_cli_config_file_that_is_not_text(tmp_path: Path) -> None:
     path = tmp_path / "binary.yaml"
     path.write_bytes(b"\xff\xfe\x00seed: 1\n")

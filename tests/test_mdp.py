@@ -5,6 +5,7 @@ and Gymnasium environments with discrete and continuous actions."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -20,6 +21,7 @@ from lamarckian_hpc.mdp import (
     AgentId,
     Controller,
     EpisodeResult,
+    ExperienceBatch,
     ExperienceBuffer,
     FrozenPolicyController,
     GymMDP,
@@ -143,6 +145,51 @@ class FinalObservationLog(gym.Wrapper):
         return observation, reward, terminated, truncated, info
 
 
+@dataclass(frozen=True)
+class FragmentView:
+    """The steps of one fragment of an ExperienceBatch, and how it ends."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    log_probs: np.ndarray
+    rewards: np.ndarray
+    policy_versions: np.ndarray
+    terminated: bool
+    bootstrap_observation: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+def split_fragments(batch: ExperienceBatch) -> list[FragmentView]:
+    """Cut a flat batch at its fragment lengths, checking that every per-step array has one row per step."""
+    num_steps = len(batch)
+    assert int(batch.lengths.sum()) == num_steps
+    assert (batch.lengths >= 1).all()
+    for steps in (batch.observations, batch.actions, batch.log_probs, batch.policy_versions):
+        assert len(steps) == num_steps
+    assert batch.terminated.shape == (batch.num_fragments,)
+    assert len(batch.bootstrap_observations) == batch.num_fragments
+    assert batch.observations.dtype == np.float32
+    assert batch.bootstrap_observations.dtype == np.float32
+    ends = np.cumsum(batch.lengths)
+    views = []
+    for index, (start, stop) in enumerate(zip(ends - batch.lengths, ends)):
+        view = FragmentView(
+            observations=batch.observations[start:stop],
+            actions=batch.actions[start:stop],
+            log_probs=batch.log_probs[start:stop],
+            rewards=batch.rewards[start:stop],
+            policy_versions=batch.policy_versions[start:stop],
+            terminated=bool(batch.terminated[index]),
+            bootstrap_observation=batch.bootstrap_observations[index],
+        )
+        for name, steps in batch.fragment(index).items():
+            np.testing.assert_array_equal(steps, getattr(view, name))
+        views.append(view)
+    return views
+
+
 # ---------------------------------------------------------------------------------------------- a. controller kinds
 def test_training_and_scripted_controllers_share_one_mdp() -> None:
     race = RaceMDP(("learner", "sparring"), finish=4)
@@ -171,10 +218,9 @@ def test_training_and_scripted_controllers_share_one_mdp() -> None:
     # decision is answered on the next tick.
     assert policy.batch_sizes == [1, 1, 1, 1]
 
-    fragments = experience.take()
+    fragments = split_fragments(experience.take())
     assert len(fragments) == 1
     fragment = fragments[0]
-    assert fragment.policy_id == "learner_policy"
     assert len(fragment) == 4
     learner_code = race.roster.index("learner")
     expected_observations = [[0, learner_code, step, step] for step in range(4)]
@@ -217,8 +263,7 @@ def test_frozen_policy_controller_and_one_batched_call_per_policy_per_tick() -> 
 
     assert [result.agent_id for result in sampler.completed] == ["learner"] * num_envs
     assert all(result.length == finish and result.terminated for result in sampler.completed)
-    fragments = experience.take()
-    assert [fragment.policy_id for fragment in fragments] == ["learner"] * (2 * num_envs)
+    fragments = split_fragments(experience.take())
     assert [fragment.terminated for fragment in fragments] == [True] * num_envs + [False] * num_envs
     assert [len(fragment) for fragment in fragments] == [finish] * num_envs + [2] * num_envs
     assert sum(len(fragment) for fragment in fragments) == num_envs * num_ticks
@@ -257,7 +302,7 @@ def test_agents_that_leave_and_join_mid_episode() -> None:
     # One call per tick; c joins the batch from tick 3, b leaves it after tick 3, a after tick 6.
     assert policy.batch_sizes == [2, 2, 3, 2, 2, 2, 1, 1]
 
-    fragments = experience.take()
+    fragments = split_fragments(experience.take())
     code = {agent_id: race.roster.index(agent_id) for agent_id in race.roster}
     agents = [int(fragment.observations[0, 1]) for fragment in fragments]
     assert agents == [code["b"], code["a"], code["c"]]
@@ -316,8 +361,10 @@ def test_cartpole_batch_of_four() -> None:
     assert sampler.env_frames == num_envs * num_ticks
     assert experience.num_steps == 100
 
-    fragments = experience.take()
+    fragments = split_fragments(experience.take())
     assert experience.num_steps == 0
+    with pytest.raises(ValueError):
+        experience.take()  # nothing recorded since the last take
     assert sum(len(fragment) for fragment in fragments) == 100
     cut = [fragment for fragment in fragments if not fragment.terminated]
     assert 1 <= len(cut) <= num_envs
@@ -334,7 +381,7 @@ def test_cartpole_batch_of_four() -> None:
 
     # Run on with the random policy: CartPole episodes end within a few dozen steps.
     sampler.run_until(lambda: experience.num_steps >= 400)
-    fragments = experience.take()
+    fragments = split_fragments(experience.take())
     finished = [fragment for fragment in fragments if fragment.terminated]
     assert len(finished) >= 4
     final_observations = [observation for log in logs for observation in log.final_observations]
@@ -358,7 +405,7 @@ def test_same_seed_gives_same_fragments() -> None:
         sampler = Sampler(mdps, lambda env_index, agent_id: TrainingController("p", experience),
                           {"p": random_cartpole_policy(seed=1)}, seed=seed)
         sampler.run_until(lambda: experience.num_steps >= 60)
-        observations = [fragment.observations for fragment in experience.take()]
+        observations = [fragment.observations for fragment in split_fragments(experience.take())]
         sampler.close()
         return observations
 
@@ -383,7 +430,7 @@ def test_pendulum_with_torch_policy() -> None:
 
     assert sampler.env_frames == num_envs * episode_steps
     assert [(result.length, result.terminated) for result in sampler.completed] == [(episode_steps, False)] * num_envs
-    fragments = experience.take()
+    fragments = split_fragments(experience.take())
     assert len(fragments) == num_envs
     for fragment in fragments:
         assert len(fragment) == episode_steps
@@ -398,8 +445,21 @@ def test_pendulum_with_torch_policy() -> None:
         assert not np.array_equal(bootstrap, fragment.observations[-1])
         # The log-probabilities recorded at sampling time are those the loss recomputes.
         with torch.no_grad():
-            log_probs, _, _ = model.evaluate(torch.from_numpy(fragment.observations), torch.from_numpy(fragment.actions))
+            log_probs, _, _ = model.evaluate(
+                torch.from_numpy(fragment.observations), torch.from_numpy(fragment.actions)
+            )
         np.testing.assert_allclose(fragment.log_probs, log_probs.numpy(), rtol=1e-4, atol=1e-4)
+    sampler.close()
+
+
+def test_continuous_actions_keep_the_policy_dtype() -> None:
+    mdp = GymMDP(gym.make("Pendulum-v1"))
+    experience = ExperienceBuffer()
+    policy = CountingPolicy(lambda observations: np.zeros((len(observations), 1), dtype=np.float32))
+    sampler = Sampler([mdp], lambda env_index, agent_id: TrainingController("main", experience), {"main": policy})
+    for _ in range(3):
+        sampler.tick()
+    assert experience.take().actions.dtype == np.float32
     sampler.close()
 
 
@@ -447,7 +507,10 @@ def test_controller_awaiting_a_future_raises_type_error() -> None:
 
 def test_unknown_policy_id_names_the_known_ones() -> None:
     experience = ExperienceBuffer()
-    sampler = Sampler([RaceMDP(("a",), finish=5)], lambda env_index, agent_id: TrainingController("missing", experience),
-                      {"present": CountingPolicy(always_move)})
+    sampler = Sampler(
+        [RaceMDP(("a",), finish=5)],
+        lambda env_index, agent_id: TrainingController("missing", experience),
+        {"present": CountingPolicy(always_move)},
+    )
     with pytest.raises(KeyError, match="missing.*present"):
         sampler.tick()

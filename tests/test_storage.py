@@ -140,6 +140,16 @@ def test_round_trip_of_config_meta_and_metrics(tmp_path: Path) -> None:
         assert reader.metric_names() == ["entropy"] and reader.config == {}
 
 
+def test_a_run_that_failed_keeps_its_rows_but_is_not_marked_completed(tmp_path: Path) -> None:
+    path = tmp_path / "failed.h5"
+    writer = RunWriter(path, {}, ["entropy"])
+    writer.append("entropy", 0.5, env_frames=10, policy_version=1)
+    writer.close(completed=False)
+    with open_run(path) as reader:
+        assert not reader.closed_cleanly
+        np.testing.assert_array_equal(reader.metric("entropy").value, [0.5])
+
+
 def test_flush_if_due_and_collect_meta(tmp_path: Path) -> None:
     with RunWriter(tmp_path / "run.h5", {}, ["entropy"]) as writer:
         writer.append("entropy", 1.0, env_frames=1, policy_version=1)

@@ -122,9 +122,12 @@ class ExperienceBuffer:
         self.num_steps = 0
         if not closed:
             raise ValueError("no experience recorded yet")
+        actions = np.asarray(list(chain.from_iterable(c.actions for c in closed)))
+        if actions.dtype == np.float64:
+            actions = actions.astype(np.float32)  # the sampler hands actions over as Python floats
         return ExperienceBatch(
             observations=np.asarray(list(chain.from_iterable(c.observations for c in closed)), dtype=np.float32),
-            actions=np.asarray(list(chain.from_iterable(c.actions for c in closed))),
+            actions=actions,
             log_probs=np.asarray(list(chain.from_iterable(c.log_probs for c in closed)), dtype=np.float32),
             rewards=np.asarray(list(chain.from_iterable(c.rewards for c in closed)), dtype=np.float32),
             policy_versions=np.asarray(list(chain.from_iterable(c.versions for c in closed)), dtype=np.int64),

@@ -21,7 +21,7 @@ def make_gym_env(env_id: str, kwargs: dict[str, Any] | None = None, max_episode_
     """gymnasium.make with a readable error for unknown ids."""
     try:
         return gym.make(env_id, max_episode_steps=max_episode_steps, **(kwargs or {}))
-    except gym.error.Error as error:
+    except (gym.error.Error, TypeError) as error:
         raise ValueError(f"cannot make Gymnasium environment {env_id!r}: {error}") from None
 
 

@@ -15,7 +15,9 @@ from .layers import fully_connected, layer_init, output_size
 
 
 def _encoder(observation_space: gym.Space, config: ModelConfig) -> tuple[nn.Module, int]:
-    shape = observation_space.shape or ()
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise ValueError(f"unsupported observation space {observation_space}; supported: Box (vectors or images)")
+    shape = observation_space.shape
     if config.kind == "cnn":
         encoder = ConvEncoder(tuple(shape), config.activation)
         return encoder, encoder.output_size

@@ -38,7 +38,7 @@ def select_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("runtime.device is 'cuda' but torch sees no GPU; use 'auto' or 'cpu'")
+        raise ValueError("runtime.device is 'cuda' but torch sees no GPU; use 'auto' or 'cpu'")
     return torch.device(name)
 
 

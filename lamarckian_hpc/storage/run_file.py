@@ -308,13 +308,18 @@ class RunWriter:
         self.flush()
         return True
 
-    def close(self) -> None:
-        """Flush, set /status/closed to 1 and close the file. Calling it again does nothing."""
+    def close(self, completed: bool = True) -> None:
+        """Flush and close the file; /status/closed becomes 1 only when the run `completed`.
+
+        A run that ends in an error closes with completed=False, so that readers do not take a
+        crashed run for a finished one. Calling it again does nothing.
+        """
         if self._file is None:
             return
         try:
             self.flush()
-            self._closed_flag[0] = 1
+            if completed:
+                self._closed_flag[0] = 1
             self._file.flush()
         finally:
             self._file.close()
