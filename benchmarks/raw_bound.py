@@ -3,8 +3,8 @@
 The raw bound is the plainest loop that does the same work: K Gymnasium environments in a list,
 one batched (256, 128) policy inference per tick, no learning, one thread. The trainer's figure
 is the sampling phase of a real `SerialTrainer` run (controllers, fragments and all), timed
-without its learning phase. Both run the same network on the same environments, alternating,
-and the median of the repetitions is compared.
+without its learning phase. Both run the trainer's current network on the same environments,
+alternating batch by batch, and the medians of the repetitions are compared.
 
     python benchmarks/raw_bound.py [--frames 40000] [--num-envs 8] [--repeats 3]
 
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from lamarckian_hpc.config import RunConfig  # noqa: E402
 from lamarckian_hpc.models import ActorCritic  # noqa: E402
-from lamarckian_hpc.runtime import SerialTrainer  # noqa: E402
+from lamarckian_hpc.runtime import SerialTrainer, TrainResult, UpdateReport  # noqa: E402
 
 ENVIRONMENTS = ("CartPole-v1", "Pendulum-v1")
 RESULTS = Path(__file__).resolve().parent / "results" / "raw_bound.json"
@@ -46,34 +46,68 @@ def run_config(env_id: str, num_envs: int, frames: int) -> RunConfig:
     })
 
 
-def raw_steps_per_second(config: RunConfig, frames: int) -> float:
-    """K envs, one batched inference per tick, no learning, no bookkeeping."""
-    torch.set_num_threads(1)
-    envs = [gym.make(config.env.id) for _ in range(config.env.num_envs)]
-    model = ActorCritic(envs[0].observation_space, envs[0].action_space, config.model)
-    observations = [env.reset(seed=index)[0] for index, env in enumerate(envs)]
-    box = isinstance(envs[0].action_space, gym.spaces.Box)
-    low, high = (envs[0].action_space.low, envs[0].action_space.high) if box else (None, None)
-    steps = 0
-    start = time.perf_counter()
-    while steps < frames:
-        with torch.inference_mode():
-            actions, _ = model.act(torch.as_tensor(np.stack(observations), dtype=torch.float32))
-        actions = actions.tolist()  # plain Python values, as the sampler hands them to the envs
-        for index, env in enumerate(envs):
-            action = np.clip(actions[index], low, high) if box else actions[index]
-            observation, _, terminated, truncated, _ = env.step(action)
-            observations[index] = env.reset()[0] if terminated or truncated else observation
-        steps += len(envs)
-    return steps / (time.perf_counter() - start)
+class RawLoop:
+    """K envs, one batched inference per tick, no learning, no bookkeeping: the bound."""
+
+    def __init__(self, config: RunConfig, model: ActorCritic) -> None:
+        self.model = model
+        self.envs = [gym.make(config.env.id) for _ in range(config.env.num_envs)]
+        self.observations = [env.reset(seed=1000 + index)[0] for index, env in enumerate(self.envs)]
+        space = self.envs[0].action_space
+        self.box = isinstance(space, gym.spaces.Box)
+        self.low, self.high = (space.low, space.high) if self.box else (None, None)
+
+    def run(self, frames: int) -> float:
+        """Step `frames` env frames; return the seconds it took."""
+        envs, observations, box, low, high = self.envs, self.observations, self.box, self.low, self.high
+        steps = 0
+        start = time.perf_counter()
+        while steps < frames:
+            with torch.inference_mode():
+                actions, _ = self.model.act(torch.from_numpy(np.stack(observations).astype(np.float32)))
+            # The same conversions the sampler makes: Python ints for discrete actions, rows otherwise.
+            actions = list(actions.numpy()) if box else actions.tolist()
+            for index, env in enumerate(envs):
+                action = np.minimum(np.maximum(actions[index], low), high) if box else actions[index]
+                observation, _, terminated, truncated, _ = env.step(action)
+                observations[index] = env.reset()[0] if terminated or truncated else observation
+            steps += len(envs)
+        return time.perf_counter() - start
 
 
-def trainer_sampling_steps_per_second(config: RunConfig) -> float:
+class Interleaved:
+    """Observer that runs a raw burst of one batch after each of the trainer's updates.
+
+    Raw bursts and the trainer's sampling phases alternate batch by batch, with the trainer's
+    current weights, so slow and fast spells of a shared machine fall on both alike.
+    """
+
+    def __init__(self, raw: RawLoop) -> None:
+        self.raw = raw
+        self.raw_frames, self.raw_seconds = 0, 0.0
+        self.trainer_frames, self.trainer_seconds = 0, 0.0
+
+    def on_update_end(self, report: UpdateReport) -> None:
+        frames = report.env_frames - self.trainer_frames
+        self.trainer_frames += frames
+        self.trainer_seconds += frames / report.metrics["env_frames_per_second"]
+        self.raw_seconds += self.raw.run(frames)
+        self.raw_frames += frames
+
+    def on_train_end(self, result: TrainResult) -> None:
+        pass
+
+
+def measure(config: RunConfig) -> tuple[float, float]:
+    """(raw steps/s, trainer sampling steps/s), interleaved batch by batch."""
     trainer = SerialTrainer(config)
+    observer = Interleaved(RawLoop(config, trainer.sampling_model))
+    trainer.observers.append(observer)
     try:
-        return trainer.train().sampling_frames_per_second
+        trainer.train()
     finally:
         trainer.close()
+    return observer.raw_frames / observer.raw_seconds, observer.trainer_frames / observer.trainer_seconds
 
 
 def main() -> None:
@@ -89,8 +123,9 @@ def main() -> None:
         config = run_config(env_id, args.num_envs, args.frames)
         raw, ours = [], []
         for _ in range(args.repeats):
-            raw.append(raw_steps_per_second(config, args.frames))
-            ours.append(trainer_sampling_steps_per_second(config))
+            raw_rate, trainer_rate = measure(config)
+            raw.append(raw_rate)
+            ours.append(trainer_rate)
         raw_median, ours_median = statistics.median(raw), statistics.median(ours)
         rows.append({"env": env_id, "num_envs": args.num_envs, "frames": args.frames,
                      "raw_steps_per_second": raw, "trainer_sampling_steps_per_second": ours,

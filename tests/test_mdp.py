@@ -478,7 +478,7 @@ class SleepingController(Controller):
 
 def test_controller_awaiting_asyncio_sleep_at_start_raises_type_error() -> None:
     race = RaceMDP(("a",), finish=5)
-    with pytest.raises(TypeError, match=r"controllers may await only agent\.decide\(\.\.\.\) and agent\.step"):
+    with pytest.raises(TypeError, match=r"controllers may await only agent\.act\(\.\.\.\), agent\.decide\(\.\.\.\) and agent\.step"):
         Sampler([race], lambda env_index, agent_id: SleepingController(0), {})
 
 

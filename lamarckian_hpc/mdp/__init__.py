@@ -1,6 +1,6 @@
 """The asynchronous MDP interface: environments, controllers and the batched sampler."""
 
-from .agent import AgentHandle, DecideRequest, Decision, StepRequest
+from .agent import AgentHandle, Decision
 from .base import MDP, AgentId, StepOutcome
 from .controllers import (
     Controller,
@@ -19,7 +19,6 @@ __all__ = [
     "AgentHandle",
     "AgentId",
     "Controller",
-    "DecideRequest",
     "Decision",
     "EpisodeResult",
     "ExperienceBatch",
@@ -31,7 +30,6 @@ __all__ = [
     "Sampler",
     "ScriptedController",
     "StepOutcome",
-    "StepRequest",
     "TrainingController",
     "make_gym_env",
 ]

@@ -1,20 +1,27 @@
-"""What a controller holds: a handle on one agent of one MDP, and the two things it can await.
+"""What a controller holds: a handle on one agent of one MDP, and the three things it can await.
 
 Controllers are plain `async def` coroutines, but they are not run by an asyncio event loop.
-They await only two requests, a policy decision and an environment step, and the `Sampler`
+They await only a policy decision, an environment step, or both at once, and the `Sampler`
 answers them in bulk: all decisions of a tick in one batched inference per policy, all steps in
 one tick of each MDP. An event loop would add a scheduling round trip per agent and step for no
 gain, and it would hide the tick boundary at which batching happens.
+
+The awaitables are generator-based coroutines that yield a small tuple, (kind, ...), to the
+sampler: the cheapest suspension Python has, which matters at one suspension per agent per tick.
 """
 
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any, Generator
 
 import numpy as np
 
 if TYPE_CHECKING:
     from .base import MDP, AgentId, StepOutcome
+
+#: Kinds of request a controller can yield to the sampler (the first item of the tuple).
+DECIDE, ACT, STEP = "decide", "act", "step"
 
 
 class Decision:
@@ -27,30 +34,8 @@ class Decision:
         self.log_prob = log_prob
         self.policy_version = policy_version
 
-
-class DecideRequest:
-    """Awaiting it asks the policy `policy_id` to act on `observation`; the answer is a Decision."""
-
-    __slots__ = ("policy_id", "observation")
-
-    def __init__(self, policy_id: str, observation: np.ndarray) -> None:
-        self.policy_id = policy_id
-        self.observation = observation
-
-    def __await__(self) -> Generator[DecideRequest, Decision, Decision]:
-        return (yield self)
-
-
-class StepRequest:
-    """Awaiting it hands `action` to the MDP; the answer is the agent's StepOutcome after the tick."""
-
-    __slots__ = ("action",)
-
-    def __init__(self, action: Any) -> None:
-        self.action = action
-
-    def __await__(self) -> Generator[StepRequest, StepOutcome, StepOutcome]:
-        return (yield self)
+    def __repr__(self) -> str:
+        return f"Decision(action={self.action!r}, log_prob={self.log_prob:.4f}, policy_version={self.policy_version})"
 
 
 class AgentHandle:
@@ -66,10 +51,21 @@ class AgentHandle:
     def observation(self) -> np.ndarray:
         return self.mdp.observation(self.agent_id)
 
-    def decide(self, policy_id: str, observation: np.ndarray) -> DecideRequest:
+    @staticmethod
+    @types.coroutine
+    def decide(policy_id: str, observation: np.ndarray) -> Generator[tuple, Decision, Decision]:
         """`await agent.decide(pid, obs)` -> Decision, answered by the tick's batched inference."""
-        return DecideRequest(policy_id, observation)
+        return (yield (DECIDE, policy_id, observation))
 
-    def step(self, action: Any) -> StepRequest:
+    @staticmethod
+    @types.coroutine
+    def act(policy_id: str, observation: np.ndarray) -> Generator[tuple, tuple, tuple[Decision, StepOutcome]]:
+        """`await agent.act(pid, obs)` -> (Decision, StepOutcome): decide, then step with that action
+        without a stop in between. The common path of a controller: one suspension per tick."""
+        return (yield (ACT, policy_id, observation))
+
+    @staticmethod
+    @types.coroutine
+    def step(action: Any) -> Generator[tuple, StepOutcome, StepOutcome]:
         """`await agent.step(action)` -> StepOutcome, answered when the MDP has ticked."""
-        return StepRequest(action)
+        return (yield (STEP, action))

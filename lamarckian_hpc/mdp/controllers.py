@@ -31,7 +31,11 @@ class EpisodeResult:
 
 
 class Controller(ABC):
-    """Drives one agent; `run` is a coroutine that ends with the agent's episode."""
+    """Drives one agent; `run` is a coroutine that ends with the agent's episode.
+
+    `run` may await only `agent.decide(...)` and `agent.step(...)`: the sampler, not an asyncio
+    event loop, drives it, so asyncio primitives such as `asyncio.sleep` do not work inside.
+    """
 
     @abstractmethod
     async def run(self, agent: AgentHandle) -> EpisodeResult | None: ...
@@ -46,15 +50,15 @@ class TrainingController(Controller):
 
     async def run(self, agent: AgentHandle) -> EpisodeResult:
         fragment = self.experience.open()
+        act, record, policy_id = agent.act, fragment.append, self.policy_id  # bound once: this loop is hot
         observation = agent.observation()
         episode_return, length = 0.0, 0
         while True:
-            decision = await agent.decide(self.policy_id, observation)
-            outcome = await agent.step(decision.action)
-            fragment.append(observation, decision, outcome)
+            decision, outcome = await act(policy_id, observation)
+            record(observation, decision, outcome)
             episode_return += outcome.reward
             length += 1
-            if outcome.done:
+            if outcome.terminated or outcome.truncated:
                 break
             observation = outcome.observation
         self.experience.finish(fragment, terminated=outcome.terminated)
@@ -70,8 +74,7 @@ class FrozenPolicyController(Controller):
     async def run(self, agent: AgentHandle) -> None:
         observation = agent.observation()
         while True:
-            decision = await agent.decide(self.policy_id, observation)
-            outcome = await agent.step(decision.action)
+            _, outcome = await agent.act(self.policy_id, observation)
             if outcome.done:
                 return None
             observation = outcome.observation

@@ -55,10 +55,9 @@ class ExperienceBatch:
 class Fragment:
     """A live fragment; its controller appends one step per tick."""
 
-    __slots__ = ("buffer", "observations", "actions", "log_probs", "rewards", "versions", "last_outcome")
+    __slots__ = ("observations", "actions", "log_probs", "rewards", "versions", "last_outcome")
 
-    def __init__(self, buffer: ExperienceBuffer) -> None:
-        self.buffer = buffer
+    def __init__(self) -> None:
         self.clear()
         self.last_outcome: StepOutcome | None = None
 
@@ -76,7 +75,6 @@ class Fragment:
         self.rewards.append(outcome.reward)
         self.versions.append(decision.policy_version)
         self.last_outcome = outcome
-        self.buffer.num_steps += 1
 
 
 class _Closed:
@@ -96,12 +94,17 @@ class ExperienceBuffer:
     """Collects the fragments of one policy's training controllers until the learner takes them."""
 
     def __init__(self) -> None:
-        self.num_steps = 0
+        self._closed_steps = 0
         self._open: dict[Fragment, None] = {}  # insertion order keeps runs reproducible
         self._closed: list[_Closed] = []
 
+    @property
+    def num_steps(self) -> int:
+        """Steps recorded since the last take (counted here, once per tick, not once per step)."""
+        return self._closed_steps + sum(len(fragment.rewards) for fragment in self._open)
+
     def open(self) -> Fragment:
-        fragment = Fragment(self)
+        fragment = Fragment()
         self._open[fragment] = None
         return fragment
 
@@ -110,6 +113,7 @@ class ExperienceBuffer:
         self._open.pop(fragment, None)
         if fragment.rewards:
             self._closed.append(_Closed(fragment, terminated))
+            self._closed_steps += len(fragment.rewards)
 
     def take(self) -> ExperienceBatch:
         """Everything recorded so far; open fragments are cut and go on empty."""
@@ -118,13 +122,10 @@ class ExperienceBuffer:
             if fragment.rewards:
                 closed.append(_Closed(fragment, terminated=False))
                 fragment.clear()
-        self._closed = []
-        self.num_steps = 0
+        self._closed, self._closed_steps = [], 0
         if not closed:
             raise ValueError("no experience recorded yet")
         actions = np.asarray(list(chain.from_iterable(c.actions for c in closed)))
-        if actions.dtype == np.float64:
-            actions = actions.astype(np.float32)  # the sampler hands actions over as Python floats
         return ExperienceBatch(
             observations=np.asarray(list(chain.from_iterable(c.observations for c in closed)), dtype=np.float32),
             actions=actions,

@@ -11,22 +11,23 @@ per policy however many environments and agents there are.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from .agent import AgentHandle, DecideRequest, Decision, StepRequest
+from .agent import ACT, DECIDE, STEP, AgentHandle, Decision
 from .base import MDP, AgentId
 from .controllers import Controller, EpisodeResult
 
 
-@dataclass(frozen=True, slots=True)
 class PolicyOutput:
     """A batched inference: one row per observation."""
 
-    actions: np.ndarray
-    log_probs: np.ndarray
+    __slots__ = ("actions", "log_probs")
+
+    def __init__(self, actions: np.ndarray, log_probs: np.ndarray) -> None:
+        self.actions = actions
+        self.log_probs = log_probs
 
 
 class Policy(Protocol):
@@ -36,14 +37,21 @@ class Policy(Protocol):
 ControllerFactory = Callable[[int, AgentId], Controller]
 
 
+def _rows(actions: np.ndarray) -> list[Any]:
+    """Per-agent actions: Python ints for discrete actions (environments check them fastest),
+    array rows for continuous ones (they keep their dtype and clip without conversion)."""
+    return actions.tolist() if actions.dtype.kind in "biu" else list(actions)
+
+
 class _Slot:
     """A running controller: its coroutine and the agent it drives."""
 
-    __slots__ = ("coroutine", "handle")
+    __slots__ = ("coroutine", "handle", "decision")
 
     def __init__(self, coroutine: Coroutine[Any, Any, Any], handle: AgentHandle) -> None:
         self.coroutine = coroutine
         self.handle = handle
+        self.decision: Decision | None = None  # set while an ActRequest waits for its step
 
 
 class Sampler:
@@ -63,7 +71,7 @@ class Sampler:
         self.env_frames = 0
         self.completed: list[EpisodeResult] = []
         self._live: list[dict[AgentId, _Slot]] = [{} for _ in self.mdps]
-        self._decisions: dict[str, list[tuple[_Slot, np.ndarray]]] = defaultdict(list)
+        self._decisions: dict[str, list[tuple[_Slot, tuple]]] = defaultdict(list)
         for index, mdp in enumerate(self.mdps):
             mdp.reset(seed=seed + 7919 * index)
             self._join_new_agents(index)
@@ -77,13 +85,15 @@ class Sampler:
             if isinstance(stop.value, EpisodeResult):
                 self.completed.append(stop.value)
             return
-        if type(request) is DecideRequest:
-            self._decisions[request.policy_id].append((slot, request.observation))
-        elif type(request) is StepRequest:
-            slot.handle.mdp.set_action(slot.handle.agent_id, request.action)
+        kind = request[0] if type(request) is tuple else None
+        if kind is ACT or kind is DECIDE:
+            self._decisions[request[1]].append((slot, request))
+        elif kind is STEP:
+            slot.handle.mdp.set_action(slot.handle.agent_id, request[1])
         else:
             raise TypeError(
-                f"a controller awaited {request!r}; controllers may await only agent.decide(...) and agent.step(...)"
+                f"a controller awaited {request!r}; controllers may await only agent.act(...), "
+                "agent.decide(...) and agent.step(...)"
             )
 
     def _join_new_agents(self, index: int) -> None:
@@ -103,27 +113,40 @@ class Sampler:
                 policy = self.policies.get(policy_id)
                 if policy is None:
                     raise KeyError(f"unknown policy id {policy_id!r}; known: {sorted(self.policies)}")
-                output = policy(np.stack([observation for _, observation in requests]))
+                output = policy(np.stack([request[2] for _, request in requests]))
                 version = self.policy_versions[policy_id]
-                actions = output.actions.tolist()  # plain Python values: cheaper to index and to check
+                actions = _rows(output.actions)
                 log_probs = output.log_probs.tolist()
-                for row, (slot, _) in enumerate(requests):
-                    self._resume(slot, Decision(actions[row], log_probs[row], version))
+                for (slot, request), action, log_prob in zip(requests, actions, log_probs):
+                    decision = Decision(action, log_prob, version)
+                    if request[0] is ACT:
+                        slot.decision = decision
+                        handle = slot.handle
+                        handle.mdp.set_action(handle.agent_id, action)
+                    else:
+                        self._resume(slot, decision)
 
     def tick(self) -> None:
         """Advance every MDP by one step of its clock."""
         self._infer()
-        for index, mdp in enumerate(self.mdps):
+        resume = self._resume
+        for index, (mdp, live) in enumerate(zip(self.mdps, self._live)):
             if not mdp.ready():
                 continue
             outcomes = mdp.tick()
             self.env_frames += 1
-            live = self._live[index]
+            pending = mdp.pending_actions
             for agent_id, outcome in outcomes.items():
-                mdp.pending_actions.pop(agent_id, None)
+                pending.pop(agent_id, None)
                 slot = live.get(agent_id)
-                if slot is not None:
-                    self._resume(slot, outcome)
+                if slot is None:
+                    continue
+                decision = slot.decision
+                if decision is None:
+                    resume(slot, outcome)
+                else:
+                    slot.decision = None
+                    resume(slot, (decision, outcome))
             if mdp.episode_over:
                 self._abandon_left_agents(index)
                 mdp.reset()

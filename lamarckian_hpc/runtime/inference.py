@@ -15,9 +15,14 @@ class TorchPolicy:
     def __init__(self, model: ActorCritic, device: torch.device | str = "cpu") -> None:
         self.model = model
         self.device = torch.device(device)
+        self.on_gpu = self.device.type != "cpu"
 
     def __call__(self, observations: np.ndarray) -> PolicyOutput:
         with torch.inference_mode():
-            tensor = torch.as_tensor(observations, dtype=torch.float32, device=self.device)
+            tensor = torch.from_numpy(observations.astype(np.float32, copy=False))
+            if self.on_gpu:
+                tensor = tensor.to(self.device, non_blocking=True)
             actions, log_probs = self.model.act(tensor)
-        return PolicyOutput(actions.cpu().numpy(), log_probs.cpu().numpy())
+        if self.on_gpu:
+            actions, log_probs = actions.cpu(), log_probs.cpu()
+        return PolicyOutput(actions.numpy(), log_probs.numpy())

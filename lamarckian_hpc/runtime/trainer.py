@@ -75,6 +75,13 @@ class SerialTrainer:
         remaining = max(0.0, 1.0 - env_frames / self.config.stop.total_env_steps)
         return algorithm.learning_rate * max(remaining, 1e-3)
 
+    def _sample(self, batch_size: int) -> None:
+        """Tick until the buffer holds a batch; the buffer is counted every few ticks, not every tick."""
+        num_envs = len(self.sampler.mdps)
+        while (missing := batch_size - self.experience.num_steps) > 0:
+            for _ in range(max(1, missing // num_envs)):
+                self.sampler.tick()
+
     def train(self) -> TrainResult:
         algorithm, stop = self.config.algorithm, self.config.stop
         recent_returns: deque[float] = deque(maxlen=stop.return_window)
@@ -87,7 +94,7 @@ class SerialTrainer:
             # Sampling phase: tick the MDPs until a batch of training steps is recorded.
             sampling_start = time.monotonic()
             frames_before = self.sampler.env_frames
-            self.sampler.run_until(lambda: self.experience.num_steps >= algorithm.batch_size)
+            self._sample(algorithm.batch_size)
             experience = self.experience.take()
             sampling_elapsed = time.monotonic() - sampling_start
             sampling_seconds += sampling_elapsed
