@@ -103,9 +103,9 @@ def test_ppo_update_lowers_the_loss_on_its_batch():
     model = _cartpole_model()
     batch = _random_batch(model, 256)
     config = PPOConfig(batch_size=256, num_minibatches=4, num_epochs=8, learning_rate=3e-3, entropy_weight=0.0)
-    before = float(ppo_loss(model, batch, config)[1]["loss_value"])
+    before = float(ppo_loss(model, batch, config)[1]["loss_value"].detach())
     diagnostics = ppo_update(model, torch.optim.Adam(model.parameters(), lr=3e-3), batch, config, np.random.default_rng(0))
-    after = float(ppo_loss(model, batch, config)[1]["loss_value"])
+    after = float(ppo_loss(model, batch, config)[1]["loss_value"].detach())
     assert after < 0.5 * before
     assert set(diagnostics) >= {"loss_policy", "loss_value", "entropy", "approx_kl", "clip_fraction"}
 
@@ -132,7 +132,7 @@ def test_gaussian_head_agrees_with_torch_distributions():
     chosen, entropy = head.log_prob_entropy(features, actions)
     torch.testing.assert_close(chosen, reference.log_prob(actions).sum(-1))
     torch.testing.assert_close(entropy, reference.entropy().sum(-1))
-    assert math.isclose(float(head.log_std.exp()[0]), math.exp(-0.5), rel_tol=1e-6)
+    assert math.isclose(float(head.log_std.detach().exp()[0]), math.exp(-0.5), rel_tol=1e-6)
 
 
 def test_pendulum_model_follows_table_three():
