@@ -93,9 +93,18 @@ class PPOConfig(_Section):
 
 
 class RuntimeConfig(_Section):
-    mode: Literal["serial"] = Field("serial", description="serial: sampling and learning in this process.")
+    mode: Literal["ray", "serial"] = Field(
+        "ray", description="ray: a learner and actor processes on (local) Ray; serial: all in this process."
+    )
+    sampling: Literal["async", "sync"] = Field(
+        "async", description="async: actors never wait for the learner; sync: each batch from the current policy."
+    )
+    num_actors: int | None = Field(None, ge=1, le=100_000, description="Actor processes; default one per core.")
+    rollout_steps: int = Field(32, ge=1, description="Ticks an actor samples per message it sends.")
+    max_staleness: int | None = Field(None, ge=0, description="Drop samples older than this many policy versions.")
+    ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Learner device; auto takes a GPU if present.")
-    torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads of this process.")
+    torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads of the learner process.")
 
 
 class StorageConfig(_Section):

@@ -1,0 +1,163 @@
+"""ZeroMQ channels of a run: weights out on PUB/SUB, experience back on PUSH/PULL.
+
+Weights: the publisher is an XPUB socket, so it sees every new subscription and answers it by
+re-sending the newest weights. A subscriber that joins late therefore gets the current policy at
+once, and nobody sleeps against ZeroMQ's slow-joiner problem. Subscribers keep only the newest
+version they have seen.
+
+Experience: actors PUSH messages tagged with the policy version that produced them; the learner
+PULLs. A malformed message is logged, counted and dropped; the receiver keeps serving. The queue
+between them is short (high-water marks and kernel buffers), which bounds staleness.
+
+Every socket has linger 0, so closing never hangs on a dead peer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Mapping
+
+import numpy as np
+import zmq
+
+from .wire import Message, WireError, decode, encode
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = "weights"
+#: Kernel buffers of the experience channel. Small on purpose: every queued message is experience
+#: that grows staler while it waits, so the queue between actors and learner is kept short (a few
+#: messages per actor) and a learner that falls behind slows the actors instead of aging the data.
+SOCKET_BUFFER_BYTES = 8 * 1024
+
+
+def _socket(context: zmq.Context, kind: int) -> zmq.Socket:
+    socket = context.socket(kind)
+    socket.setsockopt(zmq.LINGER, 0)
+    return socket
+
+
+def bind_random(socket: zmq.Socket, host: str = "127.0.0.1") -> str:
+    """Bind to a free port chosen by the OS and return the address peers connect to."""
+    port = socket.bind_to_random_port(f"tcp://{host}")
+    return f"tcp://{host}:{port}"
+
+
+class WeightPublisher:
+    """Learner side of the weight broadcast."""
+
+    def __init__(self, context: zmq.Context, host: str = "127.0.0.1", sender: str = "learner") -> None:
+        self.socket = _socket(context, zmq.XPUB)
+        self.socket.setsockopt(zmq.XPUB_VERBOSE, 1)  # hear every subscription, not only the first
+        self.address = bind_random(self.socket, host)
+        self.sender = sender
+        self.version = -1
+        self._latest: list[Any] | None = None
+        self.joins_served = 0
+
+    def publish(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
+        self.version = version
+        self._latest = encode(Message(WEIGHTS, self.sender, version, dict(arrays)))
+        self.socket.send_multipart(self._latest, copy=False)
+
+    def serve_joins(self) -> int:
+        """Answer pending subscriptions with the newest weights; never blocks."""
+        served = 0
+        while self.socket.poll(0):
+            event = self.socket.recv()
+            if event[:1] == b"\x01" and self._latest is not None:
+                self.socket.send_multipart(self._latest, copy=False)
+                served += 1
+        self.joins_served += served
+        return served
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class WeightSubscriber:
+    """Actor side of the weight broadcast: keeps the newest version it has received."""
+
+    def __init__(self, context: zmq.Context, address: str) -> None:
+        self.socket = _socket(context, zmq.SUB)
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.connect(address)
+        self.version = -1
+        self.dropped = 0
+
+    def poll(self, timeout_ms: int = 0) -> Message | None:
+        """The newest weights that arrived since the last call, or None. Waits at most timeout_ms
+        for the first message, then drains whatever else is queued without waiting."""
+        newest: Message | None = None
+        wait = timeout_ms
+        while self.socket.poll(wait):
+            wait = 0
+            frames = self.socket.recv_multipart(copy=False)
+            try:
+                message = decode(frames, known_kinds={WEIGHTS})
+            except WireError as error:
+                self.dropped += 1
+                log.error("dropped a malformed weights message: %s", error)
+                continue
+            if message.policy_version > self.version and (newest is None or message.policy_version > newest.policy_version):
+                newest = message
+        if newest is not None:
+            self.version = newest.policy_version
+        return newest
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class ExperienceSender:
+    """Actor side of the experience channel."""
+
+    def __init__(self, context: zmq.Context, address: str, high_water_mark: int = 1) -> None:
+        self.socket = _socket(context, zmq.PUSH)
+        self.socket.setsockopt(zmq.SNDHWM, high_water_mark)
+        self.socket.setsockopt(zmq.SNDBUF, SOCKET_BUFFER_BYTES)
+        self.socket.connect(address)
+
+    def send(self, message: Message, timeout_ms: int | None = None) -> bool:
+        """Queue a message; with a timeout, give up (and say so) when the learner is that far behind."""
+        if timeout_ms is not None and not self.socket.poll(timeout_ms, zmq.POLLOUT):
+            return False
+        self.socket.send_multipart(encode(message), copy=False)
+        return True
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class ExperienceReceiver:
+    """Learner side of the experience channel; drops and counts malformed messages."""
+
+    def __init__(self, context: zmq.Context, known_kinds: set[str], host: str = "127.0.0.1",
+                 high_water_mark: int = 2) -> None:
+        self.socket = _socket(context, zmq.PULL)
+        self.socket.setsockopt(zmq.RCVHWM, high_water_mark)
+        self.socket.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
+        self.address = bind_random(self.socket, host)
+        self.known_kinds = frozenset(known_kinds)
+        self.malformed = 0
+        self.received = 0
+
+    def receive(self, timeout_ms: int = 0) -> Message | None:
+        """The next well-formed message, or None when none arrives within timeout_ms."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
+            frames = self.socket.recv_multipart(copy=False)
+            try:
+                message = decode(frames, known_kinds=self.known_kinds)
+            except WireError as error:
+                self.malformed += 1
+                if self.malformed <= 10 or self.malformed % 1000 == 0:
+                    log.error("dropped malformed message #%d: %s", self.malformed, error)
+                continue
+            self.received += 1
+            return message
+        return None
+
+    def close(self) -> None:
+        self.socket.close()

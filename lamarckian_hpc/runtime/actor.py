@@ -1,0 +1,90 @@
+"""An actor: samples with the newest weights it has and pushes experience to the learner.
+
+This is the loop of one actor process, free of Ray so it can run (and be tested) in any process.
+In asynchronous sampling it never waits for the learner; in synchronous sampling it samples its
+share of a batch with policy version v, then waits for v+1, as RLlib does.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+
+import numpy as np
+import torch
+import zmq
+
+from ..comm import ExperienceSender, WeightSubscriber
+from ..config import RunConfig
+from .learner import load_weights
+from .messages import experience_message, hello_message
+from .sampling import make_sampling_side
+
+log = logging.getLogger(__name__)
+WAIT_POLL_MS = 50
+
+
+class ActorLoop:
+    def __init__(self, config: RunConfig, actor_index: int, num_actors: int, weights_address: str,
+                 experience_address: str) -> None:
+        self.config = config
+        self.actor_index = actor_index
+        self.num_actors = num_actors
+        self.weights_address = weights_address
+        self.experience_address = experience_address
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        config = self.config
+        torch.set_num_threads(1)
+        context = zmq.Context()
+        subscriber = WeightSubscriber(context, self.weights_address)
+        sender = ExperienceSender(context, self.experience_address)
+        side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1))
+        rollout = config.runtime.rollout_steps * config.env.num_envs
+        share = math.ceil(config.algorithm.batch_size / self.num_actors)
+        synchronous = config.runtime.sampling == "sync"
+        try:
+            sender.send(hello_message(self.actor_index, os.getpid()))
+            version = self._wait_for_weights(subscriber, side, newer_than=-1)
+            sent_with_version = 0
+            frames_before = side.sampler.env_frames
+            while not self.stop_event.is_set():
+                if synchronous and sent_with_version >= share:
+                    version = self._wait_for_weights(subscriber, side, newer_than=version)
+                    sent_with_version = 0
+                else:
+                    message = subscriber.poll(0)
+                    if message is not None:
+                        version = self._load(message, side)
+                        sent_with_version = 0
+                steps = min(rollout, share - sent_with_version) if synchronous else rollout
+                side.sample(steps)
+                batch = side.experience.take()
+                completed = side.sampler.take_completed()
+                frames = side.sampler.env_frames
+                sender.send(experience_message(
+                    self.actor_index, batch, np.array([r.episode_return for r in completed]),
+                    np.array([r.length for r in completed]), frames - frames_before,
+                ))
+                frames_before = frames
+                sent_with_version += len(batch)
+        finally:
+            side.close()
+            subscriber.close()
+            sender.close()
+            context.term()
+
+    def _load(self, message, side) -> int:
+        load_weights(side.model, message.arrays)
+        side.sampler.policy_versions[side.policy_id] = message.policy_version
+        return message.policy_version
+
+    def _wait_for_weights(self, subscriber: WeightSubscriber, side, newer_than: int) -> int:
+        while not self.stop_event.is_set():
+            message = subscriber.poll(WAIT_POLL_MS)
+            if message is not None and message.policy_version > newer_than:
+                return self._load(message, side)
+        return newer_than

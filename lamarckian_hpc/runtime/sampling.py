@@ -1,0 +1,62 @@
+"""Builds the sampling side of a run: K environments, their training controllers and the batched
+policy, in whichever process samples (the serial trainer's, or an actor's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+
+from ..config import RunConfig
+from ..mdp import ExperienceBuffer, GymMDP, Sampler, TrainingController, make_gym_env
+from ..models import ActorCritic
+from .inference import TorchPolicy
+
+POLICY_ID = "main"
+
+
+@dataclass
+class SamplingSide:
+    sampler: Sampler
+    experience: ExperienceBuffer
+    model: ActorCritic
+    policy_id: str = POLICY_ID
+
+    def sample(self, num_steps: int) -> None:
+        """Tick until the buffer holds `num_steps`; the buffer is counted every few ticks, not every tick."""
+        num_envs = len(self.sampler.mdps)
+        while (missing := num_steps - self.experience.num_steps) > 0:
+            for _ in range(max(1, missing // num_envs)):
+                self.sampler.tick()
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+def make_env_mdps(config: RunConfig) -> list[GymMDP]:
+    env = config.env
+    return [GymMDP(make_gym_env(env.id, env.kwargs, env.max_episode_steps)) for _ in range(env.num_envs)]
+
+
+def spaces_of(config: RunConfig) -> tuple[gym.Space, gym.Space]:
+    """Observation and action space of the configured environment (made once and closed)."""
+    env = make_gym_env(config.env.id, config.env.kwargs, config.env.max_episode_steps)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def make_sampling_side(config: RunConfig, seed: int, model: ActorCritic | None = None) -> SamplingSide:
+    """Envs, controllers and sampler; `model` is shared when given (the serial trainer's CPU model)."""
+    mdps = make_env_mdps(config)
+    if model is None:
+        model = ActorCritic(mdps[0].observation_space(None), mdps[0].action_space(None), config.model)
+    experience = ExperienceBuffer()
+    sampler = Sampler(
+        mdps,
+        controller_factory=lambda env_index, agent_id: TrainingController(POLICY_ID, experience),
+        policies={POLICY_ID: TorchPolicy(model)},
+        seed=seed,
+    )
+    return SamplingSide(sampler, experience, model)
