@@ -47,13 +47,19 @@ def train_command(args: argparse.Namespace) -> int:
         return _fail(str(error))
     # Heavy imports only once the config is known to be good.
     from .progress import ConsoleProgress
-    from .runtime import METRIC_NAMES, SerialTrainer
     from .runtime.recording import MetricsRecorder
     from .storage import RunWriter
 
+    if config.runtime.mode == "serial":
+        from .runtime import METRIC_NAMES
+        from .runtime import SerialTrainer as Trainer
+    else:
+        from .runtime.distributed import METRIC_NAMES
+        from .runtime.distributed import DistributedTrainer as Trainer
+
     path = run_path_for(config, args.config)
     try:
-        trainer = SerialTrainer(config)
+        trainer = Trainer(config)
     except ValueError as error:
         return _fail(f"error: {error}")
     console = Console(stderr=True)

@@ -21,7 +21,8 @@ CARTPOLE_CONFIG = REPOSITORY_ROOT / "configs" / "ppo_cartpole.yaml"
 CLI_TIMEOUT_SECONDS = 120
 USAGE_ERROR = 2
 SMOKE_ENV_STEPS = 2048
-SMOKE_OVERRIDES = [f"stop.total_env_steps={SMOKE_ENV_STEPS}", "stop.target_return=null", "storage.run_name=smoke"]
+SMOKE_OVERRIDES = [f"stop.total_env_steps={SMOKE_ENV_STEPS}", "stop.target_return=null", "storage.run_name=smoke",
+                   "runtime.mode=serial"]
 SmokeRun = tuple[subprocess.CompletedProcess[str], Path]  # the train process and its storage directory
 
 
