@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
@@ -51,22 +51,19 @@ class ModelConfig(_Section):
         return self
 
 
-class PPOConfig(_Section):
-    name: Literal["ppo"] = Field("ppo", description="Algorithm.")
+class _BatchAlgorithm(_Section):
+    """Fields every algorithm that learns from batches of experience shares."""
+
     batch_size: int = Field(8192, ge=2, description="Env frames collected per update.")
     num_epochs: int = Field(1, ge=1, le=100, description="Passes over each batch (batch reuse).")
     num_minibatches: int = Field(4, ge=1, description="Minibatches per epoch.")
     learning_rate: float = Field(3e-4, gt=0, le=1, description="Adam step size.")
     anneal_learning_rate: bool = Field(False, description="Decay the step size linearly to 0 over the run.")
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
-    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
-    reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before GAE.")
-    clip_range: float = Field(0.2, gt=0, lt=1, description="Probability-ratio clip of the surrogate loss.")
-    policy_weight: float = Field(1.0, ge=0, description="Weight of the policy loss.")
+    reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before learning.")
     value_weight: float = Field(0.5, ge=0, description="Weight of the critic loss.")
     entropy_weight: float = Field(0.01, ge=0, description="Weight of the entropy bonus.")
     max_grad_norm: float = Field(0.5, gt=0, description="Gradient clipping norm.")
-    normalize_advantages: bool = Field(True, description="Normalize advantages per minibatch.")
 
     @model_validator(mode="before")
     @classmethod
@@ -86,10 +83,59 @@ class PPOConfig(_Section):
         return max(1, self.batch_size // self.num_minibatches)
 
     @model_validator(mode="after")
-    def _minibatches_fit(self) -> PPOConfig:
+    def _minibatches_fit(self) -> _BatchAlgorithm:
         if self.num_minibatches > self.batch_size:
             raise ValueError(f"num_minibatches ({self.num_minibatches}) exceeds batch_size ({self.batch_size})")
         return self
+
+
+class PPOConfig(_BatchAlgorithm):
+    name: Literal["ppo"] = Field("ppo", description="Algorithm: ppo, impala, a3c or dqn.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    clip_range: float = Field(0.2, gt=0, lt=1, description="Probability-ratio clip of the surrogate loss.")
+    policy_weight: float = Field(1.0, ge=0, description="Weight of the policy loss.")
+    normalize_advantages: bool = Field(True, description="Normalize advantages per minibatch.")
+
+
+class ImpalaConfig(_BatchAlgorithm):
+    name: Literal["impala"] = "impala"
+    rho_bar: float = Field(1.0, gt=0, description="V-trace clip of the importance weight in the targets.")
+    c_bar: float = Field(1.0, gt=0, description="V-trace clip of the trace-cutting coefficients.")
+    policy_weight: float = Field(1.0, ge=0, description="Weight of the policy loss.")
+
+
+class A3CConfig(_Section):
+    name: Literal["a3c"] = "a3c"
+    learning_rate: float = Field(1e-3, gt=0, le=1, description="Adam step size of the learner.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda of the actors' advantage estimates.")
+    reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before learning.")
+    value_weight: float = Field(0.5, ge=0, description="Weight of the critic loss.")
+    entropy_weight: float = Field(0.01, ge=0, description="Weight of the entropy bonus.")
+    max_grad_norm: float = Field(0.5, gt=0, description="Gradient clipping norm (actor side).")
+    max_gradient_staleness: int = Field(4, ge=0, description="Gradients from older weights are dropped.")
+
+
+class DQNConfig(_Section):
+    name: Literal["dqn"] = "dqn"
+    learning_rate: float = Field(5e-4, gt=0, le=1, description="Adam step size.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before learning.")
+    replay_capacity: int = Field(100_000, ge=100, description="Transitions kept in the replay buffer.")
+    learning_starts: int = Field(2_000, ge=1, description="Transitions in the buffer before learning starts.")
+    minibatch_size: int = Field(128, ge=1, description="Transitions per gradient step.")
+    updates_per_frame: float = Field(0.25, gt=0, le=16, description="Gradient steps per new env frame.")
+    target_update_interval: int = Field(500, ge=1, description="Gradient steps between target-network copies.")
+    epsilon_start: float = Field(1.0, ge=0, le=1, description="Exploration rate at the start.")
+    epsilon_end: float = Field(0.02, ge=0, le=1, description="Exploration rate after the decay.")
+    epsilon_decay_frames: int = Field(20_000, ge=1, description="Env frames over which epsilon decays linearly.")
+    double_q: bool = Field(True, description="Double DQN targets.")
+    max_grad_norm: float = Field(10.0, gt=0, description="Gradient clipping norm.")
+
+
+AlgorithmConfig = Annotated[PPOConfig | ImpalaConfig | A3CConfig | DQNConfig, Field(discriminator="name")]
+ALGORITHMS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "impala": ImpalaConfig, "a3c": A3CConfig,
+                                          "dqn": DQNConfig}
 
 
 class RuntimeConfig(_Section):
@@ -123,10 +169,18 @@ class RunConfig(_Section):
     seed: int = Field(0, ge=0, description="Seed of every random generator of the run.")
     env: EnvConfig = Field(default_factory=EnvConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
-    algorithm: PPOConfig = Field(default_factory=PPOConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=PPOConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     stop: StopConfig = Field(default_factory=StopConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_algorithm(cls, data: Any) -> Any:
+        """An algorithm section without a name is PPO's (the discriminated union needs the tag)."""
+        if isinstance(data, dict) and isinstance(data.get("algorithm"), dict) and "name" not in data["algorithm"]:
+            data = {**data, "algorithm": {"name": "ppo", **data["algorithm"]}}
+        return data
 
     def to_json_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON types (what the run file stores)."""
@@ -159,22 +213,50 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def _describe(error: dict[str, Any], section: type[BaseModel]) -> str:
-    path = ".".join(str(part) for part in error["loc"]) or "<root>"
-    if error["type"] == "extra_forbidden":
-        parent = section
-        for part in error["loc"][:-1]:
-            field = parent.model_fields.get(str(part))
-            annotation = getattr(field, "annotation", None)
-            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-                break
-            parent = annotation
-        allowed = ", ".join(parent.model_fields)
-        return f"{path}: unknown field (allowed: {allowed})"
-    message = error["msg"].removeprefix("Value error, ")
-    got = error.get("input")
-    shown = "" if isinstance(got, dict) else f" (got {got!r})"
-    return f"{path}: {message}{shown}"
+def _without_union_tags(loc: tuple[Any, ...]) -> list[Any]:
+    """pydantic puts the chosen algorithm's tag in error paths (algorithm.ppo.x); users wrote algorithm.x."""
+    parts = list(loc)
+    if len(parts) >= 2 and parts[0] == "algorithm" and parts[1] in ALGORITHMS:
+        del parts[1]
+    return parts
+
+
+def _section_of(loc: tuple[Any, ...], root: type[BaseModel]) -> type[BaseModel]:
+    """The model that holds the last field of an error path."""
+    parent = root
+    parts = list(loc[:-1])
+    while parts:
+        part = str(parts.pop(0))
+        if parent is RunConfig and part == "algorithm":
+            parent = ALGORITHMS.get(str(parts.pop(0)) if parts and parts[0] in ALGORITHMS else "ppo", PPOConfig)
+            continue
+        annotation = getattr(parent.model_fields.get(part), "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            break
+        parent = annotation
+    return parent
+
+
+def _describe(errors: list[dict[str, Any]], root: type[BaseModel]) -> str:
+    """One clause per problem; unknown fields of one section are named together."""
+    clauses: list[str] = []
+    unknown: dict[str, tuple[list[str], type[BaseModel]]] = {}
+    for error in errors:
+        parts = [str(part) for part in _without_union_tags(error["loc"])]
+        path = ".".join(parts) or "<root>"
+        if error["type"] == "extra_forbidden":
+            section = ".".join(parts[:-1])
+            names, model = unknown.setdefault(section, ([], _section_of(error["loc"], root)))
+            names.append(path)
+            continue
+        message = error["msg"].removeprefix("Value error, ")
+        got = error.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        clauses.append(f"{path}: {message}{shown}")
+    for names, model in unknown.values():
+        field = "unknown field" if len(names) == 1 else "unknown fields"
+        clauses.append(f"{', '.join(names)}: {field} (allowed: {', '.join(model.model_fields)})")
+    return "; ".join(clauses)
 
 
 def build_config(tree: dict[str, Any], source: str = "config") -> RunConfig:
@@ -182,7 +264,7 @@ def build_config(tree: dict[str, Any], source: str = "config") -> RunConfig:
     try:
         return RunConfig.model_validate(tree)
     except ValidationError as error:
-        problems = "; ".join(_describe(item, RunConfig) for item in error.errors())
+        problems = _describe(error.errors(), RunConfig)
         raise ConfigError(f"config error in {source}: {problems}") from None
 
 

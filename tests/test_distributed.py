@@ -17,7 +17,8 @@ from lamarckian_hpc.runtime.distributed import METRIC_NAMES, DistributedTrainer 
 from lamarckian_hpc.runtime.recording import MetricsRecorder  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 
-CARTPOLE = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CARTPOLE = CONFIGS / "ppo_cartpole.yaml"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,8 +42,8 @@ class Collect:
         pass
 
 
-def _train(overrides: list[str], observers=()):
-    config = load_config(CARTPOLE, ["runtime.mode=ray", "runtime.num_actors=2", *overrides])
+def _train(overrides: list[str], observers=(), config_file: Path = CARTPOLE):
+    config = load_config(config_file, ["runtime.mode=ray", "runtime.num_actors=2", *overrides])
     trainer = DistributedTrainer(config, observers)
     try:
         return trainer, trainer.train()
@@ -62,6 +63,18 @@ def test_ppo_with_two_actors_learns_cartpole(sampling):
         assert staleness_max == 0  # only samples of the version being updated are used
     else:
         assert staleness_max > 0  # actors do not wait: some samples come from older versions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["impala", "a3c", "dqn"])
+def test_other_algorithms_with_two_actors_learn_cartpole(algorithm):
+    collect = Collect()
+    trainer, result = _train(["stop.total_env_steps=300000"], [collect], CONFIGS / f"{algorithm}_cartpole.yaml")
+    assert result.target_reached_at_frames is not None, f"{algorithm}: mean return {result.recent_return_mean}"
+    assert result.recent_return_mean >= 475.0
+    assert trainer.learner.version == result.updates  # every update made a new policy version
+    if algorithm == "dqn":
+        assert collect.reports[-1].metrics["epsilon"] < 0.1  # the schedule reached the actors' policies
 
 
 def test_max_staleness_drops_older_samples():

@@ -24,3 +24,20 @@ def test_ppo_learns_cartpole_within_300k_frames():
     assert result.target_reached_at_frames is not None, f"mean return {result.recent_return_mean} after {result.env_frames} frames"
     assert result.target_reached_at_frames <= 300_000
     assert result.recent_return_mean >= 475.0
+
+
+@pytest.mark.slow
+def test_impala_learns_cartpole_in_one_process():
+    config = load_config(CONFIGS / "impala_cartpole.yaml", ["runtime.mode=serial", "stop.total_env_steps=150000"])
+    trainer = SerialTrainer(config)
+    try:
+        result = trainer.train()
+    finally:
+        trainer.close()
+    assert result.target_reached_at_frames is not None, f"mean return {result.recent_return_mean}"
+
+
+def test_a3c_in_one_process_is_refused_with_a_reason():
+    config = load_config(CONFIGS / "a3c_cartpole.yaml", ["runtime.mode=serial"])
+    with pytest.raises(ValueError, match="runtime.mode=ray"):
+        SerialTrainer(config)

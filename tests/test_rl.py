@@ -152,3 +152,95 @@ def test_cnn_model_accepts_stacked_frames():
     actions, log_probs = model.act(images)
     assert actions.shape == (3,) and log_probs.shape == (3,)
     assert model.value(images).shape == (3,)
+
+
+def test_vtrace_on_policy_without_clipping_gives_discounted_returns():
+    from lamarckian_hpc.rl.vtrace import vtrace
+
+    rewards = np.array([1.0, 2.0, 3.0])
+    values = np.array([0.5, 0.5, 0.5])
+    log_probs = np.log(np.array([0.3, 0.6, 0.9]))
+    next_values = np.array([0.5, 0.5, 4.0])  # cut after the third step, bootstrap 4
+    ends = np.array([False, False, True])
+    vs, advantages = vtrace(log_probs, log_probs, rewards, values, next_values, ends, gamma=0.5)
+    # On-policy with c = rho = 1 the targets are n-step returns: vs_2 = 3 + 0.5 * 4 = 5, vs_1 = 2 + 0.5 * 5, ...
+    np.testing.assert_allclose(vs, [1 + 0.5 * 4.5, 4.5, 5.0], rtol=1e-6)
+    np.testing.assert_allclose(advantages, [1 + 0.5 * 4.5 - 0.5, 2 + 0.5 * 5 - 0.5, 3 + 0.5 * 4 - 0.5], rtol=1e-6)
+
+
+def test_vtrace_clips_importance_weights():
+    from lamarckian_hpc.rl.vtrace import vtrace
+
+    # The target policy likes the action 4x more than the behaviour policy did: rho is clipped to 1.
+    vs, advantages = vtrace(np.log([0.1]), np.log([0.4]), np.array([1.0]), np.array([0.0]), np.array([0.0]),
+                            np.array([True]), gamma=0.9, rho_bar=1.0)
+    np.testing.assert_allclose(vs, [1.0])
+    # ... and with rho_bar 10 the full ratio 4 weighs the TD error.
+    vs, advantages = vtrace(np.log([0.1]), np.log([0.4]), np.array([1.0]), np.array([0.0]), np.array([0.0]),
+                            np.array([True]), gamma=0.9, rho_bar=10.0)
+    np.testing.assert_allclose(vs, [4.0], rtol=1e-6)
+    np.testing.assert_allclose(advantages, [4.0], rtol=1e-6)
+
+
+def test_replay_transitions_link_steps_and_bootstraps():
+    from lamarckian_hpc.mdp import ExperienceBatch
+    from lamarckian_hpc.rl.replay import ReplayBuffer, transitions_of
+
+    observations = np.arange(5, dtype=np.float32).reshape(5, 1)
+    batch = ExperienceBatch(observations, np.array([0, 1, 0, 1, 0]), np.zeros(5, np.float32),
+                            np.ones(5, np.float32), np.zeros(5, np.int64), lengths=np.array([2, 3]),
+                            terminated=np.array([True, False]),
+                            bootstrap_observations=np.array([[10.0], [20.0]], np.float32))
+    transitions = transitions_of(batch)
+    np.testing.assert_array_equal(transitions["next_observations"][:, 0], [1, 10, 3, 4, 20])
+    np.testing.assert_array_equal(transitions["dones"], [0, 1, 0, 0, 0])
+    replay = ReplayBuffer(capacity=4)
+    replay.add(transitions)
+    assert replay.size == 4  # the oldest transition was overwritten
+    assert set(replay.arrays["observations"][:, 0]) == {1.0, 2.0, 3.0, 4.0}
+    sample = replay.sample(8, np.random.default_rng(0))
+    assert sample["observations"].shape == (8, 1)
+
+
+def test_dqn_loss_matches_hand_computed_double_q_target():
+    from lamarckian_hpc.rl.dqn import dqn_loss, linear_epsilon
+
+    class Table(torch.nn.Module):
+        """Q(s, .) read from a table by the integer state in the observation."""
+
+        def __init__(self, table):
+            super().__init__()
+            self.table = torch.tensor(table)
+
+        def forward(self, observations):
+            return self.table[observations[:, 0].long()]
+
+    online = Table([[1.0, 2.0], [3.0, 5.0]])
+    target = Table([[0.0, 0.0], [7.0, 4.0]])
+    batch = {"observations": torch.tensor([[0.0]]), "actions": torch.tensor([1]), "rewards": torch.tensor([1.0]),
+             "next_observations": torch.tensor([[1.0]]), "dones": torch.tensor([0.0])}
+    # Double Q: the online net picks action 1 in state 1, the target net values it 4: target 1 + 0.5 * 4 = 3.
+    assert float(dqn_loss(online, target, batch, gamma=0.5, double_q=True)) == pytest.approx(0.5 * (3 - 2) ** 2)
+    # Plain max: target 1 + 0.5 * 7 = 4.5, error 2.5 > 1 so Huber is linear: 2.5 - 0.5.
+    assert float(dqn_loss(online, target, batch, gamma=0.5, double_q=False)) == pytest.approx(2.0)
+    assert linear_epsilon(0, 1.0, 0.1, 100) == 1.0
+    assert linear_epsilon(50, 1.0, 0.1, 100) == pytest.approx(0.55)
+    assert linear_epsilon(500, 1.0, 0.1, 100) == pytest.approx(0.1)
+
+
+def test_a3c_gradients_cover_every_parameter():
+    from lamarckian_hpc.config import A3CConfig
+    from lamarckian_hpc.mdp import ExperienceBatch
+    from lamarckian_hpc.rl.a3c import a3c_gradients
+
+    model = _cartpole_model()
+    observations = torch.randn(6, 4).numpy()
+    with torch.no_grad():
+        actions, log_probs = model.act(torch.from_numpy(observations))
+    batch = ExperienceBatch(observations, actions.numpy(), log_probs.numpy(), np.ones(6, np.float32),
+                            np.zeros(6, np.int64), np.array([6]), np.array([True]), observations[-1:])
+    gradients, diagnostics = a3c_gradients(model, batch, A3CConfig())
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    assert [g.shape for g in gradients] == shapes
+    assert any(np.abs(g).sum() > 0 for g in gradients)
+    assert set(diagnostics) == {"loss_policy", "loss_value", "entropy"}

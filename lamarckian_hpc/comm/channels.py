@@ -56,9 +56,9 @@ class WeightPublisher:
         self._latest: list[Any] | None = None
         self.joins_served = 0
 
-    def publish(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
+    def publish(self, version: int, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> None:
         self.version = version
-        self._latest = encode(Message(WEIGHTS, self.sender, version, dict(arrays)))
+        self._latest = encode(Message(WEIGHTS, self.sender, version, dict(arrays), dict(meta or {})))
         self.socket.send_multipart(self._latest, copy=False)
 
     def serve_joins(self) -> int:

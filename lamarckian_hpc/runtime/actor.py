@@ -16,11 +16,12 @@ import numpy as np
 import torch
 import zmq
 
-from ..comm import ExperienceSender, WeightSubscriber
-from ..config import RunConfig
-from .learner import load_weights
-from .messages import experience_message, hello_message
-from .sampling import make_sampling_side
+from ..comm import ExperienceSender, Message, WeightSubscriber
+from ..config import A3CConfig, RunConfig
+from ..rl.a3c import a3c_gradients
+from .learner import load_weights, steps_per_update
+from .messages import experience_message, gradients_message, hello_message
+from .sampling import SamplingSide, make_sampling_side
 
 log = logging.getLogger(__name__)
 WAIT_POLL_MS = 50
@@ -44,7 +45,7 @@ class ActorLoop:
         sender = ExperienceSender(context, self.experience_address)
         side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1))
         rollout = config.runtime.rollout_steps * config.env.num_envs
-        share = math.ceil(config.algorithm.batch_size / self.num_actors)
+        share = math.ceil(steps_per_update(config) / self.num_actors)
         synchronous = config.runtime.sampling == "sync"
         try:
             sender.send(hello_message(self.actor_index, os.getpid()))
@@ -65,10 +66,15 @@ class ActorLoop:
                 batch = side.experience.take()
                 completed = side.sampler.take_completed()
                 frames = side.sampler.env_frames
-                sender.send(experience_message(
-                    self.actor_index, batch, np.array([r.episode_return for r in completed]),
-                    np.array([r.length for r in completed]), frames - frames_before,
-                ))
+                returns = np.array([r.episode_return for r in completed])
+                lengths = np.array([r.length for r in completed], dtype=np.int64)
+                if isinstance(config.algorithm, A3CConfig):
+                    gradients, diagnostics = a3c_gradients(side.model, batch, config.algorithm)
+                    message = gradients_message(self.actor_index, version, gradients, len(batch), returns,
+                                                lengths, frames - frames_before, diagnostics)
+                else:
+                    message = experience_message(self.actor_index, batch, returns, lengths, frames - frames_before)
+                sender.send(message)
                 frames_before = frames
                 sent_with_version += len(batch)
         finally:
@@ -77,12 +83,14 @@ class ActorLoop:
             sender.close()
             context.term()
 
-    def _load(self, message, side) -> int:
+    def _load(self, message: Message, side: SamplingSide) -> int:
         load_weights(side.model, message.arrays)
         side.sampler.policy_versions[side.policy_id] = message.policy_version
+        if "epsilon" in message.meta:
+            side.set_epsilon(float(message.meta["epsilon"]))
         return message.policy_version
 
-    def _wait_for_weights(self, subscriber: WeightSubscriber, side, newer_than: int) -> int:
+    def _wait_for_weights(self, subscriber: WeightSubscriber, side: SamplingSide, newer_than: int) -> int:
         while not self.stop_event.is_set():
             message = subscriber.poll(WAIT_POLL_MS)
             if message is not None and message.policy_version > newer_than:

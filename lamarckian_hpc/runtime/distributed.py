@@ -22,8 +22,9 @@ import zmq
 from ..config import RunConfig
 from ..comm import ExperienceReceiver, WeightPublisher
 from .episodes import RecentEpisodes
-from .learner import PPOLearner
-from .messages import EXPERIENCE, HELLO, KINDS, ActorExperience, concatenate, read_experience
+from .learner import A3CLearner, make_learner, steps_per_update
+from .messages import (GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate, read_experience,
+                       read_gradients)
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
@@ -43,7 +44,7 @@ class DistributedTrainer:
         self.config = config
         self.observers = list(observers)
         torch.set_num_threads(config.runtime.torch_threads)
-        self.learner = PPOLearner(config, *spaces_of(config))
+        self.learner = make_learner(config, *spaces_of(config))
         cores = os.cpu_count() or 1
         self.num_actors = config.runtime.num_actors or cores
         self.context = zmq.Context()
@@ -51,18 +52,23 @@ class DistributedTrainer:
         self.receiver = ExperienceReceiver(self.context, KINDS)
         self.started_ray = init_ray(config, num_cpus=max(cores, self.num_actors))
         self.cpu_meter = TreeCpuMeter(cores)
-        self.publisher.publish(self.learner.version, self.learner.weights())
+        self._publish(env_frames=0)
         self.actors = start_actors(config, self.num_actors, self.publisher.address, self.receiver.address)
         self.hellos: dict[int, int] = {}
         self.actor_pids: dict[int, int] = {}
         self.dropped_stale_steps = 0
+        self.env_frames = 0
+        self.batch_steps = steps_per_update(config)
 
     @property
     def actor_restarts(self) -> int:
         return sum(max(0, count - 1) for count in self.hellos.values())
 
-    def _next_experience(self) -> ActorExperience | None:
-        """Serve late subscribers, then wait briefly for the next experience message."""
+    def _publish(self, env_frames: int) -> None:
+        self.publisher.publish(self.learner.version, self.learner.weights(), self.learner.broadcast_meta(env_frames))
+
+    def _next_message(self) -> ActorExperience | ActorGradients | None:
+        """Serve late subscribers, then wait briefly for the next experience or gradients."""
         self.publisher.serve_joins()
         message = self.receiver.receive(RECEIVE_POLL_MS)
         if message is None:
@@ -73,72 +79,94 @@ class DistributedTrainer:
             self.actor_pids[index] = int(message.meta.get("pid", -1))
             return None
         try:
-            return read_experience(message)
+            return read_gradients(message) if message.kind == GRADIENTS else read_experience(message)
         except (KeyError, ValueError, TypeError) as error:
             self.receiver.malformed += 1
-            log.error("dropped an experience message from %s: %s", message.sender, error)
+            log.error("dropped a %s message from %s: %s", message.kind, message.sender, error)
             return None
+
+    def _fresh(self, oldest_version: int, steps: int, limit: int | None) -> bool:
+        fresh = limit is None or self.learner.version - oldest_version <= limit
+        if not fresh:
+            self.dropped_stale_steps += steps
+        return fresh
 
     def _accept(self, experience: ActorExperience) -> bool:
         versions = experience.batch.policy_versions
         if not len(versions):
             return False
         if self.config.runtime.sampling == "sync":
-            fresh = bool((versions == self.learner.version).all())
-        else:
-            limit = self.config.runtime.max_staleness
-            fresh = limit is None or self.learner.version - int(versions.min()) <= limit
-        if not fresh:
-            self.dropped_stale_steps += len(versions)
-        return fresh
+            return self._fresh(int(versions.min()), len(versions), 0)  # only the current version
+        return self._fresh(int(versions.min()), len(versions), self.config.runtime.max_staleness)
+
+    def _learn_from_experience(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
+        """Gather a batch and update; returns (metrics, env frames received, steps trained)."""
+        batches, steps, frames = [], 0, 0
+        while steps < self.batch_steps:
+            item = self._next_message()
+            if not isinstance(item, ActorExperience):
+                continue
+            frames += item.env_frames
+            episodes.add(item.episode_returns, item.episode_lengths)
+            if self._accept(item):
+                batches.append(item.batch)
+                steps += len(item.batch)
+        return self.learner.update(concatenate(batches), self.env_frames + frames), frames, steps
+
+    def _learn_from_gradients(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
+        """Apply the next fresh gradients (A3C); each application is one update."""
+        assert isinstance(self.learner, A3CLearner)
+        frames = 0
+        while True:
+            item = self._next_message()
+            if not isinstance(item, ActorGradients):
+                continue
+            frames += item.env_frames
+            episodes.add(item.episode_returns, item.episode_lengths)
+            limit = self.config.algorithm.max_gradient_staleness  # type: ignore[union-attr]
+            if self._fresh(item.policy_version, item.steps, limit):
+                metrics = self.learner.apply_gradients(item.gradients, self.env_frames + frames)
+                metrics.update(item.diagnostics)
+                metrics.update(staleness_mean=float(self.learner.version - 1 - item.policy_version),
+                               staleness_max=float(self.learner.version - 1 - item.policy_version))
+                return metrics, frames, item.steps
 
     def train(self) -> TrainResult:
-        batch_size, stop = self.config.algorithm.batch_size, self.config.stop
+        stop = self.config.stop
         episodes = RecentEpisodes(stop.return_window)
+        learn = self._learn_from_gradients if isinstance(self.learner, A3CLearner) else self._learn_from_experience
         start = time.monotonic()
-        env_frames = updates = 0
+        updates = 0
         reached_at: int | None = None
-        while env_frames < stop.total_env_steps:
-            batches, steps = [], 0
-            wait_start = time.monotonic()
-            frames_before = env_frames
-            while steps < batch_size:
-                experience = self._next_experience()
-                if experience is None:
-                    continue
-                env_frames += experience.env_frames
-                episodes.add(experience.episode_returns, experience.episode_lengths)
-                if self._accept(experience):
-                    batches.append(experience.batch)
-                    steps += len(experience.batch)
-            waited = time.monotonic() - wait_start
-
-            update_start = time.monotonic()
-            metrics = self.learner.update(concatenate(batches), env_frames)
-            self.publisher.publish(self.learner.version, self.learner.weights())
+        while self.env_frames < stop.total_env_steps:
+            step_start = time.monotonic()
+            metrics, frames, steps = learn(episodes)
+            self.env_frames += frames
+            self._publish(self.env_frames)
             updates += 1
+            elapsed = max(time.monotonic() - step_start, 1e-9)
             metrics.update(episodes.metrics())
             metrics.update(
-                env_frames_per_second=(env_frames - frames_before) / max(waited + time.monotonic() - update_start, 1e-9),
-                trained_frames_per_second=steps / max(time.monotonic() - wait_start, 1e-9),
+                env_frames_per_second=frames / elapsed,
+                trained_frames_per_second=steps / elapsed,
                 actor_restarts=float(self.actor_restarts),
                 cpu_utilization=self.cpu_meter.sample(),
                 dropped_stale_steps=float(self.dropped_stale_steps),
                 malformed_messages=float(self.receiver.malformed),
             )
-            report = UpdateReport(updates, env_frames, time.monotonic() - start, self.learner.version,
+            report = UpdateReport(updates, self.env_frames, time.monotonic() - start, self.learner.version,
                                   episodes.count, episodes.mean_return, metrics)
             for observer in self.observers:
                 observer.on_update_end(report)
             if episodes.reached(stop.target_return):
-                reached_at = env_frames
+                reached_at = self.env_frames
                 break
 
         wall = time.monotonic() - start
         result = TrainResult(
-            run_path=None, env_frames=env_frames, wall_time_seconds=wall, updates=updates,
+            run_path=None, env_frames=self.env_frames, wall_time_seconds=wall, updates=updates,
             episodes=episodes.count, recent_return_mean=episodes.mean_return,
-            target_reached_at_frames=reached_at, sampling_frames_per_second=env_frames / max(wall, 1e-9),
+            target_reached_at_frames=reached_at, sampling_frames_per_second=self.env_frames / max(wall, 1e-9),
         )
         for observer in self.observers:
             observer.on_train_end(result)

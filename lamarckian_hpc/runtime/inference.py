@@ -26,3 +26,20 @@ class TorchPolicy:
         if self.on_gpu:
             actions, log_probs = actions.cpu(), log_probs.cpu()
         return PolicyOutput(actions.numpy(), log_probs.numpy())
+
+
+class EpsilonGreedyPolicy:
+    """DQN's behaviour policy: the greedy action of a Q-network, a random one with probability epsilon."""
+
+    def __init__(self, q_network: torch.nn.Module, num_actions: int, seed: int, epsilon: float = 1.0) -> None:
+        self.q_network = q_network
+        self.num_actions = num_actions
+        self.epsilon = epsilon
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, observations: np.ndarray) -> PolicyOutput:
+        with torch.inference_mode():
+            greedy = self.q_network(torch.from_numpy(observations.astype(np.float32, copy=False))).argmax(dim=1).numpy()
+        explore = self.rng.random(len(greedy)) < self.epsilon
+        actions = np.where(explore, self.rng.integers(0, self.num_actions, size=len(greedy)), greedy)
+        return PolicyOutput(actions, np.zeros(len(actions), dtype=np.float32))

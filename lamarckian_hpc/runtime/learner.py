@@ -1,19 +1,27 @@
-"""The PPO learner of a run: model, optimizer, policy version and one update per batch.
+"""The learners of a run: model, optimizer, policy version and one update per batch.
 
 Shared by the serial trainer and the distributed learner, so that both learn the same way from
-the same batch; only where the batch comes from differs.
+the same batch; only where the batch comes from differs. Each algorithm's update itself is a
+function in `rl/`; a learner holds its state (parameters, optimizer, replay buffer, version).
 """
 
 from __future__ import annotations
+
+import copy
+from typing import Any, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from ..config import RunConfig
+from ..config import A3CConfig, DQNConfig, ImpalaConfig, PPOConfig, RunConfig
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
+from ..models.q_network import QNetwork
 from ..rl import build_rollout_batch, ppo_update
+from ..rl.dqn import dqn_loss, linear_epsilon
+from ..rl.impala import impala_update
+from ..rl.replay import ReplayBuffer, transitions_of
 
 STALENESS_BINS = 8  # staleness_count_0 .. staleness_count_7, then staleness_count_8plus
 STALENESS_METRICS: tuple[str, ...] = tuple(f"staleness_count_{k}" for k in range(STALENESS_BINS)) + (
@@ -38,43 +46,158 @@ def staleness_metrics(staleness: np.ndarray) -> dict[str, float]:
     return metrics
 
 
-class PPOLearner:
-    def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> None:
-        self.config = config
-        torch.manual_seed(config.seed)
-        self.rng = np.random.default_rng(config.seed)
-        self.device = select_device(config.runtime.device)
-        self.model = ActorCritic(observation_space, action_space, config.model).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.algorithm.learning_rate, eps=1e-5)
-        self.version = 0
-
-    def learning_rate(self, env_frames: int) -> float:
-        algorithm = self.config.algorithm
-        if not algorithm.anneal_learning_rate:
-            return algorithm.learning_rate
-        remaining = max(0.0, 1.0 - env_frames / self.config.stop.total_env_steps)
-        return algorithm.learning_rate * max(remaining, 1e-3)
-
-    def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
-        """One PPO update on `experience`; the version goes up by one. Returns its diagnostics."""
-        algorithm = self.config.algorithm
-        learning_rate = self.learning_rate(env_frames)
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-        staleness = self.version - experience.policy_versions
-        batch = build_rollout_batch(experience, self.model, algorithm.gamma, algorithm.gae_lambda, self.device,
-                                    algorithm.reward_scale)
-        diagnostics = ppo_update(self.model, self.optimizer, batch, algorithm, self.rng)
-        self.version += 1
-        diagnostics["learning_rate"] = learning_rate
-        diagnostics.update(staleness_metrics(staleness))
-        return diagnostics
-
-    def weights(self) -> dict[str, np.ndarray]:
-        """The model's parameters and buffers as CPU arrays (what the broadcast sends)."""
-        return {name: tensor.detach().cpu().numpy() for name, tensor in self.model.state_dict().items()}
+def build_model(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> torch.nn.Module:
+    """The network an algorithm samples with: a Q-network for DQN, an actor-critic otherwise."""
+    if isinstance(config.algorithm, DQNConfig):
+        return QNetwork(observation_space, action_space, config.model)
+    return ActorCritic(observation_space, action_space, config.model)
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
     """Copy received arrays (possibly read-only views of a message) into a model."""
     model.load_state_dict({name: torch.tensor(array) for name, array in weights.items()})
+
+
+class Learner(Protocol):
+    version: int
+    model: torch.nn.Module
+
+    def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]: ...
+
+    def weights(self) -> dict[str, np.ndarray]: ...
+
+    def broadcast_meta(self, env_frames: int) -> dict[str, Any]: ...
+
+
+class _LearnerBase:
+    def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.config = config
+        torch.manual_seed(config.seed)
+        self.rng = np.random.default_rng(config.seed)
+        self.device = select_device(config.runtime.device)
+        self.model = build_model(config, observation_space, action_space).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.algorithm.learning_rate, eps=1e-5)
+        self.version = 0
+
+    def learning_rate(self, env_frames: int) -> float:
+        algorithm = self.config.algorithm
+        if not getattr(algorithm, "anneal_learning_rate", False):
+            return algorithm.learning_rate
+        remaining = max(0.0, 1.0 - env_frames / self.config.stop.total_env_steps)
+        return algorithm.learning_rate * max(remaining, 1e-3)
+
+    def _set_learning_rate(self, env_frames: int) -> float:
+        learning_rate = self.learning_rate(env_frames)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        return learning_rate
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The model's parameters and buffers as CPU arrays (what the broadcast sends)."""
+        return {name: tensor.detach().cpu().numpy() for name, tensor in self.model.state_dict().items()}
+
+    def broadcast_meta(self, env_frames: int) -> dict[str, Any]:
+        return {}
+
+
+class ActorCriticLearner(_LearnerBase):
+    """PPO (on-policy, clipped) and IMPALA (off-policy, V-trace) share the actor-critic model."""
+
+    def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
+        """One update on `experience`; the version goes up by one. Returns its diagnostics."""
+        algorithm = self.config.algorithm
+        learning_rate = self._set_learning_rate(env_frames)
+        staleness = self.version - experience.policy_versions
+        if isinstance(algorithm, PPOConfig):
+            batch = build_rollout_batch(experience, self.model, algorithm.gamma, algorithm.gae_lambda, self.device,
+                                        algorithm.reward_scale)
+            diagnostics = ppo_update(self.model, self.optimizer, batch, algorithm, self.rng)
+        elif isinstance(algorithm, ImpalaConfig):
+            diagnostics = impala_update(self.model, self.optimizer, experience, algorithm, self.rng, self.device)
+        else:
+            raise ValueError(f"{algorithm.name} does not learn from experience batches")
+        self.version += 1
+        diagnostics["learning_rate"] = learning_rate
+        diagnostics.update(staleness_metrics(staleness))
+        return diagnostics
+
+
+class A3CLearner(_LearnerBase):
+    """Applies gradients that actors computed; each application is a new policy version."""
+
+    def apply_gradients(self, gradients: Sequence[np.ndarray], env_frames: int) -> dict[str, float]:
+        learning_rate = self._set_learning_rate(env_frames)
+        self.optimizer.zero_grad(set_to_none=True)
+        for parameter, gradient in zip(self.model.parameters(), gradients, strict=True):
+            parameter.grad = torch.as_tensor(np.asarray(gradient), device=self.device).reshape(parameter.shape).clone()
+        self.optimizer.step()
+        self.version += 1
+        return {"learning_rate": learning_rate}
+
+    def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
+        raise ValueError("a3c learns from gradients that actors send, not from experience")
+
+
+class DQNLearner(_LearnerBase):
+    """Replay buffer, target network and gradient steps in proportion to the frames that arrive."""
+
+    def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> None:
+        super().__init__(config, observation_space, action_space)
+        self.algorithm: DQNConfig = config.algorithm  # type: ignore[assignment]
+        self.target = copy.deepcopy(self.model)
+        self.replay = ReplayBuffer(self.algorithm.replay_capacity)
+        self.gradient_steps = 0
+        self._owed_steps = 0.0
+
+    def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
+        algorithm = self.algorithm
+        staleness = self.version - experience.policy_versions
+        transitions = transitions_of(experience)
+        transitions["rewards"] = transitions["rewards"] * np.float32(algorithm.reward_scale)
+        self.replay.add(transitions)
+        losses = []
+        if self.replay.size >= algorithm.learning_starts:
+            self._owed_steps += len(experience) * algorithm.updates_per_frame
+            while self._owed_steps >= 1:
+                self._owed_steps -= 1
+                sample = self.replay.sample(algorithm.minibatch_size, self.rng)
+                batch = {name: torch.from_numpy(array).to(self.device) for name, array in sample.items()}
+                loss = dqn_loss(self.model, self.target, batch, algorithm.gamma, algorithm.double_q)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), algorithm.max_grad_norm)
+                self.optimizer.step()
+                losses.append(float(loss.detach()))
+                self.gradient_steps += 1
+                if self.gradient_steps % algorithm.target_update_interval == 0:
+                    self.target.load_state_dict(self.model.state_dict())
+        self.version += 1
+        metrics = {"learning_rate": algorithm.learning_rate, "epsilon": self.epsilon(env_frames),
+                   "replay_size": float(self.replay.size)}
+        if losses:
+            metrics["loss_value"] = float(np.mean(losses))
+        metrics.update(staleness_metrics(staleness))
+        return metrics
+
+    def epsilon(self, env_frames: int) -> float:
+        algorithm = self.algorithm
+        return linear_epsilon(env_frames, algorithm.epsilon_start, algorithm.epsilon_end, algorithm.epsilon_decay_frames)
+
+    def broadcast_meta(self, env_frames: int) -> dict[str, Any]:
+        return {"epsilon": self.epsilon(env_frames)}
+
+
+def make_learner(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> _LearnerBase:
+    algorithm = config.algorithm
+    if isinstance(algorithm, DQNConfig):
+        return DQNLearner(config, observation_space, action_space)
+    if isinstance(algorithm, A3CConfig):
+        return A3CLearner(config, observation_space, action_space)
+    return ActorCriticLearner(config, observation_space, action_space)
+
+
+def steps_per_update(config: RunConfig) -> int:
+    """Training steps the learner gathers before an update (one actor message for DQN and A3C)."""
+    batch_size = getattr(config.algorithm, "batch_size", None)
+    return batch_size if batch_size is not None else config.runtime.rollout_steps * config.env.num_envs
+

@@ -3,6 +3,8 @@
 `hello`: an actor process (re)started; its index and pid, so the learner can count restarts.
 `experience`: an ExperienceBatch as arrays, plus the episodes that ended and the env frames
 stepped since the previous message.
+`gradients`: A3C's gradients of one rollout (one array per parameter, in the model's order), the
+policy version they were computed with, and the same episode and frame counts.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import numpy as np
 from ..comm import Message
 from ..mdp import ExperienceBatch
 
-HELLO, EXPERIENCE = "hello", "experience"
-KINDS = {HELLO, EXPERIENCE}
+HELLO, EXPERIENCE, GRADIENTS = "hello", "experience", "gradients"
+KINDS = {HELLO, EXPERIENCE, GRADIENTS}
 _BATCH_FIELDS = tuple(field.name for field in fields(ExperienceBatch))
 
 
@@ -55,3 +57,35 @@ def read_experience(message: Message) -> ActorExperience:
 def concatenate(batches: list[ExperienceBatch]) -> ExperienceBatch:
     """Lay several batches end to end (their fragments stay separate)."""
     return ExperienceBatch(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in _BATCH_FIELDS})
+
+
+@dataclass(frozen=True)
+class ActorGradients:
+    actor_index: int
+    policy_version: int
+    gradients: list[np.ndarray]
+    steps: int
+    episode_returns: np.ndarray
+    episode_lengths: np.ndarray
+    env_frames: int
+    diagnostics: dict[str, float]
+
+
+def gradients_message(actor_index: int, policy_version: int, gradients: list[np.ndarray], steps: int,
+                      episode_returns: np.ndarray, episode_lengths: np.ndarray, env_frames: int,
+                      diagnostics: dict[str, float]) -> Message:
+    arrays = {f"gradient_{index}": gradient for index, gradient in enumerate(gradients)}
+    arrays["episode_returns"] = np.asarray(episode_returns, dtype=np.float64)
+    arrays["episode_lengths"] = np.asarray(episode_lengths, dtype=np.int64)
+    meta = {"actor_index": actor_index, "env_frames": env_frames, "steps": steps, "diagnostics": diagnostics}
+    return Message(GRADIENTS, f"actor-{actor_index}", policy_version, arrays, meta)
+
+
+def read_gradients(message: Message) -> ActorGradients:
+    arrays = message.arrays
+    count = sum(1 for name in arrays if name.startswith("gradient_"))
+    diagnostics = {str(k): float(v) for k, v in dict(message.meta.get("diagnostics", {})).items()}
+    return ActorGradients(int(message.meta["actor_index"]), message.policy_version,
+                          [arrays[f"gradient_{index}"] for index in range(count)], int(message.meta["steps"]),
+                          arrays["episode_returns"], arrays["episode_lengths"], int(message.meta["env_frames"]),
+                          diagnostics)

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gymnasium as gym
+import torch
 
-from ..config import RunConfig
-from ..mdp import ExperienceBuffer, GymMDP, Sampler, TrainingController, make_gym_env
-from ..models import ActorCritic
-from .inference import TorchPolicy
+from ..config import DQNConfig, RunConfig
+from ..mdp import ExperienceBuffer, GymMDP, Policy, Sampler, TrainingController, make_gym_env
+from .inference import EpsilonGreedyPolicy, TorchPolicy
+from .learner import build_model
 
 POLICY_ID = "main"
 
@@ -19,8 +20,14 @@ POLICY_ID = "main"
 class SamplingSide:
     sampler: Sampler
     experience: ExperienceBuffer
-    model: ActorCritic
+    model: torch.nn.Module
+    policy: Policy
     policy_id: str = POLICY_ID
+
+    def set_epsilon(self, epsilon: float) -> None:
+        """Exploration rate of an epsilon-greedy policy (DQN); other policies have none."""
+        if isinstance(self.policy, EpsilonGreedyPolicy):
+            self.policy.epsilon = epsilon
 
     def sample(self, num_steps: int) -> None:
         """Tick until the buffer holds `num_steps`; the buffer is counted every few ticks, not every tick."""
@@ -47,16 +54,22 @@ def spaces_of(config: RunConfig) -> tuple[gym.Space, gym.Space]:
         env.close()
 
 
-def make_sampling_side(config: RunConfig, seed: int, model: ActorCritic | None = None) -> SamplingSide:
+def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | None = None) -> SamplingSide:
     """Envs, controllers and sampler; `model` is shared when given (the serial trainer's CPU model)."""
     mdps = make_env_mdps(config)
+    observation_space, action_space = mdps[0].observation_space(None), mdps[0].action_space(None)
     if model is None:
-        model = ActorCritic(mdps[0].observation_space(None), mdps[0].action_space(None), config.model)
+        model = build_model(config, observation_space, action_space)
+    policy: Policy
+    if isinstance(config.algorithm, DQNConfig):
+        policy = EpsilonGreedyPolicy(model, int(action_space.n), seed, config.algorithm.epsilon_start)
+    else:
+        policy = TorchPolicy(model)
     experience = ExperienceBuffer()
     sampler = Sampler(
         mdps,
         controller_factory=lambda env_index, agent_id: TrainingController(POLICY_ID, experience),
-        policies={POLICY_ID: TorchPolicy(model)},
+        policies={POLICY_ID: policy},
         seed=seed,
     )
-    return SamplingSide(sampler, experience, model)
+    return SamplingSide(sampler, experience, model, policy)

@@ -14,9 +14,9 @@ from typing import Sequence
 
 import torch
 
-from ..config import RunConfig
+from ..config import A3CConfig, RunConfig
 from .episodes import RecentEpisodes
-from .learner import STALENESS_METRICS, PPOLearner
+from .learner import STALENESS_METRICS, make_learner, steps_per_update
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .sampling import make_sampling_side, spaces_of
 
@@ -25,6 +25,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "episode_return_mean", "episode_length_mean", "episodes", "env_frames_per_second",
     "trained_frames_per_second", "loss_policy", "loss_value", "entropy", "approx_kl",
     "clip_fraction", "learning_rate", "staleness_mean", "staleness_max", *STALENESS_METRICS,
+    "epsilon", "replay_size",
 )
 
 
@@ -32,8 +33,10 @@ class SerialTrainer:
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = ()) -> None:
         self.config = config
         self.observers = list(observers)
+        if isinstance(config.algorithm, A3CConfig):
+            raise ValueError("a3c needs actor processes that compute gradients: use runtime.mode=ray")
         torch.set_num_threads(config.runtime.torch_threads)
-        self.learner = PPOLearner(config, *spaces_of(config))
+        self.learner = make_learner(config, *spaces_of(config))
         # Sampling runs on the CPU: a batch of a few observations is faster there than a GPU round trip.
         model = self.learner.model
         self.sampling_model = model if self.learner.device.type == "cpu" else copy.deepcopy(model).cpu()
@@ -41,7 +44,7 @@ class SerialTrainer:
         self.sampler, self.experience = self.sampling.sampler, self.sampling.experience
 
     def train(self) -> TrainResult:
-        batch_size, stop = self.config.algorithm.batch_size, self.config.stop
+        batch_size, stop = steps_per_update(self.config), self.config.stop
         episodes = RecentEpisodes(stop.return_window)
         start = time.monotonic()
         sampling_seconds = 0.0
@@ -64,6 +67,8 @@ class SerialTrainer:
             if self.sampling_model is not self.learner.model:
                 self.sampling_model.load_state_dict(self.learner.model.state_dict())
             self.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+            if "epsilon" in (meta := self.learner.broadcast_meta(env_frames)):
+                self.sampling.set_epsilon(meta["epsilon"])
             updates += 1
             metrics.update(episodes.metrics())
             metrics["env_frames_per_second"] = (env_frames - frames_before) / max(sampling_elapsed, 1e-9)

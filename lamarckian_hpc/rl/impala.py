@@ -1,0 +1,56 @@
+"""IMPALA's learner update: V-trace targets from the current critic and policy, then an
+actor-critic loss. Works on samples of any staleness; the importance weights correct for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..config import ImpalaConfig
+from ..mdp import ExperienceBatch
+from ..models import ActorCritic
+from .returns import next_values_of_fragments
+from .vtrace import vtrace
+
+
+def impala_update(
+    model: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    experience: ExperienceBatch,
+    config: ImpalaConfig,
+    rng: np.random.Generator,
+    device: torch.device,
+) -> dict[str, float]:
+    observations = torch.from_numpy(experience.observations).to(device)
+    actions = torch.from_numpy(experience.actions).to(device)
+    bootstrap = torch.from_numpy(experience.bootstrap_observations).to(device)
+    sums: dict[str, float] = {}
+    steps = 0
+    for _ in range(config.num_epochs):
+        with torch.no_grad():  # targets from the current policy and critic, once per pass
+            target_log_probs, _, values = model.evaluate(observations, actions)
+            bootstrap_values = model.value(bootstrap).cpu().numpy()
+        values_np = values.cpu().numpy()
+        next_values, segment_ends = next_values_of_fragments(
+            values_np, experience.lengths, bootstrap_values, experience.terminated)
+        vs, advantages = vtrace(experience.log_probs, target_log_probs.cpu().numpy(),
+                                experience.rewards * np.float32(config.reward_scale), values_np, next_values,
+                                segment_ends, config.gamma, config.rho_bar, config.c_bar)
+        vs_t, advantages_t = torch.from_numpy(vs).to(device), torch.from_numpy(advantages).to(device)
+        order = torch.from_numpy(rng.permutation(len(experience))).to(device)
+        size = min(config.minibatch_size, len(experience))
+        for start in range(0, len(experience) - size + 1, size):
+            index = order[start : start + size]
+            log_probs, entropy, predicted = model.evaluate(observations[index], actions[index])
+            policy_loss = -(advantages_t[index] * log_probs).mean()
+            value_loss = 0.5 * (predicted - vs_t[index]).pow(2).mean()
+            entropy_mean = entropy.mean()
+            loss = config.policy_weight * policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy_mean
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            for name, value in (("loss_policy", policy_loss), ("loss_value", value_loss), ("entropy", entropy_mean)):
+                sums[name] = sums.get(name, 0.0) + float(value.detach())
+            steps += 1
+    return {name: total / steps for name, total in sums.items()}
