@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from lamarckian_hpc.config import RunConfig
+from lamarckian_hpc.config import ALGORITHMS, RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -42,5 +42,8 @@ def _field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 
 def test_every_config_field_is_in_the_reference():
-    missing = [path for path in _field_paths(RunConfig) if f"`{path}`" not in README]
+    paths = [path for path in _field_paths(RunConfig) if path != "algorithm"]
+    for algorithm in ALGORITHMS.values():
+        paths += _field_paths(algorithm, "algorithm.")
+    missing = [path for path in paths if f"`{path}`" not in README]
     assert not missing, f"README's configuration reference lacks {missing}"
