@@ -163,6 +163,7 @@ class StopConfig(_Section):
     total_env_steps: int = Field(300_000, ge=1, description="Env frames after which training stops.")
     target_return: float | None = Field(None, description="Stop early once the recent mean return reaches this.")
     return_window: int = Field(20, ge=1, description="Episodes in the recent mean return.")
+    max_wall_seconds: float | None = Field(None, gt=0, description="Stop after this much training wall time.")
 
 
 class RunConfig(_Section):

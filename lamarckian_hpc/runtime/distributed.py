@@ -136,7 +136,7 @@ class DistributedTrainer:
         episodes = RecentEpisodes(stop.return_window)
         learn = self._learn_from_gradients if isinstance(self.learner, A3CLearner) else self._learn_from_experience
         start = time.monotonic()
-        updates = 0
+        updates = trained_steps = 0
         reached_at: int | None = None
         while self.env_frames < stop.total_env_steps:
             step_start = time.monotonic()
@@ -144,6 +144,7 @@ class DistributedTrainer:
             self.env_frames += frames
             self._publish(self.env_frames)
             updates += 1
+            trained_steps += steps
             elapsed = max(time.monotonic() - step_start, 1e-9)
             metrics.update(episodes.metrics())
             metrics.update(
@@ -154,18 +155,19 @@ class DistributedTrainer:
                 dropped_stale_steps=float(self.dropped_stale_steps),
                 malformed_messages=float(self.receiver.malformed),
             )
-            report = UpdateReport(updates, self.env_frames, time.monotonic() - start, self.learner.version,
-                                  episodes.count, episodes.mean_return, metrics)
+            report = UpdateReport(updates, self.env_frames, trained_steps, time.monotonic() - start,
+                                  self.learner.version, episodes.count, episodes.mean_return, metrics)
             for observer in self.observers:
                 observer.on_update_end(report)
             if episodes.reached(stop.target_return):
                 reached_at = self.env_frames
+            if episodes.should_stop(stop, report.wall_time):
                 break
 
         wall = time.monotonic() - start
         result = TrainResult(
             run_path=None, env_frames=self.env_frames, wall_time_seconds=wall, updates=updates,
-            episodes=episodes.count, recent_return_mean=episodes.mean_return,
+            trained_steps=trained_steps, episodes=episodes.count, recent_return_mean=episodes.mean_return,
             target_reached_at_frames=reached_at, sampling_frames_per_second=self.env_frames / max(wall, 1e-9),
         )
         for observer in self.observers:

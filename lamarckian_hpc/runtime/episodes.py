@@ -7,6 +7,8 @@ from typing import Iterable
 
 import numpy as np
 
+from ..config import StopConfig
+
 
 class RecentEpisodes:
     def __init__(self, window: int) -> None:
@@ -28,6 +30,11 @@ class RecentEpisodes:
     def reached(self, target: float | None) -> bool:
         """A full window whose mean return is at least `target`."""
         return target is not None and len(self.returns) == self.window and self.mean_return >= target
+
+    def should_stop(self, stop: StopConfig, wall_seconds: float) -> bool:
+        """The target return was reached, or the wall-time budget is spent."""
+        out_of_time = stop.max_wall_seconds is not None and wall_seconds >= stop.max_wall_seconds
+        return out_of_time or self.reached(stop.target_return)
 
     def metrics(self) -> dict[str, float]:
         if not self.returns:

@@ -16,6 +16,7 @@ from typing import Protocol
 class UpdateReport:
     update: int
     env_frames: int
+    trained_steps: int
     wall_time: float
     policy_version: int
     episodes: int
@@ -29,6 +30,7 @@ class TrainResult:
     env_frames: int
     wall_time_seconds: float
     updates: int
+    trained_steps: int
     episodes: int
     recent_return_mean: float | None
     target_reached_at_frames: int | None

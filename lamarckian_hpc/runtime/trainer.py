@@ -48,7 +48,7 @@ class SerialTrainer:
         episodes = RecentEpisodes(stop.return_window)
         start = time.monotonic()
         sampling_seconds = 0.0
-        updates = 0
+        updates = trained_steps = 0
         reached_at: int | None = None
         while self.sampler.env_frames < stop.total_env_steps:
             # Sampling phase: tick the MDPs until a batch of training steps is recorded.
@@ -70,22 +70,24 @@ class SerialTrainer:
             if "epsilon" in (meta := self.learner.broadcast_meta(env_frames)):
                 self.sampling.set_epsilon(meta["epsilon"])
             updates += 1
+            trained_steps += len(experience)
             metrics.update(episodes.metrics())
             metrics["env_frames_per_second"] = (env_frames - frames_before) / max(sampling_elapsed, 1e-9)
             metrics["trained_frames_per_second"] = len(experience) / max(time.monotonic() - sampling_start, 1e-9)
-            report = UpdateReport(updates, env_frames, time.monotonic() - start, self.learner.version,
-                                  episodes.count, episodes.mean_return, metrics)
+            report = UpdateReport(updates, env_frames, trained_steps, time.monotonic() - start,
+                                  self.learner.version, episodes.count, episodes.mean_return, metrics)
             for observer in self.observers:
                 observer.on_update_end(report)
             if episodes.reached(stop.target_return):
                 reached_at = env_frames
+            if episodes.should_stop(stop, report.wall_time):
                 break
 
         result = TrainResult(
             run_path=None,
             env_frames=self.sampler.env_frames,
             wall_time_seconds=time.monotonic() - start,
-            updates=updates,
+            updates=updates, trained_steps=trained_steps,
             episodes=episodes.count,
             recent_return_mean=episodes.mean_return,
             target_reached_at_frames=reached_at,
