@@ -129,7 +129,8 @@ class A3CLearner(_LearnerBase):
         learning_rate = self._set_learning_rate(env_frames)
         self.optimizer.zero_grad(set_to_none=True)
         for parameter, gradient in zip(self.model.parameters(), gradients, strict=True):
-            parameter.grad = torch.as_tensor(np.asarray(gradient), device=self.device).reshape(parameter.shape).clone()
+            # torch.tensor copies: the gradient is a read-only view of a received message.
+            parameter.grad = torch.tensor(gradient, device=self.device).reshape(parameter.shape)
         self.optimizer.step()
         self.version += 1
         return {"learning_rate": learning_rate}
