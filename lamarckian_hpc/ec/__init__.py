@@ -1,0 +1,9 @@
+"""Evolutionary computation as ask/tell over arrays: operators, ranking, NSGA-II, test problems."""
+
+from .indicators import hypervolume, inverted_generational_distance
+from .nsga2 import NSGA2
+from .problems import Problem, dtlz2, zdt
+from .ranking import crowding_distance, non_dominated_fronts, rank_and_crowding
+
+__all__ = ["NSGA2", "Problem", "crowding_distance", "dtlz2", "hypervolume", "inverted_generational_distance",
+           "non_dominated_fronts", "rank_and_crowding", "zdt"]

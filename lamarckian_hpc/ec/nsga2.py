@@ -1,0 +1,92 @@
+"""NSGA-II (Deb et al. 2002) as ask/tell over arrays: binary tournament on (rank, crowding), SBX
+and polynomial mutation, then elitist survival of the best fronts. It never evaluates anything
+itself, so the same object runs serially, on Ray workers or inside a test."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .operators import polynomial_mutation, sbx
+from .ranking import rank_and_crowding
+
+
+class NSGA2:
+    def __init__(self, lower: np.ndarray, upper: np.ndarray, population_size: int, rng: np.random.Generator,
+                 crossover_eta: float = 15.0, crossover_probability: float = 0.9, mutation_eta: float = 20.0) -> None:
+        if population_size < 2 or population_size % 2:
+            raise ValueError(f"population_size must be an even number >= 2, got {population_size}")
+        self.lower, self.upper = np.asarray(lower, float), np.asarray(upper, float)
+        self.population_size = population_size
+        self.rng = rng
+        self.crossover_eta, self.crossover_probability, self.mutation_eta = crossover_eta, crossover_probability, mutation_eta
+        self.genomes: np.ndarray | None = None  # [population_size, d]
+        self.objectives: np.ndarray | None = None  # [population_size, m]
+        self.ids: np.ndarray | None = None
+        self.parent_ids: np.ndarray | None = None  # [population_size, 2]; -1 for the initial population
+        self._next_id = 0
+        self._rank: np.ndarray | None = None
+        self._crowding: np.ndarray | None = None
+        self._pending_parents: np.ndarray | None = None
+
+    def _new_ids(self, count: int) -> np.ndarray:
+        ids = np.arange(self._next_id, self._next_id + count)
+        self._next_id += count
+        return ids
+
+    def _tournament(self, count: int) -> np.ndarray:
+        assert self._rank is not None and self._crowding is not None
+        a, b = self.rng.integers(0, self.population_size, size=(2, count))
+        a_wins = (self._rank[a] < self._rank[b]) | ((self._rank[a] == self._rank[b]) & (self._crowding[a] > self._crowding[b]))
+        return np.where(a_wins, a, b)
+
+    def ask(self) -> np.ndarray:
+        """Genomes to evaluate next: a random population first, then offspring of the current one."""
+        d = len(self.lower)
+        if self.genomes is None:
+            self._pending_parents = np.full((self.population_size, 2), -1)
+            return self.lower + self.rng.random((self.population_size, d)) * (self.upper - self.lower)
+        mothers, fathers = self._tournament(self.population_size // 2), self._tournament(self.population_size // 2)
+        child_a, child_b = sbx(self.genomes[mothers], self.genomes[fathers], self.lower, self.upper, self.rng,
+                               self.crossover_eta, self.crossover_probability)
+        offspring = polynomial_mutation(np.concatenate([child_a, child_b]), self.lower, self.upper, self.rng,
+                                        self.mutation_eta)
+        offspring = self._without_duplicates(offspring)
+        assert self.ids is not None
+        pairs = np.column_stack([self.ids[mothers], self.ids[fathers]])
+        self._pending_parents = np.concatenate([pairs, pairs])
+        return offspring
+
+    def _without_duplicates(self, offspring: np.ndarray, max_rounds: int = 10) -> np.ndarray:
+        """Mutate again any child identical to a member or an earlier child: a copy costs an
+        evaluation and adds nothing (pymoo removes duplicates the same way)."""
+        assert self.genomes is not None
+        for _ in range(max_rounds):
+            seen = np.concatenate([self.genomes, offspring])
+            _, first = np.unique(seen, axis=0, return_index=True)
+            duplicate = np.ones(len(seen), dtype=bool)
+            duplicate[first] = False
+            duplicate = duplicate[len(self.genomes):]
+            if not duplicate.any():
+                break
+            offspring[duplicate] = polynomial_mutation(offspring[duplicate], self.lower, self.upper, self.rng,
+                                                       self.mutation_eta)
+        return offspring
+
+    def tell(self, genomes: np.ndarray, objectives: np.ndarray) -> None:
+        """Objectives [n, m] of the genomes from `ask`; keeps the best population_size of parents and offspring."""
+        parents = self._pending_parents if self._pending_parents is not None else np.full((len(genomes), 2), -1)
+        ids = self._new_ids(len(genomes))
+        if self.genomes is None:
+            pool_genomes, pool_objectives, pool_ids, pool_parents = genomes, objectives, ids, parents
+        else:
+            assert self.objectives is not None and self.ids is not None and self.parent_ids is not None
+            pool_genomes = np.concatenate([self.genomes, genomes])
+            pool_objectives = np.concatenate([self.objectives, objectives])
+            pool_ids = np.concatenate([self.ids, ids])
+            pool_parents = np.concatenate([self.parent_ids, parents])
+        rank, crowding = rank_and_crowding(pool_objectives)
+        survivors = np.lexsort((-crowding, rank))[: self.population_size]
+        self.genomes, self.objectives = pool_genomes[survivors], pool_objectives[survivors]
+        self.ids, self.parent_ids = pool_ids[survivors], pool_parents[survivors]
+        self._rank, self._crowding = rank[survivors], crowding[survivors]
+        self._pending_parents = None
