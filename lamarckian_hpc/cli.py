@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from .config import ConfigError, RunConfig, load_config
+from .config import ConfigError, EvolveConfig, RunConfig, load_config
 
 USAGE_ERROR = 2
 
@@ -26,7 +26,7 @@ def _fail(message: str) -> int:
     return USAGE_ERROR
 
 
-def run_path_for(config: RunConfig, config_file: str | None) -> Path:
+def run_path_for(config: RunConfig | EvolveConfig, config_file: str | None) -> Path:
     """storage.directory / <run_name>.h5; the default name says which config, when and which seed."""
     name = config.storage.run_name
     if name is None:
@@ -95,6 +95,67 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def evolve_command(args: argparse.Namespace) -> int:
+    from .config import EvolveConfig
+
+    try:
+        config = load_config(args.config, args.overrides, EvolveConfig)
+    except ConfigError as error:
+        return _fail(str(error))
+    import numpy as np
+
+    from .ec import hypervolume
+    from .runtime.evolution import RayEvaluator, SerialEvaluator, evolve, make_problem
+    from .storage import RunWriter
+
+    problem = make_problem(config)
+    path = run_path_for(config, args.config)
+    console = Console(stderr=True)
+    writer = RunWriter(path, config.to_json_dict(), ("hypervolume", "evaluation_failures", "generation_seconds"),
+                       meta={"config_file": str(args.config)},
+                       population_shape=(problem.num_variables, problem.num_objectives))
+    console.print(f"run file: {path}", highlight=False)
+    evaluator = (SerialEvaluator(problem, config.problem.evaluation_delay_seconds) if config.runtime.mode == "serial"
+                 else RayEvaluator(problem, config))
+    reference = np.full(problem.num_objectives, 1.1)
+    start = last = time.monotonic()
+
+    def record(generation: int, algorithm, genomes, evaluations) -> None:
+        nonlocal last
+        now = time.monotonic()
+        writer.append_population({
+            "generation": np.full(len(genomes), generation), "id": algorithm.told_ids,
+            "parent_ids": algorithm.told_parent_ids, "genome": genomes, "objectives": evaluations.objectives,
+            "wall_time": evaluations.wall_times, "worker": evaluations.workers,
+        })
+        volume = hypervolume(algorithm.objectives, reference)
+        writer.append_many({"hypervolume": volume, "evaluation_failures": float(evaluations.failures),
+                            "generation_seconds": now - last},
+                           env_frames=(generation + 1) * len(genomes), policy_version=generation, wall_time=now - start)
+        writer.flush_if_due(config.storage.metrics_interval_seconds)
+        if generation % 10 == 0 or generation == config.algorithm.generations - 1:
+            console.print(f"generation {generation + 1}/{config.algorithm.generations}  hypervolume {volume:.4f}  "
+                          f"failures {evaluations.failures}  {now - start:.1f}s", highlight=False)
+        last = now
+
+    try:
+        algorithm = evolve(config, evaluator, record)
+    except BaseException:
+        writer.close(completed=False)
+        raise
+    finally:
+        evaluator.close()
+    writer.close()
+    table = Table(title="result", show_header=False)
+    table.add_row("problem", problem.name)
+    table.add_row("generations", str(config.algorithm.generations))
+    table.add_row("hypervolume (reference 1.1)", f"{hypervolume(algorithm.objectives, reference):.4f}")
+    table.add_row("wall time", f"{time.monotonic() - start:.1f} s")
+    Console().print(table)
+    print(path)
+    return 0
+
+
 def _flatten(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = []
     for key, value in tree.items():
@@ -143,6 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("config", help="YAML config file (see configs/)")
     train.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
     train.set_defaults(handler=train_command)
+    evolve = commands.add_parser("evolve", help="run an evolutionary algorithm from a config file")
+    evolve.add_argument("config", help="YAML config file (see configs/nsga2_zdt1.yaml)")
+    evolve.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
+    evolve.set_defaults(handler=evolve_command)
     inspect = commands.add_parser("inspect", help="summarise a run file")
     inspect.add_argument("run", help="the run's .h5 file")
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
@@ -188,6 +188,50 @@ class RunConfig(_Section):
         return json.loads(self.model_dump_json())
 
 
+class ProblemConfig(_Section):
+    name: Literal["zdt1", "zdt2", "zdt3", "dtlz2"] = Field("zdt1", description="Test problem.")
+    num_variables: int | None = Field(None, ge=2, description="Decision variables; default the problem's own.")
+    evaluation_delay_seconds: float = Field(0.0, ge=0, le=60, description="Extra time per evaluation (tests).")
+
+
+class NSGA2Config(_Section):
+    name: Literal["nsga2"] = Field("nsga2", description="EC algorithm.")
+    population_size: int = Field(100, ge=2, description="Individuals per generation (even).")
+    generations: int = Field(200, ge=1, description="Generations, the random initial one included.")
+    crossover_eta: float = Field(15.0, gt=0, description="SBX distribution index.")
+    crossover_probability: float = Field(0.9, ge=0, le=1, description="Chance a pair is crossed.")
+    mutation_eta: float = Field(20.0, gt=0, description="Polynomial mutation distribution index.")
+
+    @model_validator(mode="after")
+    def _even_population(self) -> NSGA2Config:
+        if self.population_size % 2:
+            raise ValueError(f"population_size must be even, got {self.population_size}")
+        return self
+
+
+class EvolveRuntimeConfig(_Section):
+    mode: Literal["ray", "serial"] = Field("ray", description="ray: evaluations on Ray workers; serial: here.")
+    num_workers: int | None = Field(None, ge=1, description="Concurrent evaluations; default one per core.")
+    ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
+    evaluation_timeout_seconds: float = Field(600.0, gt=0, description="An evaluation slower than this fails.")
+
+
+class EvolveConfig(_Section):
+    """A run of `lamarckian-hpc evolve`: an EC algorithm on a problem, evaluated asynchronously."""
+
+    seed: int = Field(0, ge=0, description="Seed of every random generator of the run.")
+    problem: ProblemConfig = Field(default_factory=ProblemConfig)
+    algorithm: NSGA2Config = Field(default_factory=NSGA2Config)
+    runtime: EvolveRuntimeConfig = Field(default_factory=EvolveRuntimeConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return json.loads(self.model_dump_json())
+
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     if any(not key for key in keys):
@@ -228,7 +272,7 @@ def _section_of(loc: tuple[Any, ...], root: type[BaseModel]) -> type[BaseModel]:
     parts = list(loc[:-1])
     while parts:
         part = str(parts.pop(0))
-        if parent is RunConfig and part == "algorithm":
+        if parent is RunConfig and part == "algorithm":  # the discriminated union of algorithms
             parent = ALGORITHMS.get(str(parts.pop(0)) if parts and parts[0] in ALGORITHMS else "ppo", PPOConfig)
             continue
         annotation = getattr(parent.model_fields.get(part), "annotation", None)
@@ -260,16 +304,17 @@ def _describe(errors: list[dict[str, Any]], root: type[BaseModel]) -> str:
     return "; ".join(clauses)
 
 
-def build_config(tree: dict[str, Any], source: str = "config") -> RunConfig:
-    """Validate a plain dict into a RunConfig, turning pydantic's report into one line."""
+def build_config(tree: dict[str, Any], source: str = "config", model: type[ConfigT] = RunConfig) -> ConfigT:  # type: ignore[assignment]
+    """Validate a plain dict into `model` (a run by default), turning pydantic's report into one line."""
     try:
-        return RunConfig.model_validate(tree)
+        return model.model_validate(tree)
     except ValidationError as error:
-        problems = _describe(error.errors(), RunConfig)
+        problems = _describe(error.errors(), model)
         raise ConfigError(f"config error in {source}: {problems}") from None
 
 
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                model: type[ConfigT] = RunConfig) -> ConfigT:  # type: ignore[assignment]
     """Read a YAML config (or the defaults when path is None) and apply `key.path=value` overrides."""
     tree: dict[str, Any] = {}
     source = "defaults"
@@ -295,4 +340,4 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     for text in overrides:
         key, value = parse_override(text)
         _set_path(tree, key, value)
-    return build_config(tree, source)
+    return build_config(tree, source, model)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from lamarckian_hpc.config import ALGORITHMS, RunConfig
+from lamarckian_hpc.config import ALGORITHMS, EvolveConfig, RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -47,3 +47,8 @@ def test_every_config_field_is_in_the_reference():
         paths += _field_paths(algorithm, "algorithm.")
     missing = [path for path in paths if f"`{path}`" not in README]
     assert not missing, f"README's configuration reference lacks {missing}"
+
+
+def test_every_evolve_config_field_is_in_the_reference():
+    missing = [path for path in _field_paths(EvolveConfig) if f"`{path}`" not in README]
+    assert not missing, f"README's evolve reference lacks {missing}"

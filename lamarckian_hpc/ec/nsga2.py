@@ -27,6 +27,8 @@ class NSGA2:
         self._rank: np.ndarray | None = None
         self._crowding: np.ndarray | None = None
         self._pending_parents: np.ndarray | None = None
+        self.told_ids: np.ndarray | None = None
+        self.told_parent_ids: np.ndarray | None = None
 
     def _new_ids(self, count: int) -> np.ndarray:
         ids = np.arange(self._next_id, self._next_id + count)
@@ -76,6 +78,7 @@ class NSGA2:
         """Objectives [n, m] of the genomes from `ask`; keeps the best population_size of parents and offspring."""
         parents = self._pending_parents if self._pending_parents is not None else np.full((len(genomes), 2), -1)
         ids = self._new_ids(len(genomes))
+        self.told_ids, self.told_parent_ids = ids, parents  # lineage of the individuals just told
         if self.genomes is None:
             pool_genomes, pool_objectives, pool_ids, pool_parents = genomes, objectives, ids, parents
         else:

@@ -21,6 +21,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from lamarckian_hpc.storage.population import read_population
 from lamarckian_hpc.storage.run_file import (
     CONFIG_GROUP,
     CONFIG_JSON_ATTRIBUTE,
@@ -139,6 +140,11 @@ class RunReader:
             dataset.refresh()
         complete_rows = min(dataset.shape[0] for dataset in datasets.values())
         return MetricSeries(name=name, **{column: dataset[:complete_rows] for column, dataset in datasets.items()})
+
+    def population(self) -> dict[str, np.ndarray]:
+        """Every individual evaluated so far, one row each (generation, id, parent_ids, genome,
+        objectives, wall_time, worker); empty for runs without a population."""
+        return read_population(self._file)
 
     def metrics(self) -> dict[str, MetricSeries]:
         return {name: self.metric(name) for name in self._columns}

@@ -50,6 +50,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .population import append_population_rows, create_population_datasets
+
 SCHEMA_VERSION: int = 1
 
 STANDARD_METRICS: tuple[str, ...] = (
@@ -204,6 +206,7 @@ class RunWriter:
         meta: Mapping[str, Any] | None = None,
         *,
         overwrite: bool = False,
+        population_shape: tuple[int, int] | None = None,
     ) -> None:
         self.path: Path = Path(path)
         self.metric_names: tuple[str, ...] = _checked_metric_names(metric_names)
@@ -230,6 +233,8 @@ class RunWriter:
                     )
                     for column, dtype in METRIC_COLUMN_DTYPES.items()
                 }
+            self._population = (create_population_datasets(self._file, *population_shape)
+                                if population_shape is not None else None)
             self._closed_flag = self._file.create_dataset(
                 STATUS_CLOSED_DATASET, data=np.zeros(1, dtype=np.int8)
             )
@@ -300,6 +305,14 @@ class RunWriter:
             rows.clear()
         run_file.flush()
         self._last_flush_monotonic_seconds = time.monotonic()
+
+    def append_population(self, rows: dict[str, np.ndarray]) -> None:
+        """Write one generation's rows (columns of storage.population) and flush them."""
+        if self._population is None:
+            raise ValueError(f"{self.path} was created without population_shape; it keeps no population history")
+        self._require_open()
+        append_population_rows(self._population, rows)
+        self.flush()
 
     def flush_if_due(self, interval_seconds: float) -> bool:
         """Flush when at least `interval_seconds` passed since the last flush; say whether it did."""
