@@ -102,44 +102,23 @@ def evolve_command(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.overrides, EvolveConfig)
     except ConfigError as error:
         return _fail(str(error))
-    import numpy as np
-
     from .ec import hypervolume
-    from .runtime.evolution import RayEvaluator, SerialEvaluator, evolve, make_problem
+    from .runtime.evolution import GenerationRecorder, RayEvaluator, SerialEvaluator, evolve, make_problem
     from .storage import RunWriter
 
     problem = make_problem(config)
     path = run_path_for(config, args.config)
     console = Console(stderr=True)
-    writer = RunWriter(path, config.to_json_dict(), ("hypervolume", "evaluation_failures", "generation_seconds"),
+    writer = RunWriter(path, config.to_json_dict(), GenerationRecorder.METRIC_NAMES,
                        meta={"config_file": str(args.config)},
                        population_shape=(problem.num_variables, problem.num_objectives))
     console.print(f"run file: {path}", highlight=False)
     evaluator = (SerialEvaluator(problem, config.problem.evaluation_delay_seconds) if config.runtime.mode == "serial"
                  else RayEvaluator(problem, config))
-    reference = np.full(problem.num_objectives, 1.1)
-    start = last = time.monotonic()
-
-    def record(generation: int, algorithm, genomes, evaluations) -> None:
-        nonlocal last
-        now = time.monotonic()
-        writer.append_population({
-            "generation": np.full(len(genomes), generation), "id": algorithm.told_ids,
-            "parent_ids": algorithm.told_parent_ids, "genome": genomes, "objectives": evaluations.objectives,
-            "wall_time": evaluations.wall_times, "worker": evaluations.workers,
-        })
-        volume = hypervolume(algorithm.objectives, reference)
-        writer.append_many({"hypervolume": volume, "evaluation_failures": float(evaluations.failures),
-                            "generation_seconds": now - last},
-                           env_frames=(generation + 1) * len(genomes), policy_version=generation, wall_time=now - start)
-        writer.flush_if_due(config.storage.metrics_interval_seconds)
-        if generation % 10 == 0 or generation == config.algorithm.generations - 1:
-            console.print(f"generation {generation + 1}/{config.algorithm.generations}  hypervolume {volume:.4f}  "
-                          f"failures {evaluations.failures}  {now - start:.1f}s", highlight=False)
-        last = now
-
+    recorder = GenerationRecorder(writer, config, problem.num_objectives,
+                                  lambda line: console.print(line, highlight=False))
     try:
-        algorithm = evolve(config, evaluator, record)
+        algorithm = evolve(config, evaluator, recorder)
     except BaseException:
         writer.close(completed=False)
         raise
@@ -149,8 +128,8 @@ def evolve_command(args: argparse.Namespace) -> int:
     table = Table(title="result", show_header=False)
     table.add_row("problem", problem.name)
     table.add_row("generations", str(config.algorithm.generations))
-    table.add_row("hypervolume (reference 1.1)", f"{hypervolume(algorithm.objectives, reference):.4f}")
-    table.add_row("wall time", f"{time.monotonic() - start:.1f} s")
+    table.add_row("hypervolume (reference 1.1)", f"{hypervolume(algorithm.objectives, recorder.reference):.4f}")
+    table.add_row("wall time", f"{time.monotonic() - recorder.start:.1f} s")
     Console().print(table)
     print(path)
     return 0

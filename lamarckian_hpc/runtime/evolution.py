@@ -17,7 +17,8 @@ from typing import Callable, Protocol
 import numpy as np
 
 from ..config import EvolveConfig
-from ..ec import NSGA2, Problem, dtlz2, zdt
+from ..ec import NSGA2, Problem, dtlz2, hypervolume, zdt
+from ..storage import RunWriter
 
 log = logging.getLogger(__name__)
 
@@ -132,3 +133,35 @@ def evolve(config: EvolveConfig, evaluator: Evaluator, on_generation: Generation
         if on_generation is not None:
             on_generation(generation, algorithm, genomes, evaluations)
     return algorithm
+
+
+class GenerationRecorder:
+    """Writes each generation to the run file: every evaluated individual into the population
+    history, and the generation's hypervolume, failures and duration as metrics."""
+
+    METRIC_NAMES = ("hypervolume", "evaluation_failures", "generation_seconds")
+
+    def __init__(self, writer: RunWriter, config: EvolveConfig, num_objectives: int,
+                 report: Callable[[str], None] | None = None, report_every: int = 10) -> None:
+        self.writer, self.config, self.report, self.report_every = writer, config, report, report_every
+        self.reference = np.full(num_objectives, 1.1)
+        self.start = self._last = time.monotonic()
+
+    def __call__(self, generation: int, algorithm: NSGA2, genomes: np.ndarray, evaluations: Evaluations) -> None:
+        now = time.monotonic()
+        self.writer.append_population({
+            "generation": np.full(len(genomes), generation), "id": algorithm.told_ids,
+            "parent_ids": algorithm.told_parent_ids, "genome": genomes, "objectives": evaluations.objectives,
+            "wall_time": evaluations.wall_times, "worker": evaluations.workers,
+        })
+        volume = hypervolume(algorithm.objectives, self.reference)
+        self.writer.append_many({"hypervolume": volume, "evaluation_failures": float(evaluations.failures),
+                                 "generation_seconds": now - self._last},
+                                env_frames=(generation + 1) * len(genomes), policy_version=generation,
+                                wall_time=now - self.start)
+        self.writer.flush_if_due(self.config.storage.metrics_interval_seconds)
+        last_generation = generation == self.config.algorithm.generations - 1
+        if self.report is not None and (generation % self.report_every == 0 or last_generation):
+            self.report(f"generation {generation + 1}/{self.config.algorithm.generations}  hypervolume "
+                        f"{volume:.4f}  failures {evaluations.failures}  {now - self.start:.1f}s")
+        self._last = now
