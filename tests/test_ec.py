@@ -62,3 +62,36 @@ def test_nsga2_reaches_the_zdt1_front_and_records_lineage():
 def test_nsga2_refuses_an_odd_population():
     with pytest.raises(ValueError, match="even"):
         NSGA2(np.zeros(2), np.ones(2), 7, np.random.default_rng(0))
+
+
+def _sphere(genomes: np.ndarray) -> np.ndarray:
+    return ((genomes - 0.3) ** 2).sum(axis=1)
+
+
+def test_centered_ranks():
+    from lamarckian_hpc.ec import centered_ranks
+
+    np.testing.assert_allclose(centered_ranks(np.array([10.0, -3.0, 7.0])), [0.5, -0.5, 0.0])
+
+
+def test_openai_es_descends_a_sphere():
+    from lamarckian_hpc.ec import OpenAIES
+
+    strategy = OpenAIES(np.full(10, 2.0), sigma=0.1, population_size=50, rng=np.random.default_rng(0))
+    start = _sphere(strategy.mean[None])[0]
+    for _ in range(300):
+        genomes = strategy.ask()
+        strategy.tell(genomes, _sphere(genomes))
+    assert _sphere(strategy.mean[None])[0] < 0.01 * start
+
+
+def test_cmaes_through_cma_finds_the_sphere_minimum():
+    from lamarckian_hpc.ec import CMAES
+
+    strategy = CMAES(np.full(5, 2.0), sigma=0.5, rng=np.random.default_rng(0))
+    for _ in range(150):
+        genomes = strategy.ask()
+        strategy.tell(genomes, _sphere(genomes))
+    best, value = strategy.best
+    assert value < 1e-6
+    np.testing.assert_allclose(best, 0.3, atol=1e-3)
