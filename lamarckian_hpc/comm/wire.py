@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import msgpack
 import numpy as np
@@ -127,7 +127,3 @@ def _buffer_of(frame: Any) -> memoryview:
 def _bytes_of(frame: Any) -> bytes:
     return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
 
-
-def arrays_message(kind: str, sender: str, policy_version: int, arrays: Mapping[str, np.ndarray],
-                   **meta: Any) -> Message:
-    return Message(kind, sender, policy_version, dict(arrays), dict(meta))
