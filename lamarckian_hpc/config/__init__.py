@@ -1,0 +1,18 @@
+"""Typed configuration: the one place a run's settings are declared, bounded and explained.
+
+A run is described by a YAML file plus `key.path=value` overrides from the command line. Everything
+is validated when it is loaded, so that a typo or an out-of-range value stops the run before any
+process starts, with one line that names the field and what it accepts (``ConfigError``). Nothing
+here imports torch, gymnasium or the runtime: loading a config must be cheap and side-effect free.
+"""
+
+from .base import ConfigError, RootSection, Section, StorageConfig
+from .evolve import EvolveConfig, EvolveRuntimeConfig, NSGA2Config, ProblemConfig
+from .loading import build_config, load_config, parse_override
+from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
+                    PPOConfig, RunConfig, RuntimeConfig, StopConfig)
+
+__all__ = ["ALGORITHMS", "A3CConfig", "AlgorithmConfig", "ConfigError", "DQNConfig", "EnvConfig", "EvolveConfig",
+           "EvolveRuntimeConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
+           "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "build_config",
+           "load_config", "parse_override"]

@@ -1,0 +1,163 @@
+"""The config of `lamarckian-hpc train`: environment, model, RL algorithm, runtime and stop rule."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, computed_field, model_validator
+
+from .base import RootSection, Section, StorageConfig
+
+
+class EnvConfig(Section):
+    id: str = Field("CartPole-v1", min_length=1, description="Gymnasium environment id.")
+    num_envs: int = Field(8, ge=1, le=4096, description="Environments stepped together in one process.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
+    max_episode_steps: int | None = Field(None, ge=1, description="Episode step limit (the env's own when unset).")
+
+
+class ModelConfig(Section):
+    kind: Literal["mlp", "cnn"] = Field("mlp", description="mlp for vector observations, cnn for images.")
+    policy_hidden_sizes: tuple[int, ...] = Field(
+        (256, 128), min_length=1, description="Policy layers; the critic is built on top of them."
+    )
+    critic_hidden_sizes: tuple[int, ...] = Field(
+        (128, 64), description="Critic layers added on top of the shared policy layers."
+    )
+    share_trunk: bool = Field(True, description="Critic reuses the policy layers (paper Table III).")
+    activation: Literal["leaky_relu", "tanh", "relu"] = Field("leaky_relu", description="Hidden activation.")
+    initial_log_std: float = Field(0.0, ge=-5, le=2, description="Initial log std of continuous actions.")
+
+    @model_validator(mode="after")
+    def _positive_sizes(self) -> ModelConfig:
+        for name in ("policy_hidden_sizes", "critic_hidden_sizes"):
+            if any(size < 1 for size in getattr(self, name)):
+                raise ValueError(f"{name}: every layer size must be >= 1")
+        return self
+
+
+class _BatchAlgorithm(Section):
+    """Fields every algorithm that learns from batches of experience shares."""
+
+    batch_size: int = Field(8192, ge=2, description="Env frames collected per update.")
+    num_epochs: int = Field(1, ge=1, le=100, description="Passes over each batch (batch reuse).")
+    num_minibatches: int = Field(4, ge=1, description="Minibatches per epoch.")
+    learning_rate: float = Field(3e-4, gt=0, le=1, description="Adam step size.")
+    anneal_learning_rate: bool = Field(False, description="Decay the step size linearly to 0 over the run.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before learning.")
+    value_weight: float = Field(0.5, ge=0, description="Weight of the critic loss.")
+    entropy_weight: float = Field(0.01, ge=0, description="Weight of the entropy bonus.")
+    max_grad_norm: float = Field(0.5, gt=0, description="Gradient clipping norm.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_derived_fields(cls, data: Any) -> Any:
+        """A stored config carries the derived minibatch_size; accept it back when it agrees."""
+        if isinstance(data, dict) and "minibatch_size" in data:
+            data = dict(data)
+            given = data.pop("minibatch_size")
+            derived = cls(**data).minibatch_size
+            if given != derived:
+                raise ValueError(f"minibatch_size is derived (batch_size // num_minibatches = {derived}), got {given}")
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def minibatch_size(self) -> int:
+        return max(1, self.batch_size // self.num_minibatches)
+
+    @model_validator(mode="after")
+    def _minibatches_fit(self) -> _BatchAlgorithm:
+        if self.num_minibatches > self.batch_size:
+            raise ValueError(f"num_minibatches ({self.num_minibatches}) exceeds batch_size ({self.batch_size})")
+        return self
+
+
+class PPOConfig(_BatchAlgorithm):
+    name: Literal["ppo"] = Field("ppo", description="Algorithm: ppo, impala, a3c or dqn.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    clip_range: float = Field(0.2, gt=0, lt=1, description="Probability-ratio clip of the surrogate loss.")
+    policy_weight: float = Field(1.0, ge=0, description="Weight of the policy loss.")
+    normalize_advantages: bool = Field(True, description="Normalize advantages per minibatch.")
+
+
+class ImpalaConfig(_BatchAlgorithm):
+    name: Literal["impala"] = "impala"
+    rho_bar: float = Field(1.0, gt=0, description="V-trace clip of the importance weight in the targets.")
+    c_bar: float = Field(1.0, gt=0, description="V-trace clip of the trace-cutting coefficients.")
+    policy_weight: float = Field(1.0, ge=0, description="Weight of the policy loss.")
+
+
+class A3CConfig(Section):
+    name: Literal["a3c"] = "a3c"
+    learning_rate: float = Field(1e-3, gt=0, le=1, description="Adam step size of the learner.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda of the actors' advantage estimates.")
+    reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before learning.")
+    value_weight: float = Field(0.5, ge=0, description="Weight of the critic loss.")
+    entropy_weight: float = Field(0.01, ge=0, description="Weight of the entropy bonus.")
+    max_grad_norm: float = Field(0.5, gt=0, description="Gradient clipping norm (actor side).")
+    max_gradient_staleness: int = Field(4, ge=0, description="Gradients from older weights are dropped.")
+
+
+class DQNConfig(Section):
+    name: Literal["dqn"] = "dqn"
+    learning_rate: float = Field(5e-4, gt=0, le=1, description="Adam step size.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before learning.")
+    replay_capacity: int = Field(100_000, ge=100, description="Transitions kept in the replay buffer.")
+    learning_starts: int = Field(2_000, ge=1, description="Transitions in the buffer before learning starts.")
+    minibatch_size: int = Field(128, ge=1, description="Transitions per gradient step.")
+    updates_per_frame: float = Field(0.25, gt=0, le=16, description="Gradient steps per new env frame.")
+    target_update_interval: int = Field(500, ge=1, description="Gradient steps between target-network copies.")
+    epsilon_start: float = Field(1.0, ge=0, le=1, description="Exploration rate at the start.")
+    epsilon_end: float = Field(0.02, ge=0, le=1, description="Exploration rate after the decay.")
+    epsilon_decay_frames: int = Field(20_000, ge=1, description="Env frames over which epsilon decays linearly.")
+    double_q: bool = Field(True, description="Double DQN targets.")
+    max_grad_norm: float = Field(10.0, gt=0, description="Gradient clipping norm.")
+
+
+AlgorithmConfig = Annotated[PPOConfig | ImpalaConfig | A3CConfig | DQNConfig, Field(discriminator="name")]
+ALGORITHMS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "impala": ImpalaConfig, "a3c": A3CConfig,
+                                          "dqn": DQNConfig}
+
+
+class RuntimeConfig(Section):
+    mode: Literal["ray", "serial"] = Field(
+        "ray", description="ray: a learner and actor processes on (local) Ray; serial: all in this process."
+    )
+    sampling: Literal["async", "sync"] = Field(
+        "async", description="async: actors never wait for the learner; sync: each batch from the current policy."
+    )
+    num_actors: int | None = Field(None, ge=1, le=100_000, description="Actor processes; default one per core.")
+    rollout_steps: int = Field(32, ge=1, description="Ticks an actor samples per message it sends.")
+    max_staleness: int | None = Field(None, ge=0, description="Drop samples older than this many policy versions.")
+    ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Learner device; auto takes a GPU if present.")
+    torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads of the learner process.")
+
+
+class StopConfig(Section):
+    total_env_steps: int = Field(300_000, ge=1, description="Env frames after which training stops.")
+    target_return: float | None = Field(None, description="Stop early once the recent mean return reaches this.")
+    return_window: int = Field(20, ge=1, description="Episodes in the recent mean return.")
+    max_wall_seconds: float | None = Field(None, gt=0, description="Stop after this much training wall time.")
+
+
+class RunConfig(RootSection):
+    seed: int = Field(0, ge=0, description="Seed of every random generator of the run.")
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=PPOConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    stop: StopConfig = Field(default_factory=StopConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_algorithm(cls, data: Any) -> Any:
+        """An algorithm section without a name is PPO's (the discriminated union needs the tag)."""
+        if isinstance(data, dict) and isinstance(data.get("algorithm"), dict) and "name" not in data["algorithm"]:
+            data = {**data, "algorithm": {"name": "ppo", **data["algorithm"]}}
+        return data
