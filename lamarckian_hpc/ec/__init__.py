@@ -1,11 +1,19 @@
-"""Evolutionary computation as ask/tell over arrays: operators, ranking, NSGA-II, test problems."""
+"""Evolutionary computation as ask/tell over arrays: the Evaluator interface, codings, populations
+with lineage, operators, ranking, NSGA-II, the GA, the ES family and test problems."""
 
 from .cmaes import CMAES
+from .coding import CODING_KINDS, Coding
+from .evaluator import Description, Evaluator
+from .ga import GA
 from .indicators import hypervolume, inverted_generational_distance
 from .nsga2 import NSGA2
 from .openai_es import OpenAIES, centered_ranks
-from .problems import Problem, dtlz2, zdt
+from .population import IdCounter, Individual, Population
+from .problems import Problem, circle_cities, dtlz, dtlz2, onemax, rastrigin, sphere, tsp, zdt
 from .ranking import crowding_distance, non_dominated_fronts, rank_and_crowding
+from .variation import make_crossover, make_mutation
 
-__all__ = ["CMAES", "NSGA2", "OpenAIES", "centered_ranks", "Problem", "crowding_distance", "dtlz2", "hypervolume", "inverted_generational_distance",
-           "non_dominated_fronts", "rank_and_crowding", "zdt"]
+__all__ = ["CMAES", "CODING_KINDS", "Coding", "Description", "Evaluator", "GA", "IdCounter", "Individual", "NSGA2",
+           "OpenAIES", "Population", "Problem", "centered_ranks", "circle_cities", "crowding_distance", "dtlz", "dtlz2",
+           "hypervolume", "inverted_generational_distance", "make_crossover", "make_mutation", "non_dominated_fronts",
+           "onemax", "rank_and_crowding", "rastrigin", "sphere", "tsp", "zdt"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .operators import polynomial_mutation, sbx
+from .operators import crowded_tournament, polynomial_mutation, sbx
+from .population import IdCounter, Population, orphans
 from .ranking import rank_and_crowding
 
 
@@ -19,33 +20,42 @@ class NSGA2:
         self.population_size = population_size
         self.rng = rng
         self.crossover_eta, self.crossover_probability, self.mutation_eta = crossover_eta, crossover_probability, mutation_eta
-        self.genomes: np.ndarray | None = None  # [population_size, d]
-        self.objectives: np.ndarray | None = None  # [population_size, m]
-        self.ids: np.ndarray | None = None
-        self.parent_ids: np.ndarray | None = None  # [population_size, 2]; -1 for the initial population
-        self._next_id = 0
+        self.population: Population | None = None  # parent ids are -1 for the initial population
+        self.counter = IdCounter()
         self._rank: np.ndarray | None = None
         self._crowding: np.ndarray | None = None
         self._pending_parents: np.ndarray | None = None
         self.told_ids: np.ndarray | None = None
         self.told_parent_ids: np.ndarray | None = None
 
-    def _new_ids(self, count: int) -> np.ndarray:
-        ids = np.arange(self._next_id, self._next_id + count)
-        self._next_id += count
-        return ids
+    @property
+    def genomes(self) -> np.ndarray | None:
+        """[population_size, d] of the current population (None before the first tell)."""
+        return None if self.population is None else self.population.genomes
+
+    @property
+    def objectives(self) -> np.ndarray | None:
+        """[population_size, m]."""
+        return None if self.population is None else self.population.objectives
+
+    @property
+    def ids(self) -> np.ndarray | None:
+        return None if self.population is None else self.population.ids
+
+    @property
+    def parent_ids(self) -> np.ndarray | None:
+        """[population_size, 2]; -1 for members of the initial population."""
+        return None if self.population is None else self.population.parent_ids
 
     def _tournament(self, count: int) -> np.ndarray:
         assert self._rank is not None and self._crowding is not None
-        a, b = self.rng.integers(0, self.population_size, size=(2, count))
-        a_wins = (self._rank[a] < self._rank[b]) | ((self._rank[a] == self._rank[b]) & (self._crowding[a] > self._crowding[b]))
-        return np.where(a_wins, a, b)
+        return crowded_tournament(self._rank, self._crowding, count, self.rng)
 
     def ask(self) -> np.ndarray:
         """Genomes to evaluate next: a random population first, then offspring of the current one."""
         d = len(self.lower)
         if self.genomes is None:
-            self._pending_parents = np.full((self.population_size, 2), -1)
+            self._pending_parents = orphans(self.population_size)
             return self.lower + self.rng.random((self.population_size, d)) * (self.upper - self.lower)
         mothers, fathers = self._tournament(self.population_size // 2), self._tournament(self.population_size // 2)
         child_a, child_b = sbx(self.genomes[mothers], self.genomes[fathers], self.lower, self.upper, self.rng,
@@ -76,20 +86,13 @@ class NSGA2:
 
     def tell(self, genomes: np.ndarray, objectives: np.ndarray) -> None:
         """Objectives [n, m] of the genomes from `ask`; keeps the best population_size of parents and offspring."""
-        parents = self._pending_parents if self._pending_parents is not None else np.full((len(genomes), 2), -1)
-        ids = self._new_ids(len(genomes))
-        self.told_ids, self.told_parent_ids = ids, parents  # lineage of the individuals just told
-        if self.genomes is None:
-            pool_genomes, pool_objectives, pool_ids, pool_parents = genomes, objectives, ids, parents
-        else:
-            assert self.objectives is not None and self.ids is not None and self.parent_ids is not None
-            pool_genomes = np.concatenate([self.genomes, genomes])
-            pool_objectives = np.concatenate([self.objectives, objectives])
-            pool_ids = np.concatenate([self.ids, ids])
-            pool_parents = np.concatenate([self.parent_ids, parents])
-        rank, crowding = rank_and_crowding(pool_objectives)
+        parents = self._pending_parents if self._pending_parents is not None else orphans(len(genomes))
+        newborn = Population(np.asarray(genomes, float), np.asarray(objectives, float), self.counter.take(len(genomes)),
+                             parents)
+        self.told_ids, self.told_parent_ids = newborn.ids, newborn.parent_ids  # lineage of the individuals just told
+        pool = newborn if self.population is None else self.population.concatenate(newborn)
+        rank, crowding = rank_and_crowding(pool.objectives)
         survivors = np.lexsort((-crowding, rank))[: self.population_size]
-        self.genomes, self.objectives = pool_genomes[survivors], pool_objectives[survivors]
-        self.ids, self.parent_ids = pool_ids[survivors], pool_parents[survivors]
+        self.population = pool.take(survivors)
         self._rank, self._crowding = rank[survivors], crowding[survivors]
         self._pending_parents = None
