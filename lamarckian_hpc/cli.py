@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from .config import ConfigError, EvolveConfig, RunConfig, load_config
+from .config import ConfigError, EvolveConfig, RunConfig, apply_overrides, load_config
 
 USAGE_ERROR = 2
 
@@ -40,44 +40,54 @@ def run_path_for(config: RunConfig | EvolveConfig, config_file: str | None) -> P
     return path
 
 
-def train_command(args: argparse.Namespace) -> int:
+def _resumed_config(run: Path, overrides: list[str]) -> RunConfig:
+    """The config a run file stored, with `overrides` on top (a longer budget, say)."""
+    from .storage import open_run
+
+    if not run.is_file():
+        raise ConfigError(f"error: no such run file to resume: {run}")
     try:
-        config = load_config(args.config, args.overrides)
+        with open_run(run) as reader:
+            tree = reader.config
+    except (OSError, KeyError, ValueError) as error:
+        raise ConfigError(f"error: {run} is not a readable run file: {error}") from None
+    return apply_overrides(tree, overrides, f"{run} (resumed)")
+
+
+def train_command(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides)
+    if args.resume is not None and args.config is not None and "=" in args.config:
+        overrides.insert(0, args.config)  # `train --resume RUN key=value`: no config file is given
+        args.config = None
+    try:
+        if args.resume is not None:
+            if args.config is not None:
+                return _fail("error: --resume continues a run with its own config; give overrides, not a file")
+            config = _resumed_config(Path(args.resume), overrides)
+        elif args.config is None:
+            return _fail("error: train needs a config file (or --resume RUN)")
+        else:
+            config = load_config(args.config, overrides)
     except ConfigError as error:
         return _fail(str(error))
     # Heavy imports only once the config is known to be good.
     from .progress import ConsoleProgress
-    from .runtime.recording import MetricsRecorder
-    from .storage import RunWriter
+    from .runtime.training_run import TrainingSetupError, run_training
 
-    if config.runtime.mode == "serial":
-        from .runtime import METRIC_NAMES
-        from .runtime import SerialTrainer as Trainer
-    else:
-        from .runtime.distributed import METRIC_NAMES
-        from .runtime.distributed import DistributedTrainer as Trainer
-
-    path = run_path_for(config, args.config)
-    try:
-        trainer = Trainer(config)
-    except ValueError as error:
-        return _fail(f"error: {error}")
+    path = Path(args.resume) if args.resume is not None else run_path_for(config, args.config)
     console = Console(stderr=True)
-    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(args.config)})
-    console.print(f"run file: {path}", highlight=False)
-    trainer.observers += [MetricsRecorder(writer, config.storage.metrics_interval_seconds),
-                          ConsoleProgress(config.stop.total_env_steps, console)]
+    progress = ConsoleProgress(config.stop.total_env_steps, console)
     try:
-        result = trainer.train()  # the recorder closes the file as completed when training ends
+        result = run_training(config, path, resume=args.resume is not None,
+                              meta=None if args.resume else {"config_file": str(args.config)},
+                              observers=(progress,),
+                              on_start=lambda p: console.print(f"run file: {p}", highlight=False))
     except KeyboardInterrupt:
-        writer.close(completed=False)
-        console.print(f"interrupted; metrics up to now are in {path}")
+        console.print(f"interrupted; metrics up to now are in {path}; continue with: "
+                      f"lamarckian-hpc train --resume {path}")
         return 130
-    except BaseException:
-        writer.close(completed=False)
-        raise
-    finally:
-        trainer.close()
+    except TrainingSetupError as error:
+        return _fail(f"error: {error}")
     table = Table(title="result", show_header=False)
     table.add_row("env frames", f"{result.env_frames:,}")
     table.add_row("wall time", f"{result.wall_time_seconds:.1f} s")
@@ -180,8 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lamarckian-hpc", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a policy from a config file")
-    train.add_argument("config", help="YAML config file (see configs/)")
+    train.add_argument("config", nargs="?", help="YAML config file (see configs/)")
     train.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
+    train.add_argument("--resume", metavar="RUN", help="continue this run file from its last checkpoint")
     train.set_defaults(handler=train_command)
     evolve = commands.add_parser("evolve", help="run an evolutionary algorithm from a config file")
     evolve.add_argument("config", help="YAML config file (see configs/nsga2_zdt1.yaml)")

@@ -8,11 +8,13 @@ here imports torch, gymnasium or the runtime: loading a config must be cheap and
 
 from .base import ConfigError, RootSection, Section, StorageConfig
 from .evolve import EvolveConfig, EvolveRuntimeConfig, NSGA2Config, ProblemConfig
-from .loading import build_config, load_config, parse_override
+from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
+from .loading import apply_overrides, build_config, load_config, parse_override
 from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
                     PPOConfig, RunConfig, RuntimeConfig, StopConfig)
 
-__all__ = ["ALGORITHMS", "A3CConfig", "AlgorithmConfig", "ConfigError", "DQNConfig", "EnvConfig", "EvolveConfig",
+__all__ = ["ALGORITHMS", "apply_overrides", "A3CConfig", "AlgorithmConfig", "ConfigError", "DQNConfig", "EnvConfig", "EvolveConfig",
            "EvolveRuntimeConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
            "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "build_config",
-           "load_config", "parse_override"]
+           "load_config", "parse_override", "HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig",
+           "PBTRuntimeConfig", "PBTStopConfig"]

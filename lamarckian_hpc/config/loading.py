@@ -131,6 +131,12 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config error: {file}: top level must be a mapping, got {type(loaded).__name__}")
         tree = loaded or {}
+    return apply_overrides(tree, overrides, source, model)
+
+
+def apply_overrides(tree: dict[str, Any], overrides: list[str] | tuple[str, ...] = (), source: str = "config",
+                    model: type[ConfigT] = RunConfig) -> ConfigT:  # type: ignore[assignment]
+    """Validate `tree` (a loaded file, or the config a run file stored) with `key.path=value` overrides."""
     for text in overrides:
         key, value = parse_override(text)
         _set_path(tree, key, value)

@@ -99,6 +99,19 @@ class _LearnerBase:
     def broadcast_meta(self, env_frames: int) -> dict[str, Any]:
         return {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything an update depends on, so that a resumed run continues the same optimisation:
+        parameters, optimizer moments, policy version and both random generators."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
+                "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.rng.bit_generator.state = state["numpy_rng"]
+        torch.set_rng_state(state["torch_rng"])
+
 
 class ActorCriticLearner(_LearnerBase):
     """PPO (on-policy, clipped) and IMPALA (off-policy, V-trace) share the actor-critic model."""
@@ -186,6 +199,17 @@ class DQNLearner(_LearnerBase):
 
     def broadcast_meta(self, env_frames: int) -> dict[str, Any]:
         return {"epsilon": self.epsilon(env_frames)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The replay buffer is left out: it can be gigabytes, and refills within `learning_starts` frames."""
+        return {**super().state_dict(), "target": self.target.state_dict(), "gradient_steps": self.gradient_steps,
+                "owed_steps": self._owed_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.target.load_state_dict(state["target"])
+        self.gradient_steps = int(state["gradient_steps"])
+        self._owed_steps = float(state["owed_steps"])
 
 
 def make_learner(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> _LearnerBase:

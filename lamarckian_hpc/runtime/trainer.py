@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 
 from ..config import A3CConfig, RunConfig
+from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .learner import STALENESS_METRICS, make_learner, steps_per_update
 from .observers import TrainObserver, TrainResult, UpdateReport
@@ -42,14 +43,27 @@ class SerialTrainer:
         self.sampling_model = model if self.learner.device.type == "cpu" else copy.deepcopy(model).cpu()
         self.sampling = make_sampling_side(config, config.seed, self.sampling_model)
         self.sampler, self.experience = self.sampling.sampler, self.sampling.experience
+        self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
+
+    def checkpoint(self) -> TrainingCheckpoint:
+        self.progress.env_frames = self.sampler.env_frames
+        return TrainingCheckpoint.of(self.progress, self.learner.state_dict())
+
+    def restore(self, checkpoint: TrainingCheckpoint) -> None:
+        """Continue from `checkpoint`: same policy, optimizer, counters; environments start afresh."""
+        self.learner.load_state_dict(checkpoint.learner)
+        self.progress = checkpoint.progress(self.config.stop.return_window)
+        self.sampler.env_frames = checkpoint.env_frames
+        if self.sampling_model is not self.learner.model:
+            self.sampling_model.load_state_dict(self.learner.model.state_dict())
+        self.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
 
     def train(self) -> TrainResult:
-        batch_size, stop = steps_per_update(self.config), self.config.stop
-        episodes = RecentEpisodes(stop.return_window)
-        start = time.monotonic()
+        batch_size, stop, progress = steps_per_update(self.config), self.config.stop, self.progress
+        episodes = progress.episodes
+        progress.started = time.monotonic()
         sampling_seconds = 0.0
-        updates = trained_steps = 0
-        reached_at: int | None = None
+        frames_at_start = self.sampler.env_frames
         while self.sampler.env_frames < stop.total_env_steps:
             # Sampling phase: tick the MDPs until a batch of training steps is recorded.
             sampling_start = time.monotonic()
@@ -58,7 +72,7 @@ class SerialTrainer:
             experience = self.experience.take()
             sampling_elapsed = time.monotonic() - sampling_start
             sampling_seconds += sampling_elapsed
-            env_frames = self.sampler.env_frames
+            env_frames = progress.env_frames = self.sampler.env_frames
             completed = self.sampler.take_completed()
             episodes.add((r.episode_return for r in completed), (r.length for r in completed))
 
@@ -69,29 +83,29 @@ class SerialTrainer:
             self.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
             if "epsilon" in (meta := self.learner.broadcast_meta(env_frames)):
                 self.sampling.set_epsilon(meta["epsilon"])
-            updates += 1
-            trained_steps += len(experience)
+            progress.updates += 1
+            progress.trained_steps += len(experience)
             metrics.update(episodes.metrics())
             metrics["env_frames_per_second"] = (env_frames - frames_before) / max(sampling_elapsed, 1e-9)
             metrics["trained_frames_per_second"] = len(experience) / max(time.monotonic() - sampling_start, 1e-9)
-            report = UpdateReport(updates, env_frames, trained_steps, time.monotonic() - start,
+            report = UpdateReport(progress.updates, env_frames, progress.trained_steps, progress.wall_time,
                                   self.learner.version, episodes.count, episodes.mean_return, metrics)
+            if episodes.reached(stop.target_return) and progress.reached_at is None:
+                progress.reached_at = env_frames
             for observer in self.observers:
                 observer.on_update_end(report)
-            if episodes.reached(stop.target_return):
-                reached_at = env_frames
             if episodes.should_stop(stop, report.wall_time):
                 break
 
         result = TrainResult(
             run_path=None,
             env_frames=self.sampler.env_frames,
-            wall_time_seconds=time.monotonic() - start,
-            updates=updates, trained_steps=trained_steps,
+            wall_time_seconds=progress.wall_time,
+            updates=progress.updates, trained_steps=progress.trained_steps,
             episodes=episodes.count,
             recent_return_mean=episodes.mean_return,
-            target_reached_at_frames=reached_at,
-            sampling_frames_per_second=self.sampler.env_frames / max(sampling_seconds, 1e-9),
+            target_reached_at_frames=progress.reached_at,
+            sampling_frames_per_second=(self.sampler.env_frames - frames_at_start) / max(sampling_seconds, 1e-9),
         )
         for observer in self.observers:
             observer.on_train_end(result)

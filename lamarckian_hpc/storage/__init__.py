@@ -1,5 +1,6 @@
 """Run files: one HDF5 file per run, written with SWMR so it can be read while it grows."""
 
+from lamarckian_hpc.storage.continuation import continue_run_file
 from lamarckian_hpc.storage.reader import MetricSeries, RunReader, RunSummary, open_run
 from lamarckian_hpc.storage.run_file import SCHEMA_VERSION, STANDARD_METRICS, RunWriter, collect_meta
 
@@ -11,5 +12,6 @@ __all__ = [
     "RunSummary",
     "RunWriter",
     "collect_meta",
+    "continue_run_file",
     "open_run",
 ]

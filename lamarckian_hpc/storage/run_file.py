@@ -291,6 +291,14 @@ class RunWriter:
         for name, value in values.items():
             self._pending_rows[name].append((float(wall_time), int(env_frames), int(policy_version), float(value)))
 
+    def append_series(self, name: str, wall_time: np.ndarray, env_frames: np.ndarray, policy_version: np.ndarray,
+                      value: np.ndarray) -> None:
+        """Buffer many rows of one metric at once (copying a run's history, say)."""
+        self._require_open()
+        self._check_declared(name)
+        self._pending_rows[name].extend(zip(np.asarray(wall_time, float).tolist(), np.asarray(env_frames, int).tolist(),
+                                            np.asarray(policy_version, int).tolist(), np.asarray(value, float).tolist()))
+
     def flush(self) -> None:
         """Write all buffered rows (one resize per dataset) and flush the file to disk."""
         run_file = self._require_open()

@@ -1,0 +1,129 @@
+"""Training state that survives the process: a run killed, crashed or requeued at its time limit
+continues from its last checkpoint with the same policy version, optimizer, frames and RNG.
+
+A checkpoint sits next to its run file (`<run>.ckpt`). It is written with `torch.save` to a
+temporary name and renamed, so a kill mid-write leaves the previous checkpoint whole, and read
+with `weights_only=True`, so that loading a checkpoint cannot execute code. Before each checkpoint
+the run file is flushed: every metric row up to the checkpoint's policy version is on disk, and a
+resumed run keeps exactly those rows (`storage.continue_run_file`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from ..storage import RunWriter
+from .episodes import RecentEpisodes
+from .observers import TrainResult, UpdateReport
+
+CHECKPOINT_FORMAT = 1
+
+
+def checkpoint_path(run_path: str | Path) -> Path:
+    return Path(run_path).with_suffix(".ckpt")
+
+
+@dataclass
+class TrainingProgress:
+    """The counters a training loop carries from one update to the next, and across a resume."""
+
+    episodes: RecentEpisodes
+    env_frames: int = 0
+    updates: int = 0
+    trained_steps: int = 0
+    wall_time_before: float = 0.0  # training seconds spent by earlier processes of this run
+    reached_at: int | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def wall_time(self) -> float:
+        return self.wall_time_before + time.monotonic() - self.started
+
+
+@dataclass(frozen=True)
+class TrainingCheckpoint:
+    policy_version: int
+    env_frames: int
+    updates: int
+    trained_steps: int
+    wall_time: float
+    episodes_count: int
+    recent_returns: list[float]
+    recent_lengths: list[int]
+    reached_at: int | None
+    learner: dict[str, Any]
+
+    @classmethod
+    def of(cls, progress: TrainingProgress, learner_state: dict[str, Any]) -> TrainingCheckpoint:
+        episodes = progress.episodes
+        return cls(int(learner_state["version"]), progress.env_frames, progress.updates, progress.trained_steps,
+                   progress.wall_time, episodes.count, list(episodes.returns), list(episodes.lengths),
+                   progress.reached_at, learner_state)
+
+    def progress(self, window: int) -> TrainingProgress:
+        """The loop counters as they were, with the clock restarted now."""
+        episodes = RecentEpisodes(window)
+        episodes.add(self.recent_returns, self.recent_lengths)
+        episodes.count = self.episodes_count
+        return TrainingProgress(episodes, self.env_frames, self.updates, self.trained_steps, self.wall_time,
+                                self.reached_at)
+
+
+def save_checkpoint(path: str | Path, checkpoint: TrainingCheckpoint) -> None:
+    path = Path(path)
+    temporary = path.with_name(path.name + ".writing")
+    torch.save({"format": CHECKPOINT_FORMAT, **asdict(checkpoint)}, temporary)
+    os.replace(temporary, path)
+
+
+def load_checkpoint(path: str | Path) -> TrainingCheckpoint:
+    """Read a checkpoint; a missing, foreign or damaged file is a ValueError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no checkpoint at {path}: the run saved none (storage.checkpoint_interval_seconds)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several kinds for truncated or foreign files
+        raise ValueError(f"checkpoint {path} cannot be read: {error}") from None
+    if not isinstance(state, dict) or state.pop("format", None) != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a checkpoint of this version (format {CHECKPOINT_FORMAT})")
+    return TrainingCheckpoint(**state)
+
+
+class Checkpointable(Protocol):
+    def checkpoint(self) -> TrainingCheckpoint: ...
+
+
+class Checkpointer:
+    """An observer that saves the trainer's state every `interval_seconds` and when training ends.
+
+    It must come after the metrics recorder among the observers: it flushes the run file so the
+    file holds every row the checkpoint covers.
+    """
+
+    def __init__(self, trainer: Checkpointable, writer: RunWriter, path: str | Path,
+                 interval_seconds: float | None) -> None:
+        self.trainer, self.writer, self.path = trainer, writer, Path(path)
+        self.interval_seconds = interval_seconds
+        self.last_saved = time.monotonic()
+        self.saved = 0
+
+    def save(self) -> None:
+        if self.writer.is_open:
+            self.writer.flush()
+        save_checkpoint(self.path, self.trainer.checkpoint())
+        self.last_saved = time.monotonic()
+        self.saved += 1
+
+    def on_update_end(self, report: UpdateReport) -> None:
+        if self.interval_seconds is not None and time.monotonic() - self.last_saved >= self.interval_seconds:
+            self.save()
+
+    def on_train_end(self, result: TrainResult) -> None:
+        self.save()

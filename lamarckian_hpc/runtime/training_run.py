@@ -1,0 +1,84 @@
+"""One training run from config to closed run file: the trainer, its run file, its checkpoints.
+
+The command line, the Slurm job and tests all start training here, so that a run started by
+`lamarckian-hpc train`, one requeued by Slurm and one resumed with `--resume` write their files
+the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..config import RunConfig
+from ..storage import RunWriter, continue_run_file
+from .checkpoint import Checkpointer, checkpoint_path, load_checkpoint
+from .observers import TrainObserver, TrainResult
+from .recording import MetricsRecorder
+
+log = logging.getLogger(__name__)
+
+
+class TrainingSetupError(ValueError):
+    """The run cannot start as asked (no checkpoint to resume, an impossible runtime choice); one line."""
+
+
+def make_trainer(config: RunConfig) -> Any:
+    """The serial or distributed trainer the config asks for (ValueError for impossible combinations)."""
+    if config.runtime.mode == "serial":
+        from .trainer import SerialTrainer
+
+        return SerialTrainer(config)
+    from .distributed import DistributedTrainer
+
+    return DistributedTrainer(config)
+
+
+def metric_names_for(config: RunConfig) -> tuple[str, ...]:
+    if config.runtime.mode == "serial":
+        from .trainer import METRIC_NAMES
+    else:
+        from .distributed import METRIC_NAMES
+    return METRIC_NAMES
+
+
+def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = False,
+                 meta: Mapping[str, Any] | None = None, observers: tuple[TrainObserver, ...] = (),
+                 on_start: Callable[[Path], None] | None = None) -> TrainResult:
+    """Train, recording metrics to `run_path` and checkpoints beside it.
+
+    With `resume`, training continues from the checkpoint beside `run_path`, and the run file keeps
+    exactly the rows up to that checkpoint. The file is closed as completed only when training
+    ends normally; an exception or Ctrl-C leaves it marked incomplete, and resumable.
+    """
+    run_path = Path(run_path)
+    try:
+        checkpoint = load_checkpoint(checkpoint_path(run_path)) if resume else None
+        trainer = make_trainer(config)
+    except ValueError as error:
+        raise TrainingSetupError(str(error)) from None
+    try:
+        names = metric_names_for(config)
+        if checkpoint is not None:
+            trainer.restore(checkpoint)
+            writer = continue_run_file(run_path, names, checkpoint.policy_version, meta)
+            log.info("resumed %s at policy version %d, %d frames", run_path, checkpoint.policy_version,
+                     checkpoint.env_frames)
+        else:
+            writer = RunWriter(run_path, config.to_json_dict(), names, meta=meta)
+        if on_start is not None:
+            on_start(run_path)
+        recorder = MetricsRecorder(writer, config.storage.metrics_interval_seconds)
+        checkpointer = Checkpointer(trainer, writer, checkpoint_path(run_path),
+                                    config.storage.checkpoint_interval_seconds)
+        # The checkpointer follows the recorder: it flushes the rows the checkpoint covers.
+        trainer.observers += [recorder, checkpointer, *observers]
+        try:
+            result = trainer.train()  # the recorder closes the file as completed when training ends
+        except BaseException:
+            writer.close(completed=False)
+            raise
+    finally:
+        trainer.close()
+    return result
