@@ -21,6 +21,7 @@ import zmq
 
 from ..config import RunConfig
 from ..comm import ExperienceReceiver, WeightPublisher
+from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .learner import A3CLearner, make_learner, steps_per_update
 from .messages import (GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate, read_experience,
@@ -59,6 +60,7 @@ class DistributedTrainer:
         self.dropped_stale_steps = 0
         self.env_frames = 0
         self.batch_steps = steps_per_update(config)
+        self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
 
     @property
     def actor_restarts(self) -> int:
@@ -131,20 +133,31 @@ class DistributedTrainer:
                                staleness_max=float(self.learner.version - 1 - item.policy_version))
                 return metrics, frames, item.steps
 
+    def checkpoint(self) -> TrainingCheckpoint:
+        self.progress.env_frames = self.env_frames
+        return TrainingCheckpoint.of(self.progress, self.learner.state_dict())
+
+    def restore(self, checkpoint: TrainingCheckpoint) -> None:
+        """Continue from `checkpoint`; actors get the restored weights with the next broadcast."""
+        self.learner.load_state_dict(checkpoint.learner)
+        self.progress = checkpoint.progress(self.config.stop.return_window)
+        self.env_frames = checkpoint.env_frames
+        self._publish(self.env_frames)
+
     def train(self) -> TrainResult:
-        stop = self.config.stop
-        episodes = RecentEpisodes(stop.return_window)
+        stop, progress = self.config.stop, self.progress
+        episodes = progress.episodes
         learn = self._learn_from_gradients if isinstance(self.learner, A3CLearner) else self._learn_from_experience
-        start = time.monotonic()
-        updates = trained_steps = 0
-        reached_at: int | None = None
+        progress.started = time.monotonic()
+        frames_at_start = self.env_frames
         while self.env_frames < stop.total_env_steps:
             step_start = time.monotonic()
             metrics, frames, steps = learn(episodes)
             self.env_frames += frames
+            progress.env_frames = self.env_frames
             self._publish(self.env_frames)
-            updates += 1
-            trained_steps += steps
+            progress.updates += 1
+            progress.trained_steps += steps
             elapsed = max(time.monotonic() - step_start, 1e-9)
             metrics.update(episodes.metrics())
             metrics.update(
@@ -155,20 +168,21 @@ class DistributedTrainer:
                 dropped_stale_steps=float(self.dropped_stale_steps),
                 malformed_messages=float(self.receiver.malformed),
             )
-            report = UpdateReport(updates, self.env_frames, trained_steps, time.monotonic() - start,
+            report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, progress.wall_time,
                                   self.learner.version, episodes.count, episodes.mean_return, metrics)
+            if episodes.reached(stop.target_return) and progress.reached_at is None:
+                progress.reached_at = self.env_frames
             for observer in self.observers:
                 observer.on_update_end(report)
-            if episodes.reached(stop.target_return):
-                reached_at = self.env_frames
             if episodes.should_stop(stop, report.wall_time):
                 break
 
-        wall = time.monotonic() - start
+        run_seconds = max(time.monotonic() - progress.started, 1e-9)
         result = TrainResult(
-            run_path=None, env_frames=self.env_frames, wall_time_seconds=wall, updates=updates,
-            trained_steps=trained_steps, episodes=episodes.count, recent_return_mean=episodes.mean_return,
-            target_reached_at_frames=reached_at, sampling_frames_per_second=self.env_frames / max(wall, 1e-9),
+            run_path=None, env_frames=self.env_frames, wall_time_seconds=progress.wall_time,
+            updates=progress.updates, trained_steps=progress.trained_steps, episodes=episodes.count,
+            recent_return_mean=episodes.mean_return, target_reached_at_frames=progress.reached_at,
+            sampling_frames_per_second=(self.env_frames - frames_at_start) / run_seconds,
         )
         for observer in self.observers:
             observer.on_train_end(result)
