@@ -57,9 +57,13 @@ class WeightPublisher:
         self.joins_served = 0
 
     def publish(self, version: int, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> None:
+        self.publish_frames(version, encode(Message(WEIGHTS, self.sender, version, dict(arrays), dict(meta or {}))))
+
+    def publish_frames(self, version: int, frames: list[Any]) -> None:
+        """Send an already encoded weights message (a relay forwards the frames it received)."""
         self.version = version
-        self._latest = encode(Message(WEIGHTS, self.sender, version, dict(arrays), dict(meta or {})))
-        self.socket.send_multipart(self._latest, copy=False)
+        self._latest = frames
+        self.socket.send_multipart(frames, copy=False)
 
     def serve_joins(self) -> int:
         """Answer pending subscriptions with the newest weights; never blocks."""

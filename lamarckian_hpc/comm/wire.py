@@ -76,8 +76,9 @@ def _check_descriptor(descriptor: Any) -> tuple[str, np.dtype, tuple[int, ...]]:
     return name, np.dtype(dtype), tuple(shape)
 
 
-def decode(frames: Sequence[Any], known_kinds: frozenset[str] | set[str] | None = None) -> Message:
-    """Parse frames (bytes, or zmq.Frame with `.buffer`); arrays are read-only views of the frames."""
+def read_header(frames: Sequence[Any], known_kinds: frozenset[str] | set[str] | None = None) -> dict[str, Any]:
+    """Check a message without touching its arrays: the header, the frame count and each array
+    frame's length against its descriptor. A relay forwards the frames of a message that passes."""
     if not frames:
         raise WireError("empty message")
     try:
@@ -91,7 +92,7 @@ def decode(frames: Sequence[Any], known_kinds: frozenset[str] | set[str] | None 
     if header.get("schema") != SCHEMA_VERSION:
         raise WireError(f"schema version {header.get('schema')!r}, expected {SCHEMA_VERSION}")
     kind, sender, version = header.get("kind"), header.get("sender"), header.get("policy_version")
-    meta, descriptors = header.get("meta", {}), header.get("arrays")
+    meta, descriptors = header.setdefault("meta", {}), header.get("arrays")
     if not isinstance(kind, str) or (known_kinds is not None and kind not in known_kinds):
         raise WireError(f"unknown kind {kind!r}")
     if not isinstance(sender, str) or type(version) is not int or not isinstance(meta, dict):
@@ -100,17 +101,30 @@ def decode(frames: Sequence[Any], known_kinds: frozenset[str] | set[str] | None 
         raise WireError("bad array list")
     if len(frames) != 1 + len(descriptors):
         raise WireError(f"{len(frames) - 1} array frames for {len(descriptors)} arrays")
-    arrays: dict[str, np.ndarray] = {}
+    checked = []
     for descriptor, frame in zip(descriptors, frames[1:]):
         name, dtype, shape = _check_descriptor(descriptor)
         expected = dtype.itemsize * math.prod(shape)  # Python ints: no overflow on crafted shapes
         if expected > MAX_ARRAY_BYTES:
             raise WireError(f"array {name!r}: {expected} bytes is over the cap")
-        buffer = _buffer_of(frame)
-        if buffer.nbytes != expected:
-            raise WireError(f"array {name!r}: {buffer.nbytes} bytes for shape {shape} of {dtype}")
-        arrays[name] = np.frombuffer(buffer, dtype=dtype).reshape(shape) if expected else np.empty(shape, dtype)
-    return Message(kind, sender, version, arrays, meta)
+        nbytes = _buffer_of(frame).nbytes
+        if nbytes != expected:
+            raise WireError(f"array {name!r}: {nbytes} bytes for shape {shape} of {dtype}")
+        checked.append((name, dtype, shape))
+    header["arrays"] = checked
+    return header
+
+
+def decode(frames: Sequence[Any], known_kinds: frozenset[str] | set[str] | None = None) -> Message:
+    """Parse frames (bytes, or zmq.Frame with `.buffer`); arrays are read-only views of the frames."""
+    header = read_header(frames, known_kinds)
+    arrays: dict[str, np.ndarray] = {}
+    for (name, dtype, shape), frame in zip(header["arrays"], frames[1:]):
+        if dtype.itemsize * math.prod(shape):
+            arrays[name] = np.frombuffer(_buffer_of(frame), dtype=dtype).reshape(shape)
+        else:
+            arrays[name] = np.empty(shape, dtype)
+    return Message(header["kind"], header["sender"], header["policy_version"], arrays, header["meta"])
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:

@@ -1,0 +1,206 @@
+"""A relay of the weight broadcast: takes weights from its parent in the tree, passes them on.
+
+One relay runs per node (see `topology.py`). It subscribes to its parent's weight publisher and
+re-publishes every newer version at once on its own `WeightPublisher`, an XPUB socket bound twice:
+on TCP for the relays below it and on IPC for the actors of its node. It forwards the received
+frames as they are (zero copy): only the header is checked, the arrays are never decoded. The learner
+never waits for a relay; XPUB drops for a subscriber that cannot keep up rather than blocking.
+
+A dead parent is noticed from the connection itself: the SUB socket sends ZeroMQ heartbeats, and a
+socket monitor reports the disconnect (at once when the parent's process dies, after the heartbeat
+timeout when its host goes silent). The relay then removes the parent from its copy of the tree
+(`BroadcastTree.reattach`) and subscribes to the new parent, whose XPUB re-sends its newest weights
+on the join. A parent it cannot connect to within the timeout counts as dead the same way. Other
+relays are not affected by one relay's death.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from .channels import WEIGHTS, WeightPublisher
+from .topology import BroadcastTree
+from .wire import WireError, read_header
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RelaySpec:
+    """Everything a relay needs, plain data so it can cross a process boundary (and be reused as is
+    when the relay's process is restarted)."""
+
+    node: str
+    tree: dict[str, Any]
+    #: TCP address of the weight publisher of each node above this one (the learner's included).
+    upstreams: dict[str, str]
+    host: str = "127.0.0.1"
+    ipc_path: str | None = None
+    heartbeat_ms: int = 500
+    timeout_ms: int = 2000
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RelayStats:
+    forwarded: int = 0
+    version: int = -1
+    malformed: int = 0
+    reattachments: int = 0
+    parent: str = ""
+    joins_served: int = 0
+
+
+class Relay:
+    """The forwarding loop of one node; `run()` until `stop_event` is set."""
+
+    def __init__(self, spec: RelaySpec, context: zmq.Context | None = None) -> None:
+        self.spec = spec
+        self.tree = BroadcastTree.from_dict(spec.tree)
+        self.tree.index_of(spec.node)  # fail early on a node that is not in the tree
+        if self.tree.parent_of(spec.node) is None:
+            raise ValueError(f"relay: {spec.node!r} is the learner's node, which publishes itself")
+        self.context = context or zmq.Context.instance()
+        self.publisher = WeightPublisher(self.context, host=spec.host, sender=f"relay:{spec.node}")
+        if spec.ipc_path is not None:
+            os.makedirs(os.path.dirname(spec.ipc_path) or ".", exist_ok=True)
+            self.publisher.socket.bind(f"ipc://{spec.ipc_path}")
+        self.address = self.publisher.address
+        self.stats = RelayStats()
+        self.stop_event = threading.Event()
+        self._upstream: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None
+        self._connected = False
+        self._connect_deadline = 0.0
+        self._attach(self.tree.parent_of(spec.node) or "")
+
+    @property
+    def ipc_address(self) -> str | None:
+        return None if self.spec.ipc_path is None else f"ipc://{self.spec.ipc_path}"
+
+    def _attach(self, parent: str) -> None:
+        """Subscribe to `parent`'s publisher (closing the previous subscription, if any)."""
+        self._close_upstream()
+        address = self.spec.upstreams.get(parent)
+        if address is None:
+            raise KeyError(f"relay {self.spec.node!r}: no publisher address for node {parent!r}")
+        socket = self.context.socket(zmq.SUB)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.HEARTBEAT_IVL, self.spec.heartbeat_ms)
+        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, self.spec.timeout_ms)
+        socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self._monitor = socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        socket.connect(address)
+        self._upstream = socket
+        self._connected = False
+        self._connect_deadline = time.monotonic() + self.spec.timeout_ms / 1000
+        self.stats.parent = parent
+
+    def _close_upstream(self) -> None:
+        if self._upstream is not None:
+            self._upstream.disable_monitor()
+            self._upstream.close()
+        if self._monitor is not None:
+            self._monitor.close()
+        self._upstream = self._monitor = None
+
+    def _parent_died(self) -> None:
+        parent = self.stats.parent
+        if self.tree.parent_of(parent) is None:
+            # The learner itself: nobody to re-attach to; keep waiting (ZeroMQ reconnects).
+            self._connect_deadline = float("inf")
+            return
+        self.tree = self.tree.reattach(parent)
+        self.stats.reattachments += 1
+        new_parent = self.tree.parent_of(self.spec.node) or ""
+        log.warning("relay %s: parent %s is gone, re-attaching to %s", self.spec.node, parent, new_parent)
+        self._attach(new_parent)
+
+    def _on_monitor_event(self) -> None:
+        assert self._monitor is not None
+        event = recv_monitor_message(self._monitor)["event"]
+        if event == zmq.EVENT_CONNECTED:
+            self._connected = True
+            self._connect_deadline = float("inf")
+        elif event == zmq.EVENT_DISCONNECTED:
+            self._parent_died()
+
+    def forward(self, frames: list[Any]) -> bool:
+        """Re-publish a received message if it is well formed and newer than the last one."""
+        try:
+            header = read_header(frames, known_kinds={WEIGHTS})
+        except WireError as error:
+            self.stats.malformed += 1
+            log.error("relay %s dropped a malformed weights message: %s", self.spec.node, error)
+            return False
+        version = header["policy_version"]
+        if version <= self.stats.version:
+            return False  # a re-send on joining a new parent, or a duplicate
+        self.publisher.publish_frames(version, frames)
+        self.stats.version = version
+        self.stats.forwarded += 1
+        return True
+
+    def step(self, timeout_ms: int = 100) -> None:
+        """Wait up to timeout_ms for anything, then handle all of it without waiting."""
+        assert self._upstream is not None and self._monitor is not None
+        poller = zmq.Poller()
+        poller.register(self._upstream, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        poller.register(self.publisher.socket, zmq.POLLIN)
+        ready = dict(poller.poll(timeout_ms))
+        if self._monitor in ready:
+            while self._monitor is not None and self._monitor.poll(0):
+                self._on_monitor_event()
+        if self._upstream is not None and self._upstream in ready:
+            while self._upstream.poll(0):
+                self.forward(self._upstream.recv_multipart(copy=False))
+        if self.publisher.socket in ready:
+            self.stats.joins_served += self.publisher.serve_joins()
+        if not self._connected and time.monotonic() > self._connect_deadline:
+            self._parent_died()  # never answered: as good as dead
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._close_upstream()
+        self.publisher.close()
+        if self.spec.ipc_path is not None and os.path.exists(self.spec.ipc_path):
+            os.unlink(self.spec.ipc_path)
+
+
+def _relay_main(spec: dict[str, Any], reply: Any) -> None:
+    relay = Relay(RelaySpec(**spec))
+    reply.send(relay.address)
+    reply.close()
+    relay.run()
+
+
+def spawn_relay(spec: RelaySpec, timeout_s: float = 30.0) -> tuple[multiprocessing.Process, str]:
+    """Start a relay in its own process; returns the process and its TCP address once bound."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe(duplex=False)
+    process = context.Process(target=_relay_main, args=(spec.to_dict(), theirs), daemon=True,
+                              name=f"relay-{spec.node}")
+    process.start()
+    theirs.close()
+    if not ours.poll(timeout_s):
+        process.kill()
+        raise TimeoutError(f"relay {spec.node!r} did not start within {timeout_s} s")
+    return process, ours.recv()

@@ -1,0 +1,136 @@
+"""The relay tree with real sockets and real processes: the learner's frames reach every node
+unchanged through two layers of relays, a SIGKILLed relay's children re-attach to its parent, and
+an asynchronous PPO run broadcasting through the tree learns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from lamarckian_hpc.comm import WeightPublisher, WeightSubscriber
+from lamarckian_hpc.comm.relay import Relay, RelaySpec, spawn_relay
+from lamarckian_hpc.comm.topology import build_tree
+
+pytestmark = pytest.mark.timeout(300)
+
+NODES = [f"node{i}" for i in range(6)]  # fan-out 3: node1..3 under the learner, node4 under node1, node5 under node2
+
+
+def _weights(version: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"w": rng.standard_normal((256, 1024)).astype(np.float32), "b": np.full(7, version, np.int64)}
+
+
+@pytest.fixture
+def context():
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def relay_tree(tmp_path, context):
+    """The learner's publisher here, one relay process per other node, started parents first."""
+    tree = build_tree(NODES)
+    learner = WeightPublisher(context)
+    learner.socket.bind(f"ipc://{tmp_path}/node0.ipc")
+    addresses = {"node0": learner.address}
+    processes = {}
+    for node in tree.nodes[1:]:  # parents precede children, so every parent's address is known
+        spec = RelaySpec(node, tree.to_dict(), dict(addresses), ipc_path=f"{tmp_path}/{node}.ipc",
+                         heartbeat_ms=200, timeout_ms=1000)
+        processes[node], addresses[node] = spawn_relay(spec)
+    yield tree, learner, processes
+    for process in processes.values():
+        process.kill()
+        process.join(5)
+    learner.close()
+
+
+def _subscribe(context, tmp_path, nodes):
+    return {node: WeightSubscriber(context, f"ipc://{tmp_path}/{node}.ipc") for node in nodes}
+
+
+def _collect(learner, subscribers, version, deadline_s):
+    """Publish nothing new; serve joins and gather `version` from every subscriber (raw frames kept)."""
+    got = {}
+    deadline = time.monotonic() + deadline_s
+    while len(got) < len(subscribers) and time.monotonic() < deadline:
+        learner.serve_joins()
+        for node, subscriber in subscribers.items():
+            if node not in got and subscriber.socket.poll(20):
+                frames = subscriber.socket.recv_multipart()
+                if int(np.frombuffer(frames[-1], np.int64)[0]) == version:
+                    got[node] = frames
+    return got
+
+
+def test_two_layers_of_relays_deliver_identical_bytes_to_every_node(relay_tree, context, tmp_path):
+    tree, learner, _ = relay_tree
+    assert tree.depth == 3 and tree.parent_of("node4") == "node1"
+    rng = np.random.default_rng(0)
+    subscribers = _subscribe(context, tmp_path, tree.nodes)
+    try:
+        for version in (1, 2):
+            arrays = _weights(version, rng)
+            learner.publish(version, arrays, {"env_frames": version})
+            sent = [bytes(frame) for frame in learner._latest]
+            got = _collect(learner, subscribers, version, 15.0)
+            assert set(got) == set(tree.nodes), f"version {version} missing at {set(tree.nodes) - set(got)}"
+            for node, frames in got.items():
+                assert frames == sent, f"{node} received different bytes"
+    finally:
+        for subscriber in subscribers.values():
+            subscriber.close()
+
+
+def test_children_of_a_killed_relay_reattach_to_its_parent(relay_tree, context, tmp_path):
+    tree, learner, processes = relay_tree
+    rng = np.random.default_rng(1)
+    subscribers = _subscribe(context, tmp_path, [n for n in tree.nodes if n != "node1"])
+    try:
+        learner.publish(1, _weights(1, rng))
+        assert len(_collect(learner, subscribers, 1, 15.0)) == len(subscribers)
+        os.kill(processes["node1"].pid, signal.SIGKILL)
+        processes["node1"].join(5)
+        killed_at = time.monotonic()
+        learner.publish(2, _weights(2, rng))
+        got = _collect(learner, subscribers, 2, 5.0)
+        assert "node4" in got, f"node4 did not re-attach within 5 s of its relay's death (got {sorted(got)})"
+        assert set(got) == set(subscribers), "a relay's death stopped other relays"
+        assert time.monotonic() - killed_at < 5.0, "re-attached too slowly"
+        learner.publish(3, _weights(3, rng))  # and it stays attached
+        assert "node4" in _collect(learner, {"node4": subscribers["node4"]}, 3, 5.0)
+    finally:
+        for subscriber in subscribers.values():
+            subscriber.close()
+
+
+def test_a_relay_drops_malformed_messages_and_skips_old_versions(context, tmp_path):
+    tree = build_tree(["node0", "node1"])
+    learner = WeightPublisher(context)
+    relay = Relay(RelaySpec("node1", tree.to_dict(), {"node0": learner.address}, ipc_path=f"{tmp_path}/r.ipc"),
+                  context)
+    try:
+        assert not relay.forward([b"not msgpack"]) and relay.stats.malformed == 1
+        frames = [bytes(f) for f in _encoded(learner, 5)]
+        assert relay.forward(frames) and relay.stats.version == 5
+        assert not relay.forward([bytes(f) for f in _encoded(learner, 4)])  # older: not forwarded
+        assert not relay.forward(frames[:-1])  # a missing array frame is malformed
+        assert relay.stats.forwarded == 1 and relay.stats.malformed == 2
+        with pytest.raises(ValueError, match="learner's node"):
+            Relay(RelaySpec("node0", tree.to_dict(), {}), context)
+    finally:
+        relay.close()
+        learner.close()
+
+
+def _encoded(publisher: WeightPublisher, version: int):
+    from lamarckian_hpc.comm import Message, encode
+
+    return encode(Message("weights", "learner", version, {"w": np.ones(3, np.float32), "v": np.full(1, version)}))
