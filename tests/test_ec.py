@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from pymoo.problems import get_problem
 
-from lamarckian_hpc.ec import NSGA2, crowding_distance, dtlz2, hypervolume, non_dominated_fronts, zdt
+from lamarckian_hpc.ec import NSGA2, crowding_distance, dtlz, dtlz2, hypervolume, non_dominated_fronts, zdt
 from lamarckian_hpc.ec.operators import polynomial_mutation, sbx
 
 
@@ -15,6 +15,30 @@ from lamarckian_hpc.ec.operators import polynomial_mutation, sbx
 def test_problems_agree_with_pymoo(ours, name):
     reference = get_problem(name, n_var=ours.num_variables)
     X = np.random.default_rng(0).random((50, ours.num_variables))
+    np.testing.assert_allclose(ours.evaluate(X), reference.evaluate(X), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("number, num_variables", [(4, 10), (6, 10)])
+def test_zdt4_and_zdt6_agree_with_pymoo_in_sizes_bounds_and_values(number, num_variables):
+    ours = zdt(number)
+    reference = get_problem(f"zdt{number}")
+    assert ours.num_variables == reference.n_var == num_variables  # the paper's default size
+    np.testing.assert_array_equal(ours.lower, reference.xl)
+    np.testing.assert_array_equal(ours.upper, reference.xu)
+    X = ours.lower + np.random.default_rng(number).random((200, num_variables)) * (ours.upper - ours.lower)
+    np.testing.assert_allclose(ours.evaluate(X), reference.evaluate(X), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("number", range(1, 8))
+@pytest.mark.parametrize("num_objectives", [2, 3, 5])
+def test_dtlz_agrees_with_pymoo(number, num_objectives):
+    ours = dtlz(number, num_objectives)
+    k = {1: 5, 7: 20}.get(number, 10)  # the paper's distance-part sizes
+    assert ours.num_variables == num_objectives - 1 + k and ours.num_objectives == num_objectives
+    assert (ours.lower == 0).all() and (ours.upper == 1).all()
+    reference = get_problem(f"dtlz{number}", n_var=ours.num_variables, n_obj=num_objectives)
+    X = np.random.default_rng(number).random((200, ours.num_variables))
+    X[:3] = np.array([[0.0], [1.0], [0.5]])  # the corners and the centre, where fronts and g's minima lie
     np.testing.assert_allclose(ours.evaluate(X), reference.evaluate(X), rtol=1e-10, atol=1e-12)
 
 
