@@ -134,3 +134,45 @@ def _encoded(publisher: WeightPublisher, version: int):
     from lamarckian_hpc.comm import Message, encode
 
     return encode(Message("weights", "learner", version, {"w": np.ones(3, np.float32), "v": np.full(1, version)}))
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.reports = []
+
+    def on_update_end(self, report) -> None:
+        self.reports.append(report)
+
+    def on_train_end(self, result) -> None:
+        pass
+
+
+def test_async_ppo_learns_with_weights_through_the_tree_of_simulated_nodes():
+    ray = pytest.importorskip("ray")
+    from lamarckian_hpc.config import load_config
+    from lamarckian_hpc.runtime.distributed import DistributedTrainer
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml", [
+        "runtime.mode=ray", "runtime.num_actors=4", "runtime.broadcast=tree", "runtime.simulated_nodes=4",
+        "stop.total_env_steps=24000", "stop.target_return=150",
+    ])
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, logging_level="ERROR")
+    collect = Collect()
+    try:
+        trainer = DistributedTrainer(config, [collect])
+        try:
+            tree = trainer.broadcast.tree
+            assert tree is not None and tree.depth == 3 and tree.parent_of("sim3") == "sim1"
+            assert len(set(trainer.broadcast.actor_addresses)) == 4  # one IPC endpoint per node
+            result = trainer.train()
+            stats = trainer.broadcast.relay_stats()
+        finally:
+            trainer.close()
+    finally:
+        ray.shutdown()
+    assert result.recent_return_mean >= 150, f"mean return {result.recent_return_mean} after {result.env_frames}"
+    assert set(trainer.hellos) == {0, 1, 2, 3}  # actors on every node, the layer-2 node's included
+    assert set(stats) == {"sim1", "sim2", "sim3"} and stats["sim3"]["parent"] == "sim1"
+    assert all(s["forwarded"] >= result.updates // 2 for s in stats.values()), stats
+    staleness = [report.metrics["staleness_max"] for report in collect.reports]
+    assert all(np.isfinite(staleness)) and max(staleness) > 0  # recorded, and async samples do age

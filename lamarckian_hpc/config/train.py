@@ -136,6 +136,13 @@ class RuntimeConfig(Section):
     ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Learner device; auto takes a GPU if present.")
     torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads of the learner process.")
+    broadcast: Literal["flat", "tree"] = Field(
+        "flat", description="flat: the learner sends weights to every actor; tree: through one relay per node."
+    )
+    simulated_nodes: int | None = Field(
+        None, ge=1, le=100_000,
+        description="Group the actors into this many simulated nodes on one host (tests and benchmarks of the tree).",
+    )
 
 
 class StopConfig(Section):

@@ -20,7 +20,7 @@ import torch
 import zmq
 
 from ..config import RunConfig
-from ..comm import ExperienceReceiver, WeightPublisher
+from ..comm import ExperienceReceiver
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .learner import A3CLearner, make_learner, steps_per_update
@@ -31,6 +31,7 @@ from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
 from .sampling import spaces_of
 from .trainer import METRIC_NAMES as SERIAL_METRIC_NAMES
+from .weight_broadcast import WeightBroadcast
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +50,14 @@ class DistributedTrainer:
         cores = os.cpu_count() or 1
         self.num_actors = config.runtime.num_actors or cores
         self.context = zmq.Context()
-        self.publisher = WeightPublisher(self.context)
         self.receiver = ExperienceReceiver(self.context, KINDS)
         self.started_ray = init_ray(config, num_cpus=max(cores, self.num_actors))
+        self.broadcast = WeightBroadcast(config, self.context, self.num_actors)
+        self.publisher = self.broadcast.publisher
         self.cpu_meter = TreeCpuMeter(cores)
         self._publish(env_frames=0)
-        self.actors = start_actors(config, self.num_actors, self.publisher.address, self.receiver.address)
+        self.actors = start_actors(config, self.num_actors, self.broadcast.actor_addresses, self.receiver.address,
+                                   self.broadcast.actor_scheduling)
         self.hellos: dict[int, int] = {}
         self.actor_pids: dict[int, int] = {}
         self.dropped_stale_steps = 0
@@ -194,6 +197,6 @@ class DistributedTrainer:
         self.actors = []
         if self.started_ray:
             ray.shutdown()
-        self.publisher.close()
+        self.broadcast.close()
         self.receiver.close()
         self.context.term()

@@ -1,4 +1,4 @@
-"""Actor processes on Ray: Ray places, starts and restarts them; ZeroMQ carries their data.
+"""Actor and relay processes on Ray: Ray places, starts and restarts them; ZeroMQ carries their data.
 
 Each Ray actor runs an `ActorLoop` in a thread started by its constructor, so a restart (Ray runs
 the constructor again in a new process) resumes sampling with no call from the learner. A loop
@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from dataclasses import asdict
+from typing import Any, Callable, Sequence
 
 import ray
 
+from ..comm.relay import Relay, RelaySpec
 from ..config import RunConfig
 from .actor import ActorLoop
 
@@ -46,7 +48,49 @@ class ActorProcess:
         self.thread.join(timeout=10)
 
 
-def start_actors(config: RunConfig, num_actors: int, weights_address: str, experience_address: str) -> list[Any]:
+class RelayProcess:
+    """One node's relay of the weight tree (`comm.relay`), forwarding in a thread of its own process.
+
+    Ray restarts a dead relay with the same spec: it binds the same IPC endpoint, so the node's
+    actors reconnect to it by themselves, and it subscribes to its parent again.
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        if not spec["host"]:  # a real node: listen on the address other nodes reach it by
+            spec = {**spec, "host": ray.util.get_node_ip_address()}
+        self.relay = Relay(RelaySpec(**spec))
+        self.thread = threading.Thread(target=self._run, name=f"relay-{spec['node']}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.relay.run()
+        except BaseException:
+            log.exception("relay failed; ending the process so that Ray restarts it")
+            os._exit(1)
+
+    def address(self) -> str:
+        return self.relay.address
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stats(self) -> dict[str, Any]:
+        return asdict(self.relay.stats)
+
+
+def start_relay(spec: RelaySpec, scheduling: Any = None) -> Any:
+    """A relay actor; it takes no CPU slot (it mostly waits), pinned to its node when given one."""
+    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0,
+                               "runtime_env": {"env_vars": SINGLE_THREAD_ENV}}
+    if scheduling is not None:
+        options["scheduling_strategy"] = scheduling
+    return ray.remote(RelayProcess).options(**options).remote(spec.to_dict())
+
+
+def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequence[str], experience_address: str,
+                 scheduling: Callable[[int], Any] | None = None) -> list[Any]:
+    """Actor processes; `weights_address` is one for all or one per actor, `scheduling(i)` pins actor i."""
     remote = ray.remote(ActorProcess).options(
         num_cpus=min(1.0, ray.cluster_resources().get("CPU", 1.0) / num_actors),  # oversubscribe if asked to
         max_restarts=-1,
@@ -54,7 +98,13 @@ def start_actors(config: RunConfig, num_actors: int, weights_address: str, exper
         runtime_env={"env_vars": SINGLE_THREAD_ENV},
     )
     tree = config.to_json_dict()
-    return [remote.remote(tree, index, num_actors, weights_address, experience_address) for index in range(num_actors)]
+    addresses = [weights_address] * num_actors if isinstance(weights_address, str) else list(weights_address)
+    actors = []
+    for index in range(num_actors):
+        strategy = scheduling(index) if scheduling is not None else None
+        placed = remote.options(scheduling_strategy=strategy) if strategy is not None else remote
+        actors.append(placed.remote(tree, index, num_actors, addresses[index], experience_address))
+    return actors
 
 
 def init_ray(config: RunConfig, num_cpus: int) -> bool:

@@ -1,0 +1,124 @@
+"""How the learner's weights reach the actors: `runtime.broadcast` flat or tree.
+
+flat: the learner's XPUB socket sends every version to every actor over TCP, so its link carries
+one copy per actor. tree: the actors are grouped by node; the learner's node is the root of the
+three-layer tree of `comm.topology`, every other node runs one relay (a Ray actor pinned to that
+node), and the actors of a node subscribe over IPC to their node's relay (the learner's node's
+actors to the learner itself). The learner's link then carries one copy per relay it feeds.
+
+Nodes are the Ray cluster's alive nodes, the learner's first. `runtime.simulated_nodes` instead
+groups the actors into that many simulated nodes on the local host: each gets its own relay
+process and IPC endpoint, exactly as a separate host would, but all share one machine's cores and
+loopback, so it shows the tree working, not the network savings of real hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import zmq
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ..comm import WeightPublisher
+from ..comm.relay import RelaySpec
+from ..comm.topology import BroadcastTree, build_tree
+from ..config import RunConfig
+from .ray_actors import start_relay
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """The run's nodes (the learner's first), the Ray node of each (None when simulated) and the
+    node of every actor."""
+
+    names: tuple[str, ...]
+    ray_node_ids: tuple[str | None, ...]
+    actor_nodes: tuple[int, ...]
+
+    def scheduling(self, node: int) -> NodeAffinitySchedulingStrategy | None:
+        node_id = self.ray_node_ids[node]
+        return None if node_id is None else NodeAffinitySchedulingStrategy(node_id, soft=False)
+
+
+def plan_nodes(config: RunConfig, num_actors: int) -> NodePlan:
+    """Actors in contiguous blocks over the nodes, as a per-node actor count on a cluster gives."""
+    simulated = config.runtime.simulated_nodes
+    if simulated is not None:
+        names: tuple[str, ...] = tuple(f"sim{i}" for i in range(simulated))
+        ids: tuple[str | None, ...] = (None,) * simulated
+    else:
+        here = ray.get_runtime_context().get_node_id()
+        alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        alive.sort(key=lambda n: (n["NodeID"] != here, n["NodeManagerHostname"], n["NodeID"]))
+        hosts = [n["NodeManagerHostname"] for n in alive]
+        unique = len(set(hosts)) == len(hosts)
+        names = tuple(h if unique else f"{h}:{n['NodeID'][:8]}" for h, n in zip(hosts, alive))
+        ids = tuple(n["NodeID"] for n in alive) if len(alive) > 1 else (None,)
+        names = names or ("local",)
+    count = len(names)
+    return NodePlan(names, ids, tuple(i * count // num_actors for i in range(num_actors)))
+
+
+class WeightBroadcast:
+    """The learner's publisher, the relays of the tree and the address every actor subscribes to."""
+
+    def __init__(self, config: RunConfig, context: zmq.Context, num_actors: int) -> None:
+        self.plan = plan_nodes(config, num_actors)
+        multi_host = any(node_id is not None for node_id in self.plan.ray_node_ids)
+        host = ray.util.get_node_ip_address() if multi_host else "127.0.0.1"
+        self.publisher = WeightPublisher(context, host=host)
+        self.tree: BroadcastTree | None = None
+        self.relays: dict[str, Any] = {}
+        self.ipc_dir: str | None = None
+        if config.runtime.broadcast == "flat":
+            self.actor_addresses = [self.publisher.address] * num_actors
+            return
+        self.tree = build_tree(self.plan.names)
+        # Short paths: IPC endpoints are limited to about 100 bytes.
+        self.ipc_dir = os.path.join(tempfile.gettempdir(), f"lhpc-{uuid.uuid4().hex[:10]}")
+        os.makedirs(self.ipc_dir, exist_ok=True)
+        endpoints = [os.path.join(self.ipc_dir, f"{i}.ipc") for i in range(len(self.plan.names))]
+        self.publisher.socket.bind(f"ipc://{endpoints[0]}")
+        self._start_relays(endpoints, "" if multi_host else "127.0.0.1")
+        self.actor_addresses = [f"ipc://{endpoints[node]}" for node in self.plan.actor_nodes]
+
+    def _start_relays(self, endpoints: list[str], host: str) -> None:
+        """Start the relays layer by layer, so each is given the addresses of the nodes above it."""
+        assert self.tree is not None
+        addresses = {self.tree.root: self.publisher.address}
+        for layer in (1, 2):
+            started = {}
+            for index, node in enumerate(self.tree.nodes):
+                if index and self.tree.layer_of(node) == layer:
+                    spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=endpoints[index])
+                    started[node] = start_relay(spec, self.plan.scheduling(index))
+            addresses.update(zip(started, ray.get([relay.address.remote() for relay in started.values()])))
+            self.relays.update(started)
+
+    def actor_scheduling(self, actor_index: int) -> NodeAffinitySchedulingStrategy | None:
+        """Where an actor must run: on its node when nodes are real Ray nodes, anywhere otherwise."""
+        return self.plan.scheduling(self.plan.actor_nodes[actor_index])
+
+    def relay_stats(self) -> dict[str, dict[str, Any]]:
+        """Forwarded versions, re-attachments and current parent of every live relay."""
+        names = list(self.relays)
+        replies = [self.relays[name].stats.remote() for name in names]
+        ready, _ = ray.wait(replies, num_returns=len(replies), timeout=5.0)
+        return {name: ray.get(reply) for name, reply in zip(names, replies) if reply in ready}
+
+    def close(self) -> None:
+        for relay in self.relays.values():
+            ray.kill(relay, no_restart=True)
+        self.relays = {}
+        self.publisher.close()
+        if self.ipc_dir is not None:
+            shutil.rmtree(self.ipc_dir, ignore_errors=True)
