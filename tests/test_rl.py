@@ -244,3 +244,31 @@ def test_a3c_gradients_cover_every_parameter():
     assert [g.shape for g in gradients] == shapes
     assert any(np.abs(g).sum() > 0 for g in gradients)
     assert set(diagnostics) == {"loss_policy", "loss_value", "entropy"}
+
+
+def test_a_nonfinite_loss_skips_its_step_and_is_counted():
+    """A NaN reward in one batch leaves the parameters and the optimizer untouched; the next good
+    batch updates them as usual."""
+    from lamarckian_hpc.rl.optim import NONFINITE_STEPS
+
+    model = _cartpole_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    config = PPOConfig(batch_size=16, num_minibatches=2, num_epochs=2)
+    rng = np.random.default_rng(0)
+
+    def batch(reward: float) -> RolloutBatch:
+        good = _random_batch(model, 16)
+        return RolloutBatch(good.observations, good.actions, good.old_log_probs, torch.full((16,), reward),
+                            torch.full((16,), reward))
+
+    before = [p.detach().clone() for p in model.parameters()]
+    diagnostics = ppo_update(model, optimizer, batch(float("nan")), config, rng)
+    assert diagnostics[NONFINITE_STEPS] == 4  # 2 epochs x 2 minibatches, all skipped
+    assert "loss_policy" not in diagnostics
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not optimizer.state  # Adam's moments never saw the NaN
+
+    diagnostics = ppo_update(model, optimizer, batch(1.0), config, rng)
+    assert diagnostics[NONFINITE_STEPS] == 0 and np.isfinite(diagnostics["loss_policy"])
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -53,14 +53,18 @@ class TrainingController(Controller):
         act, record, policy_id = agent.act, fragment.append, self.policy_id  # bound once: this loop is hot
         observation = agent.observation()
         episode_return, length = 0.0, 0
-        while True:
-            decision, outcome = await act(policy_id, observation)
-            record(observation, decision, outcome)
-            episode_return += outcome.reward
-            length += 1
-            if outcome.terminated or outcome.truncated:
-                break
-            observation = outcome.observation
+        try:
+            while True:
+                decision, outcome = await act(policy_id, observation)
+                record(observation, decision, outcome)
+                episode_return += outcome.reward
+                length += 1
+                if outcome.terminated or outcome.truncated:
+                    break
+                observation = outcome.observation
+        except GeneratorExit:  # the episode was abandoned (its environment failed): keep none of it
+            self.experience.discard(fragment)
+            raise
         self.experience.finish(fragment, terminated=outcome.terminated)
         return EpisodeResult(agent.agent_id, self.policy_id, episode_return, length, outcome.terminated)
 

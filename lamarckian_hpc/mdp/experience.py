@@ -115,6 +115,11 @@ class ExperienceBuffer:
             self._closed.append(_Closed(fragment, terminated))
             self._closed_steps += len(fragment.rewards)
 
+    def discard(self, fragment: Fragment) -> None:
+        """Forget an open fragment's steps since the last take: its episode cannot be trusted."""
+        self._open.pop(fragment, None)
+        fragment.clear()
+
     def take(self) -> ExperienceBatch:
         """Everything recorded so far; open fragments are cut and go on empty."""
         closed = self._closed

@@ -12,6 +12,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from . import fault_injection
+from .. import envs  # noqa: F401  (registers the built-in lamarckian/ ids)
 from .base import MDP, AgentId, StepOutcome
 
 AGENT_ID = "agent_0"
@@ -19,6 +21,7 @@ AGENT_ID = "agent_0"
 
 def make_gym_env(env_id: str, kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None) -> gym.Env:
     """gymnasium.make with a readable error for unknown ids."""
+    fault_injection.register()
     try:
         return gym.make(env_id, max_episode_steps=max_episode_steps, **(kwargs or {}))
     except (gym.error.Error, TypeError) as error:

@@ -10,6 +10,7 @@ per policy however many environments and agents there are.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence
 
@@ -35,6 +36,9 @@ class Policy(Protocol):
 
 
 ControllerFactory = Callable[[int, AgentId], Controller]
+log = logging.getLogger(__name__)
+#: Environment errors logged with their traceback; later ones are only counted.
+LOGGED_ENV_ERRORS = 5
 
 
 def _rows(actions: np.ndarray) -> list[Any]:
@@ -69,6 +73,7 @@ class Sampler:
         self.policies = dict(policies)
         self.policy_versions: dict[str, int] = {policy_id: 0 for policy_id in self.policies}
         self.env_frames = 0
+        self.env_errors = 0  # episodes dropped because their environment raised
         self.completed: list[EpisodeResult] = []
         self._live: list[dict[AgentId, _Slot]] = [{} for _ in self.mdps]
         self._decisions: dict[str, list[tuple[_Slot, tuple]]] = defaultdict(list)
@@ -133,7 +138,11 @@ class Sampler:
         for index, (mdp, live) in enumerate(zip(self.mdps, self._live)):
             if not mdp.ready():
                 continue
-            outcomes = mdp.tick()
+            try:
+                outcomes = mdp.tick()
+            except Exception as error:  # a game server bug must not take the actor down
+                self._drop_episode(index, error)
+                continue
             self.env_frames += 1
             pending = mdp.pending_actions
             for agent_id, outcome in outcomes.items():
@@ -153,6 +162,22 @@ class Sampler:
                 self._join_new_agents(index)
             elif mdp.agents_join_mid_episode:
                 self._join_new_agents(index)
+
+    def _drop_episode(self, index: int, error: Exception) -> None:
+        """An MDP raised mid-episode: count it, abandon its agents' episodes (their controllers drop
+        the steps they recorded) and start a new episode."""
+        self.env_errors += 1
+        mdp = self.mdps[index]
+        if self.env_errors <= LOGGED_ENV_ERRORS:
+            log.warning("environment %d (%s) raised; episode dropped (%d so far)", index, type(mdp).__name__,
+                        self.env_errors, exc_info=error)
+        live = self._live[index]
+        for slot in live.values():
+            slot.coroutine.close()
+        live.clear()
+        mdp.pending_actions.clear()
+        mdp.reset()
+        self._join_new_agents(index)
 
     def _abandon_left_agents(self, index: int) -> None:
         """Controllers of agents that vanished without a final outcome break the MDP contract."""

@@ -9,6 +9,7 @@ import torch
 from ..config import ImpalaConfig
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
+from .optim import GuardedSteps
 from .returns import next_values_of_fragments
 from .vtrace import vtrace
 
@@ -24,8 +25,7 @@ def impala_update(
     observations = torch.from_numpy(experience.observations).to(device)
     actions = torch.from_numpy(experience.actions).to(device)
     bootstrap = torch.from_numpy(experience.bootstrap_observations).to(device)
-    sums: dict[str, float] = {}
-    steps = 0
+    steps = GuardedSteps(model, optimizer, config.max_grad_norm)
     for _ in range(config.num_epochs):
         with torch.no_grad():  # targets from the current policy and critic, once per pass
             target_log_probs, _, values = model.evaluate(observations, actions)
@@ -46,11 +46,5 @@ def impala_update(
             value_loss = 0.5 * (predicted - vs_t[index]).pow(2).mean()
             entropy_mean = entropy.mean()
             loss = config.policy_weight * policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy_mean
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            for name, value in (("loss_policy", policy_loss), ("loss_value", value_loss), ("entropy", entropy_mean)):
-                sums[name] = sums.get(name, 0.0) + float(value.detach())
-            steps += 1
-    return {name: total / steps for name, total in sums.items()}
+            steps.step(loss, {"loss_policy": policy_loss, "loss_value": value_loss, "entropy": entropy_mean})
+    return steps.diagnostics()

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ..config import PPOConfig
 from ..models import ActorCritic
+from .optim import GuardedSteps
 
 
 class RolloutBatch(NamedTuple):
@@ -74,20 +75,13 @@ def ppo_update(
     config: PPOConfig,
     rng: np.random.Generator,
 ) -> dict[str, float]:
-    """`num_epochs` passes of shuffled minibatches; returns the mean of each loss part."""
-    sums: dict[str, float] = {}
-    steps = 0
+    """`num_epochs` passes of shuffled minibatches; returns the mean of each loss part and the
+    number of minibatches skipped for a non-finite loss."""
+    steps = GuardedSteps(model, optimizer, config.max_grad_norm)
     size = len(batch)
     minibatch_size = min(config.minibatch_size, size)
     for _ in range(config.num_epochs):
         order = torch.from_numpy(rng.permutation(size)).to(batch.old_log_probs.device)
         for start in range(0, size - minibatch_size + 1, minibatch_size):
-            loss, parts = ppo_loss(model, batch.select(order[start : start + minibatch_size]), config)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            for name, value in parts.items():
-                sums[name] = sums.get(name, 0.0) + float(value.detach())
-            steps += 1
-    return {name: total / steps for name, total in sums.items()}
+            steps.step(*ppo_loss(model, batch.select(order[start : start + minibatch_size]), config))
+    return steps.diagnostics()

@@ -51,7 +51,7 @@ class ActorLoop:
             sender.send(hello_message(self.actor_index, os.getpid()))
             version = self._wait_for_weights(subscriber, side, newer_than=-1)
             sent_with_version = 0
-            frames_before = side.sampler.env_frames
+            frames_before, errors_before = side.sampler.env_frames, side.sampler.env_errors
             while not self.stop_event.is_set():
                 if synchronous and sent_with_version >= share:
                     version = self._wait_for_weights(subscriber, side, newer_than=version)
@@ -65,17 +65,18 @@ class ActorLoop:
                 side.sample(steps)
                 batch = side.experience.take()
                 completed = side.sampler.take_completed()
-                frames = side.sampler.env_frames
+                frames, errors = side.sampler.env_frames, side.sampler.env_errors
                 returns = np.array([r.episode_return for r in completed])
                 lengths = np.array([r.length for r in completed], dtype=np.int64)
                 if isinstance(config.algorithm, A3CConfig):
                     gradients, diagnostics = a3c_gradients(side.model, batch, config.algorithm)
                     message = gradients_message(self.actor_index, version, gradients, len(batch), returns,
-                                                lengths, frames - frames_before, diagnostics)
+                                                lengths, frames - frames_before, diagnostics, errors - errors_before)
                 else:
-                    message = experience_message(self.actor_index, batch, returns, lengths, frames - frames_before)
+                    message = experience_message(self.actor_index, batch, returns, lengths, frames - frames_before,
+                                                 errors - errors_before)
                 sender.send(message)
-                frames_before = frames
+                frames_before, errors_before = frames, errors
                 sent_with_version += len(batch)
         finally:
             side.close()

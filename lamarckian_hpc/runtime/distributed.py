@@ -61,6 +61,7 @@ class DistributedTrainer:
         self.hellos: dict[int, int] = {}
         self.actor_pids: dict[int, int] = {}
         self.dropped_stale_steps = 0
+        self.env_errors = 0
         self.env_frames = 0
         self.batch_steps = steps_per_update(config)
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
@@ -112,6 +113,7 @@ class DistributedTrainer:
             if not isinstance(item, ActorExperience):
                 continue
             frames += item.env_frames
+            self.env_errors += item.env_errors
             episodes.add(item.episode_returns, item.episode_lengths)
             if self._accept(item):
                 batches.append(item.batch)
@@ -127,6 +129,7 @@ class DistributedTrainer:
             if not isinstance(item, ActorGradients):
                 continue
             frames += item.env_frames
+            self.env_errors += item.env_errors
             episodes.add(item.episode_returns, item.episode_lengths)
             limit = self.config.algorithm.max_gradient_staleness  # type: ignore[union-attr]
             if self._fresh(item.policy_version, item.steps, limit):
@@ -169,6 +172,7 @@ class DistributedTrainer:
                 actor_restarts=float(self.actor_restarts),
                 cpu_utilization=self.cpu_meter.sample(),
                 dropped_stale_steps=float(self.dropped_stale_steps),
+                env_errors=float(self.env_errors),
                 malformed_messages=float(self.receiver.malformed),
             )
             report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, progress.wall_time,

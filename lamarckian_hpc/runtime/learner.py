@@ -21,6 +21,7 @@ from ..models.q_network import QNetwork
 from ..rl import build_rollout_batch, ppo_update
 from ..rl.dqn import dqn_loss, linear_epsilon
 from ..rl.impala import impala_update
+from ..rl.optim import NONFINITE_STEPS, GuardedSteps
 from ..rl.replay import ReplayBuffer, transitions_of
 
 STALENESS_BINS = 8  # staleness_count_0 .. staleness_count_7, then staleness_count_8plus
@@ -141,12 +142,14 @@ class A3CLearner(_LearnerBase):
     def apply_gradients(self, gradients: Sequence[np.ndarray], env_frames: int) -> dict[str, float]:
         learning_rate = self._set_learning_rate(env_frames)
         self.optimizer.zero_grad(set_to_none=True)
+        if not all(np.isfinite(gradient).all() for gradient in gradients):
+            return {"learning_rate": learning_rate, NONFINITE_STEPS: 1.0}
         for parameter, gradient in zip(self.model.parameters(), gradients, strict=True):
             # torch.tensor copies: the gradient is a read-only view of a received message.
             parameter.grad = torch.tensor(gradient, device=self.device).reshape(parameter.shape)
         self.optimizer.step()
         self.version += 1
-        return {"learning_rate": learning_rate}
+        return {"learning_rate": learning_rate, NONFINITE_STEPS: 0.0}
 
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         raise ValueError("a3c learns from gradients that actors send, not from experience")
@@ -169,7 +172,7 @@ class DQNLearner(_LearnerBase):
         transitions = transitions_of(experience)
         transitions["rewards"] = transitions["rewards"] * np.float32(algorithm.reward_scale)
         self.replay.add(transitions)
-        losses = []
+        steps = GuardedSteps(self.model, self.optimizer, algorithm.max_grad_norm)
         if self.replay.size >= algorithm.learning_starts:
             self._owed_steps += len(experience) * algorithm.updates_per_frame
             while self._owed_steps >= 1:
@@ -177,19 +180,13 @@ class DQNLearner(_LearnerBase):
                 sample = self.replay.sample(algorithm.minibatch_size, self.rng)
                 batch = {name: torch.from_numpy(array).to(self.device) for name, array in sample.items()}
                 loss = dqn_loss(self.model, self.target, batch, algorithm.gamma, algorithm.double_q)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), algorithm.max_grad_norm)
-                self.optimizer.step()
-                losses.append(float(loss.detach()))
-                self.gradient_steps += 1
-                if self.gradient_steps % algorithm.target_update_interval == 0:
-                    self.target.load_state_dict(self.model.state_dict())
+                if steps.step(loss, {"loss_value": loss}):
+                    self.gradient_steps += 1
+                    if self.gradient_steps % algorithm.target_update_interval == 0:
+                        self.target.load_state_dict(self.model.state_dict())
         self.version += 1
         metrics = {"learning_rate": algorithm.learning_rate, "epsilon": self.epsilon(env_frames),
-                   "replay_size": float(self.replay.size)}
-        if losses:
-            metrics["loss_value"] = float(np.mean(losses))
+                   "replay_size": float(self.replay.size), **steps.diagnostics()}
         metrics.update(staleness_metrics(staleness))
         return metrics
 

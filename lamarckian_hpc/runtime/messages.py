@@ -32,16 +32,17 @@ class ActorExperience:
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
     env_frames: int
+    env_errors: int = 0  # episodes dropped since the previous message because the environment raised
 
 
 def experience_message(actor_index: int, batch: ExperienceBatch, episode_returns: np.ndarray,
-                       episode_lengths: np.ndarray, env_frames: int) -> Message:
+                       episode_lengths: np.ndarray, env_frames: int, env_errors: int = 0) -> Message:
     arrays = {name: getattr(batch, name) for name in _BATCH_FIELDS}
     arrays["episode_returns"] = np.asarray(episode_returns, dtype=np.float64)
     arrays["episode_lengths"] = np.asarray(episode_lengths, dtype=np.int64)
     newest = int(batch.policy_versions.max()) if len(batch) else -1
     return Message(EXPERIENCE, f"actor-{actor_index}", newest, arrays,
-                   {"actor_index": actor_index, "env_frames": env_frames})
+                   {"actor_index": actor_index, "env_frames": env_frames, "env_errors": env_errors})
 
 
 def read_experience(message: Message) -> ActorExperience:
@@ -51,7 +52,8 @@ def read_experience(message: Message) -> ActorExperience:
     if int(batch.lengths.sum()) != len(batch) or len(batch.terminated) != len(batch.lengths):
         raise ValueError("experience fragments do not add up to its steps")
     return ActorExperience(int(message.meta["actor_index"]), batch, arrays["episode_returns"],
-                           arrays["episode_lengths"], int(message.meta["env_frames"]))
+                           arrays["episode_lengths"], int(message.meta["env_frames"]),
+                           int(message.meta.get("env_errors", 0)))
 
 
 def concatenate(batches: list[ExperienceBatch]) -> ExperienceBatch:
@@ -69,15 +71,17 @@ class ActorGradients:
     episode_lengths: np.ndarray
     env_frames: int
     diagnostics: dict[str, float]
+    env_errors: int = 0
 
 
 def gradients_message(actor_index: int, policy_version: int, gradients: list[np.ndarray], steps: int,
                       episode_returns: np.ndarray, episode_lengths: np.ndarray, env_frames: int,
-                      diagnostics: dict[str, float]) -> Message:
+                      diagnostics: dict[str, float], env_errors: int = 0) -> Message:
     arrays = {f"gradient_{index}": gradient for index, gradient in enumerate(gradients)}
     arrays["episode_returns"] = np.asarray(episode_returns, dtype=np.float64)
     arrays["episode_lengths"] = np.asarray(episode_lengths, dtype=np.int64)
-    meta = {"actor_index": actor_index, "env_frames": env_frames, "steps": steps, "diagnostics": diagnostics}
+    meta = {"actor_index": actor_index, "env_frames": env_frames, "steps": steps, "diagnostics": diagnostics,
+            "env_errors": env_errors}
     return Message(GRADIENTS, f"actor-{actor_index}", policy_version, arrays, meta)
 
 
@@ -88,4 +92,4 @@ def read_gradients(message: Message) -> ActorGradients:
     return ActorGradients(int(message.meta["actor_index"]), message.policy_version,
                           [arrays[f"gradient_{index}"] for index in range(count)], int(message.meta["steps"]),
                           arrays["episode_returns"], arrays["episode_lengths"], int(message.meta["env_frames"]),
-                          diagnostics)
+                          diagnostics, int(message.meta.get("env_errors", 0)))

@@ -26,7 +26,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "episode_return_mean", "episode_length_mean", "episodes", "env_frames_per_second",
     "trained_frames_per_second", "loss_policy", "loss_value", "entropy", "approx_kl",
     "clip_fraction", "learning_rate", "staleness_mean", "staleness_max", *STALENESS_METRICS,
-    "epsilon", "replay_size",
+    "epsilon", "replay_size", "env_errors", "nonfinite_steps",
 )
 
 
@@ -86,6 +86,7 @@ class SerialTrainer:
             progress.updates += 1
             progress.trained_steps += len(experience)
             metrics.update(episodes.metrics())
+            metrics["env_errors"] = float(self.sampler.env_errors)
             metrics["env_frames_per_second"] = (env_frames - frames_before) / max(sampling_elapsed, 1e-9)
             metrics["trained_frames_per_second"] = len(experience) / max(time.monotonic() - sampling_start, 1e-9)
             report = UpdateReport(progress.updates, env_frames, progress.trained_steps, progress.wall_time,
