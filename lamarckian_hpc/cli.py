@@ -106,20 +106,24 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def evolve_command(args: argparse.Namespace) -> int:
-    from .config import EvolveConfig
+    from .config import EvolveConfig, PBTConfig
+    from .config.evorl import evolve_config_model
 
     try:
-        config = load_config(args.config, args.overrides, EvolveConfig)
+        config = load_config(args.config, args.overrides, evolve_config_model(args.config, args.overrides))
     except ConfigError as error:
         return _fail(str(error))
-    from .ec import hypervolume
+    if isinstance(config, PBTConfig):
+        from .evorl.command import pbt_command
+
+        return pbt_command(config, run_path_for(config, args.config), args.config)
     from .runtime.evolution import GenerationRecorder, RayEvaluator, SerialEvaluator, evolve, make_problem
     from .storage import RunWriter
 
     problem = make_problem(config)
     path = run_path_for(config, args.config)
     console = Console(stderr=True)
-    writer = RunWriter(path, config.to_json_dict(), GenerationRecorder.METRIC_NAMES,
+    writer = RunWriter(path, config.to_json_dict(), GenerationRecorder.metric_names(problem.num_objectives),
                        meta={"config_file": str(args.config)},
                        population_shape=(problem.num_variables, problem.num_objectives))
     console.print(f"run file: {path}", highlight=False)
@@ -128,7 +132,7 @@ def evolve_command(args: argparse.Namespace) -> int:
     recorder = GenerationRecorder(writer, config, problem.num_objectives,
                                   lambda line: console.print(line, highlight=False))
     try:
-        algorithm = evolve(config, evaluator, recorder)
+        algorithm = evolve(config, evaluator, recorder, problem)
     except BaseException:
         writer.close(completed=False)
         raise
@@ -137,8 +141,10 @@ def evolve_command(args: argparse.Namespace) -> int:
     writer.close()
     table = Table(title="result", show_header=False)
     table.add_row("problem", problem.name)
+    table.add_row("algorithm", config.algorithm.name)
     table.add_row("generations", str(config.algorithm.generations))
-    table.add_row("hypervolume (reference 1.1)", f"{hypervolume(algorithm.objectives, recorder.reference):.4f}")
+    for label, value in recorder.summary(algorithm):
+        table.add_row(label, value)
     table.add_row("wall time", f"{time.monotonic() - recorder.start:.1f} s")
     Console().print(table)
     print(path)

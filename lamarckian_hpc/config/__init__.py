@@ -7,14 +7,14 @@ here imports torch, gymnasium or the runtime: loading a config must be cheap and
 """
 
 from .base import ConfigError, RootSection, Section, StorageConfig
-from .evolve import EvolveConfig, EvolveRuntimeConfig, NSGA2Config, ProblemConfig
+from .evolve import EVOLVE_ALGORITHMS, EvolveConfig, EvolveRuntimeConfig, GAConfig, NSGA2Config, ProblemConfig
 from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
 from .loading import apply_overrides, build_config, load_config, parse_override
 from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
                     PPOConfig, RunConfig, RuntimeConfig, StopConfig)
 
 __all__ = ["ALGORITHMS", "apply_overrides", "A3CConfig", "AlgorithmConfig", "ConfigError", "DQNConfig", "EnvConfig", "EvolveConfig",
-           "EvolveRuntimeConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
+           "EvolveRuntimeConfig", "EVOLVE_ALGORITHMS", "GAConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
            "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "build_config",
            "load_config", "parse_override", "HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig",
            "PBTRuntimeConfig", "PBTStopConfig"]

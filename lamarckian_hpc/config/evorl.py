@@ -7,11 +7,14 @@ population is evolved, and which PPO hyperparameters PBT searches over which int
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Literal, Sequence
 
+import yaml
 from pydantic import Field, model_validator
 
 from .base import RootSection, Section, StorageConfig
+from .evolve import EvolveConfig
 from .train import EnvConfig, ModelConfig, PPOConfig
 
 SearchedHyperparameter = Literal["learning_rate", "value_weight", "entropy_weight"]
@@ -103,3 +106,24 @@ class PBTConfig(RootSection):
         if self.ppo.anneal_learning_rate and "learning_rate" in self.algorithm.hyperparameters:
             raise ValueError("ppo.anneal_learning_rate must be false when PBT searches learning_rate")
         return self
+
+
+#: `algorithm.name` of an evolve config -> the root config it is validated with (others: EvolveConfig).
+EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig}
+
+
+def evolve_config_model(path: str | Path | None, overrides: Sequence[str] = ()) -> type[RootSection]:
+    """The config model of an evolve run, from `algorithm.name` in the overrides or the YAML file.
+    A file that cannot be read picks EvolveConfig, whose loading then reports the problem."""
+    name = None
+    for text in overrides:
+        key, _, value = text.partition("=")
+        if key.strip() == "algorithm.name":
+            name = value.strip()
+    if name is None and path is not None:
+        try:
+            tree = yaml.safe_load(Path(path).read_text())
+            name = tree.get("algorithm", {}).get("name") if isinstance(tree, dict) else None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+            name = None
+    return EVORL_ALGORITHMS.get(str(name), EvolveConfig)

@@ -3,19 +3,35 @@
 SWMR forbids creating groups once writing has started, so the history is not one group per
 generation: it is a set of column datasets under `/population`, all growing together, with a
 `generation` column to select by. Readers see whole generations: columns are cut to the shortest.
+
+The genome's entries may be named (a PBT run's genome is its hyperparameters): the names are the
+group's `genome_names` attribute, written at creation like everything SWMR must not create later.
+`env_frames` holds what a learner had trained on when it was evaluated (0 for numeric problems).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import h5py
 import numpy as np
 
 POPULATION_GROUP = "population"
 CHUNK_ROWS = 256
+GENOME_NAMES_ATTRIBUTE = "genome_names"
+#: Columns a writer may leave out (filled with zeros): numeric problems have no env frames.
+OPTIONAL_COLUMNS = ("env_frames",)
 
 
-def create_population_datasets(file: h5py.File, genome_length: int, num_objectives: int) -> dict[str, h5py.Dataset]:
+def create_population_datasets(file: h5py.File, genome_length: int, num_objectives: int,
+                               genome_names: Sequence[str] = ()) -> dict[str, h5py.Dataset]:
+    """The columns under `/population`; a RunWriter's `population_shape` is (genome_length,
+    num_objectives) or (genome_length, num_objectives, genome_names)."""
+    if genome_names and len(genome_names) != genome_length:
+        raise ValueError(f"{len(genome_names)} genome names for a genome of length {genome_length}")
     group = file.create_group(POPULATION_GROUP)
+    if genome_names:
+        group.attrs[GENOME_NAMES_ATTRIBUTE] = np.array(list(genome_names), dtype=h5py.string_dtype())
     shapes: dict[str, tuple[tuple[int, ...], str]] = {
         "generation": ((), "int64"),
         "id": ((), "int64"),
@@ -24,6 +40,7 @@ def create_population_datasets(file: h5py.File, genome_length: int, num_objectiv
         "objectives": ((num_objectives,), "float64"),
         "wall_time": ((), "float64"),
         "worker": ((), "int64"),
+        "env_frames": ((), "int64"),
     }
     return {
         name: group.create_dataset(name, shape=(0, *inner), maxshape=(None, *inner), chunks=(CHUNK_ROWS, *inner),
@@ -33,10 +50,11 @@ def create_population_datasets(file: h5py.File, genome_length: int, num_objectiv
 
 
 def append_population_rows(datasets: dict[str, h5py.Dataset], rows: dict[str, np.ndarray]) -> None:
+    count = len(rows["id"])
+    rows = {**{name: np.zeros(count, dtype=np.int64) for name in OPTIONAL_COLUMNS if name in datasets}, **rows}
     missing = set(datasets) - set(rows)
     if missing:
         raise ValueError(f"population rows lack columns {sorted(missing)}")
-    count = len(rows["id"])
     for name, dataset in datasets.items():
         column = np.asarray(rows[name], dtype=dataset.dtype)
         if column.shape != (count, *dataset.shape[1:]):
@@ -55,3 +73,11 @@ def read_population(file: h5py.File) -> dict[str, np.ndarray]:
         dataset.refresh()
     length = min(dataset.shape[0] for dataset in group.values())
     return {name: dataset[:length] for name, dataset in group.items()}
+
+
+def read_genome_names(file: h5py.File) -> list[str]:
+    """Names of the genome's entries ([] when the run did not name them)."""
+    if POPULATION_GROUP not in file or GENOME_NAMES_ATTRIBUTE not in file[POPULATION_GROUP].attrs:
+        return []
+    return [name.decode() if isinstance(name, bytes) else str(name)
+            for name in file[POPULATION_GROUP].attrs[GENOME_NAMES_ATTRIBUTE]]

@@ -21,7 +21,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from lamarckian_hpc.storage.population import read_population
+from lamarckian_hpc.storage.population import read_genome_names, read_population
 from lamarckian_hpc.storage.run_file import (
     CONFIG_GROUP,
     CONFIG_JSON_ATTRIBUTE,
@@ -143,8 +143,17 @@ class RunReader:
 
     def population(self) -> dict[str, np.ndarray]:
         """Every individual evaluated so far, one row each (generation, id, parent_ids, genome,
-        objectives, wall_time, worker); empty for runs without a population."""
+        objectives, wall_time, worker, env_frames); empty for runs without a population."""
         return read_population(self._file)
+
+    def genome_names(self) -> list[str]:
+        """Names of the population's genome entries (a PBT run's hyperparameters); [] if unnamed."""
+        return read_genome_names(self._file)
+
+    def genome_columns(self) -> dict[str, np.ndarray]:
+        """The population's genomes as one named column each (empty when the genome is unnamed)."""
+        genomes = self.population().get("genome")
+        return {} if genomes is None else {name: genomes[:, k] for k, name in enumerate(self.genome_names())}
 
     def metrics(self) -> dict[str, MetricSeries]:
         return {name: self.metric(name) for name in self._columns}

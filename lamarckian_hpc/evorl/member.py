@@ -1,0 +1,144 @@
+"""One member of a PBT population: a PPO learner and its environments, trained an interval at a time.
+
+A member is the serial trainer's loop (sample a batch through the asynchronous MDP interface, one
+PPO update) cut into intervals of env frames, with three things PBT needs on top: new
+hyperparameters between intervals, and its weights read out and written in as plain numpy arrays,
+so that an exploit can copy them between processes (as Ray objects) without pickling torch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
+from ..runtime.episodes import RecentEpisodes
+from ..runtime.learner import make_learner, steps_per_update
+from ..runtime.sampling import make_sampling_side, spaces_of
+
+OPTIMIZER_PREFIX = "optimizer/"
+MODEL_PREFIX = "model/"
+EPISODE_RETURNS = "episodes/returns"
+EPISODE_LENGTHS = "episodes/lengths"
+
+
+def member_seed(seed: int, slot: int) -> int:
+    """Each slot gets its own seed, so members differ in weights and environments."""
+    return seed * 10_007 + slot
+
+
+def member_run_config(config: PBTConfig, slot: int) -> RunConfig:
+    """The single-run config a member trains with (serial, CPU), before PBT sets hyperparameters."""
+    return RunConfig(
+        seed=member_seed(config.seed, slot), env=config.env, model=config.model, algorithm=config.ppo,
+        runtime=RuntimeConfig(mode="serial", device="cpu", torch_threads=config.runtime.torch_threads),
+        stop=StopConfig(total_env_steps=config.stop.total_env_frames, target_return=config.stop.target_return,
+                        return_window=config.stop.return_window),
+        storage=config.storage,
+    )
+
+
+@dataclass
+class IntervalResult:
+    """What one member did in one interval; `reached_seconds` counts from the start of the call
+    of the process that trained it (so a driver can place it on its own clock)."""
+
+    slot: int
+    score: float  # mean return of the member's last return_window episodes; NaN before any episode
+    episode_returns: list[float] = field(default_factory=list)  # episodes finished in this interval
+    env_frames: int = 0  # the member's total
+    wall_seconds: float = 0.0
+    reached_seconds: float | None = None
+    reached_frames: int | None = None
+    updates: int = 0
+
+
+class Member:
+    def __init__(self, config: PBTConfig, slot: int) -> None:
+        self.slot = slot
+        self.run_config = member_run_config(config, slot)
+        self.learner = make_learner(self.run_config, *spaces_of(self.run_config))
+        self.sampling = make_sampling_side(self.run_config, self.run_config.seed, self.learner.model)
+        self.episodes = RecentEpisodes(config.stop.return_window)
+        self.target_return = config.stop.target_return
+        self.reached = False
+
+    @property
+    def env_frames(self) -> int:
+        return self.sampling.sampler.env_frames
+
+    def set_hyperparameters(self, values: dict[str, float]) -> None:
+        """Train from now on with these PPO fields (the learner reads them at every update)."""
+        algorithm = self.run_config.algorithm.model_copy(update={k: float(v) for k, v in values.items()})
+        self.run_config = self.run_config.model_copy(update={"algorithm": algorithm})
+        self.learner.config = self.run_config
+
+    def hyperparameters(self, names: tuple[str, ...]) -> dict[str, float]:
+        return {name: float(getattr(self.run_config.algorithm, name)) for name in names}
+
+    def train_interval(self, frames: int, clock_start: float, stop_on_target: bool,
+                       deadline: float | None = None) -> IntervalResult:
+        """Train until `frames` more env frames were sampled (or the target is reached when
+        `stop_on_target`, or the monotonic `deadline` passes)."""
+        sampler, experience_buffer = self.sampling.sampler, self.sampling.experience
+        batch_size = steps_per_update(self.run_config)
+        start = time.monotonic()
+        end_frames = sampler.env_frames + frames
+        result = IntervalResult(self.slot, float("nan"))
+        while sampler.env_frames < end_frames:
+            self.sampling.sample(batch_size)
+            experience = experience_buffer.take()
+            completed = sampler.take_completed()
+            self.episodes.add((r.episode_return for r in completed), (r.length for r in completed))
+            result.episode_returns += [float(r.episode_return) for r in completed]
+            self.learner.update(experience, sampler.env_frames)
+            sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+            result.updates += 1
+            if not self.reached and self.episodes.reached(self.target_return):
+                self.reached = True
+                result.reached_seconds = time.monotonic() - clock_start
+                result.reached_frames = sampler.env_frames
+                if stop_on_target:
+                    break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        mean = self.episodes.mean_return
+        result.score = float("nan") if mean is None else mean
+        result.env_frames = sampler.env_frames
+        result.wall_seconds = time.monotonic() - start
+        return result
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Weights, Adam moments and the recent episodes (they describe these weights), as arrays."""
+        arrays = {MODEL_PREFIX + name: tensor.detach().cpu().numpy().copy()
+                  for name, tensor in self.learner.model.state_dict().items()}
+        for index, slots in self.learner.optimizer.state_dict()["state"].items():
+            for key, value in slots.items():
+                arrays[f"{OPTIMIZER_PREFIX}{index}/{key}"] = torch.as_tensor(value).detach().cpu().numpy().copy()
+        arrays[EPISODE_RETURNS] = np.array(self.episodes.returns, dtype=np.float64)
+        arrays[EPISODE_LENGTHS] = np.array(self.episodes.lengths, dtype=np.int64)
+        return arrays
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Become a copy of the member whose `state()` this is (hyperparameters are set separately).
+        The copy has not reached the target itself until its own episodes say so."""
+        self.learner.model.load_state_dict({name[len(MODEL_PREFIX):]: torch.tensor(array)
+                                            for name, array in arrays.items() if name.startswith(MODEL_PREFIX)})
+        optimizer_state = self.learner.optimizer.state_dict()
+        moments: dict[int, dict[str, torch.Tensor]] = {}
+        for name, array in arrays.items():
+            if name.startswith(OPTIMIZER_PREFIX):
+                index, key = name[len(OPTIMIZER_PREFIX):].split("/")
+                moments.setdefault(int(index), {})[key] = torch.tensor(array)
+        optimizer_state["state"] = moments
+        self.learner.optimizer.load_state_dict(optimizer_state)
+        self.episodes = RecentEpisodes(self.episodes.window)
+        self.episodes.add(arrays[EPISODE_RETURNS].tolist(), arrays[EPISODE_LENGTHS].tolist())
+        self.learner.version += 1
+        self.sampling.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+
+    def close(self) -> None:
+        self.sampling.close()
