@@ -106,7 +106,7 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def evolve_command(args: argparse.Namespace) -> int:
-    from .config import EvolveConfig, PBTConfig
+    from .config import EMOGIConfig, EvolveConfig, PBTConfig
     from .config.evorl import evolve_config_model
 
     try:
@@ -117,6 +117,10 @@ def evolve_command(args: argparse.Namespace) -> int:
         from .evorl.command import pbt_command
 
         return pbt_command(config, run_path_for(config, args.config), args.config)
+    if isinstance(config, EMOGIConfig):
+        from .evorl.emogi_command import emogi_command
+
+        return emogi_command(config, run_path_for(config, args.config), args.config)
     from .runtime.evolution import GenerationRecorder, RayEvaluator, SerialEvaluator, evolve, make_problem
     from .storage import RunWriter
 

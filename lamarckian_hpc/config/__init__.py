@@ -8,6 +8,7 @@ here imports torch, gymnasium or the runtime: loading a config must be cheap and
 
 from .base import ConfigError, RootSection, Section, StorageConfig
 from .evolve import EVOLVE_ALGORITHMS, EvolveConfig, EvolveRuntimeConfig, GAConfig, NSGA2Config, ProblemConfig
+from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig
 from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
 from .loading import apply_overrides, build_config, load_config, parse_override
 from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
@@ -17,4 +18,4 @@ __all__ = ["ALGORITHMS", "apply_overrides", "A3CConfig", "AlgorithmConfig", "Con
            "EvolveRuntimeConfig", "EVOLVE_ALGORITHMS", "GAConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
            "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "build_config",
            "load_config", "parse_override", "HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig",
-           "PBTRuntimeConfig", "PBTStopConfig"]
+           "PBTRuntimeConfig", "PBTStopConfig", "EMOGIAlgorithmConfig", "EMOGIConfig", "EMOGIRuntimeConfig"]

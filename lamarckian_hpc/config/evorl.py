@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from .base import RootSection, Section, StorageConfig
+from .emogi import EMOGIConfig
 from .evolve import EvolveConfig
 from .train import EnvConfig, ModelConfig, PPOConfig
 
@@ -109,7 +110,7 @@ class PBTConfig(RootSection):
 
 
 #: `algorithm.name` of an evolve config -> the root config it is validated with (others: EvolveConfig).
-EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig}
+EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig, "emogi": EMOGIConfig}
 
 
 def evolve_config_model(path: str | Path | None, overrides: Sequence[str] = ()) -> type[RootSection]:

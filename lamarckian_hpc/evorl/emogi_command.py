@@ -1,0 +1,55 @@
+"""`lamarckian-hpc evolve` for an EMOGI config: the run file, a line per generation, and a table of
+the non-dominated policies' behaviour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..config.emogi import EMOGIConfig
+from ..storage import RunWriter
+from .emogi import EMOGIResult, run_emogi
+from .emogi_store import METRIC_NAMES, EMOGIRecorder, population_shape, write_results
+
+
+def front_table(result: EMOGIResult) -> Table:
+    """The final non-dominated policies, least active first."""
+    table = Table("id", "parents", "w_act", "w_lazy", "score", "wins", "pts", "active", "f1", "f2",
+                  title="non-dominated policies (score: normalized score; active: share of steps moved)")
+    front = [member for member in result.front if member.behaviour is not None]
+    for member in sorted(front, key=lambda m: m.behaviour.activeness):  # type: ignore[union-attr]
+        behaviour = member.behaviour
+        assert behaviour is not None
+        parents = ",".join(str(p) for p in member.parent_ids if p >= 0) or "-"
+        table.add_row(str(member.id), parents, f"{member.genome[0]:.3f}", f"{member.genome[1]:.3f}",
+                      f"{behaviour.normalized_score:.3f}", f"{behaviour.win_rate:.2f}",
+                      f"{behaviour.point_difference:+.1f}", f"{behaviour.activeness:.3f}",
+                      f"{-member.objectives[0]:.3f}", f"{-member.objectives[1]:.3f}")
+    return table
+
+
+def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None) -> int:
+    console = Console(stderr=True)
+    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
+                       population_shape=population_shape())  # type: ignore[arg-type]
+    console.print(f"run file: {path}", highlight=False)
+    recorder = EMOGIRecorder(writer, config, lambda line: console.print(line, highlight=False))
+    try:
+        result = run_emogi(config, recorder)
+    except KeyboardInterrupt:
+        writer.close(completed=False)
+        console.print(f"interrupted; the population history up to now is in {path}")
+        return 130
+    except BaseException:
+        writer.close(completed=False)
+        raise
+    writer.close()
+    write_results(path, result)
+    Console().print(front_table(result))
+    frames = sum(member.env_frames for member in result.history)
+    console.print(f"{len(result.history)} policies trained on {frames:,} env frames in {result.wall_time:.1f} s",
+                  highlight=False)
+    print(path)
+    return 0
