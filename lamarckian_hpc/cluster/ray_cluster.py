@@ -53,7 +53,7 @@ class RayClusterError(RuntimeError):
 class RaySettings:
     object_store_bytes: int = 150 * 1024 * 1024
     start_timeout_seconds: float = 180.0
-    stop_timeout_seconds: float = 30.0
+    stop_timeout_seconds: float = 15.0
     temp_root: str | None = None          # default: $TMPDIR or /tmp
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -243,12 +243,13 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
             wait_request(comm.Ibcast(release, root=0), None)  # until the driver is done
         finally:
             process.stop(settings.stop_timeout_seconds)
+            wait_request(comm.Ibarrier(), settings.stop_timeout_seconds + 10)  # the head goes last
         return None
     try:
         return _drive(driver, layout, labels, head_address, env, settings, process)
     finally:
-        release_request = comm.Ibcast(release, root=0)
-        wait_request(release_request, settings.stop_timeout_seconds)
+        if wait_request(comm.Ibcast(release, root=0), settings.stop_timeout_seconds):
+            wait_request(comm.Ibarrier(), settings.stop_timeout_seconds + 10)
         process.stop(settings.stop_timeout_seconds)
 
 

@@ -1,0 +1,96 @@
+"""The callable a launch submits: every task of the allocation runs it, rank 0 trains.
+
+Each task joins the per-job Ray cluster (`ray_cluster.run_on_ray_cluster`); on rank 0, the head,
+the driver trains with the config resolved on the submitting machine, recording into a run file
+whose path was also fixed there, so that the launcher can follow it and a requeued job continues
+the same file. The job is `submitit.helpers.Checkpointable`: when Slurm warns it of its time limit
+(`--signal=USR2@<delay>`), submitit requeues it, and the next run resumes from the last
+checkpoint beside the run file (see `_train`, the one place where resuming is decided).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from ..comm.topology import build_tree
+from .ray_cluster import RayClusterInfo, RaySettings, run_on_ray_cluster
+from .slurm_env import SlurmJob
+
+
+@dataclass(frozen=True)
+class TrainJobSpec:
+    """Everything the job needs, as plain data (submitit stores it in the job folder)."""
+
+    config: dict[str, Any]       # the resolved run config (JSON types)
+    config_file: str
+    run_path: str                # absolute: the job may start in another directory
+    log_dir: str                 # submitit's folder of this job
+    ray_object_store_mb: int = 200
+
+
+def cluster_meta(info: RayClusterInfo, slurm: SlurmJob | None) -> dict[str, Any]:
+    """What `/meta` records about where the run ran: hosts, the broadcast tree over them, the
+    discovered nodes, the Ray nodes and the Slurm job."""
+    hosts = list(slurm.nodes) if slurm is not None else list(info.labels)
+    return {
+        "hosts": hosts,
+        "broadcast_tree": build_tree(hosts).to_dict(),
+        "cluster_nodes": [asdict(node) for node in info.layout.nodes],
+        "ray_nodes": info.node_ids,
+        "ray_head_address": info.head_address,
+        "slurm_job_id": slurm.job_id if slurm else "",
+        "slurm_restart_count": slurm.restart_count if slurm else 0,
+        "driver_host": socket.gethostname(),
+    }
+
+
+def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
+    """Rank 0's driver: resume when a checkpoint exists, else start the run."""
+    from ..config import build_config
+    from ..runtime.checkpoint import checkpoint_path
+    from ..runtime.training_run import run_training
+
+    runtime = dict(spec.config.get("runtime", {}))
+    runtime["ray_address"] = info.head_address
+    if runtime.get("num_actors") is None:  # every CPU of the allocation but the learner's
+        runtime["num_actors"] = max(1, sum(node.cores for node in info.layout.nodes) - 1)
+    config = build_config({**spec.config, "runtime": runtime}, f"{spec.config_file} (launched)")
+    slurm = SlurmJob.from_environ()
+    run_path = Path(spec.run_path)
+    # ---- resume point: a requeued (or restarted) job continues from its last checkpoint ----
+    resume = checkpoint_path(run_path).is_file()
+    meta = cluster_meta(info, slurm)
+    if not resume:
+        meta["config_file"] = spec.config_file
+    print(f"{'resuming' if resume else 'starting'} {run_path} on {len(info.labels)} Ray nodes "
+          f"(head {info.head_address})", flush=True)
+    result = run_training(config, run_path, resume=resume, meta=meta)
+    return {
+        "run_path": str(run_path),
+        "env_frames": result.env_frames,
+        "updates": result.updates,
+        "episodes": result.episodes,
+        "wall_time_seconds": result.wall_time_seconds,
+        "recent_return_mean": result.recent_return_mean,
+        "resumed": resume,
+        "restart_count": slurm.restart_count if slurm else 0,
+        "ray_nodes": len(info.node_ids),
+        "hosts": meta["hosts"],
+    }
+
+
+class TrainJob(submitit.helpers.Checkpointable):
+    """Submitted once, run by every task; requeued with the same spec at the time limit
+    (`Checkpointable.checkpoint` resubmits the same arguments, and `_train` finds the checkpoint)."""
+
+    def __call__(self, spec: TrainJobSpec) -> dict[str, Any] | None:
+        os.environ.setdefault("PYTHONUNBUFFERED", "1")
+        settings = RaySettings(object_store_bytes=spec.ray_object_store_mb * 1024 * 1024)
+        log_dir = spec.log_dir.replace("%j", os.environ.get("SLURM_JOB_ID", "local"))
+        return run_on_ray_cluster(lambda info: _train(spec, info), settings=settings, log_dir=log_dir)

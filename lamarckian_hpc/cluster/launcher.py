@@ -1,0 +1,147 @@
+"""`lamarckian-hpc launch`: submit a training run to Slurm through submitit and follow it.
+
+The run's config is validated and its run-file path fixed here, before anything is submitted, so
+that a bad config fails at once and the launcher can say where the HDF5 goes and read progress
+from it while the job runs. The job is followed with `scheduler.job_state` rather than submitit's
+own watcher: without accounting, submitit reads UNKNOWN forever for a job that dies without a
+result. Every wait has a deadline; a job that ends without a result is an error naming its state
+and its log.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import submitit
+
+from ..config import RunConfig
+from ..config.launch import LaunchConfig
+from .job import TrainJob, TrainJobSpec
+from .scheduler import JobState, job_state
+
+RESULT_GRACE_SECONDS = 15.0   # a finished job's result file may appear shortly after its state
+QUEUE_MARGIN_SECONDS = 3600.0
+
+
+class LaunchError(RuntimeError):
+    """The job ended without a result, or could not be followed; one line plus the log's tail."""
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    job_id: str
+    state: str
+    run_path: Path
+    result: dict[str, Any]
+
+
+def make_executor(launch: LaunchConfig) -> submitit.SlurmExecutor:
+    """A Slurm executor for one bootstrap task per node, MPI through PMI2 for discovery."""
+    launch.folder.mkdir(parents=True, exist_ok=True)
+    executor = submitit.SlurmExecutor(folder=launch.folder / "%j", max_num_timeout=launch.max_requeues)
+    parameters: dict[str, Any] = {
+        "nodes": launch.nodes, "ntasks_per_node": 1, "cpus_per_task": launch.cpus_per_node,
+        "time": launch.time_minutes, "job_name": launch.job_name,
+        "signal_delay_s": launch.signal_delay_seconds,
+        # --kill-on-bad-exit: a bootstrap task that dies ends the job instead of leaving it waiting.
+        "srun_args": ["--mpi=pmi2", "--kill-on-bad-exit=1"],
+    }
+    optional = {"partition": launch.partition, "account": launch.account, "exclude": launch.exclude,
+                "constraint": launch.constraint}
+    parameters.update({key: value for key, value in optional.items() if value is not None})
+    if launch.gpus_per_node:
+        parameters["gpus_per_node"] = launch.gpus_per_node
+    executor.update_parameters(**parameters)
+    return executor
+
+
+def submit(config: RunConfig, config_file: str, run_path: Path, launch: LaunchConfig) -> submitit.Job:
+    spec = TrainJobSpec(config=config.to_json_dict(), config_file=str(config_file),
+                        run_path=str(run_path.resolve()), log_dir=str((launch.folder / "%j").resolve()),
+                        ray_object_store_mb=launch.ray_object_store_mb)
+    run_path.parent.mkdir(parents=True, exist_ok=True)
+    executor = make_executor(launch)
+    job = executor.submit(TrainJob(), spec)
+    return job
+
+
+def _progress_line(run_path: Path) -> str | None:
+    """Frames, policy version and recent return as the run file holds them now (None before it exists)."""
+    if not run_path.is_file():
+        return None
+    from ..storage import open_run
+
+    try:
+        with open_run(run_path) as run:
+            curve = run.metric("episode_return_mean")
+    except (OSError, KeyError, ValueError):
+        return None
+    if len(curve.env_frames) == 0:
+        return None
+    return (f"{int(curve.env_frames[-1]):,} frames, policy version {int(curve.policy_version[-1])}, "
+            f"mean return {float(curve.value[-1]):.1f}")
+
+
+def _log_tail(job: submitit.Job, lines: int = 20) -> str:
+    try:
+        text = job.task(0).paths.stderr.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def wait_timeout(launch: LaunchConfig) -> float:
+    if launch.wait_timeout_seconds is not None:
+        return launch.wait_timeout_seconds
+    return launch.time_minutes * 60.0 * (launch.max_requeues + 1) + QUEUE_MARGIN_SECONDS
+
+
+def follow(job: submitit.Job, run_path: Path, launch: LaunchConfig,
+           say: Callable[[str], None] = print) -> LaunchResult:
+    """Report state changes and progress until the job ends; its result, or LaunchError."""
+    deadline = time.monotonic() + wait_timeout(launch)
+    last_state, last_progress = "", ""
+    final_since: float | None = None
+    while True:
+        state = job_state(job.job_id)
+        shown = state.state + (f" (restart {state.restarts})" if state.restarts else "")
+        if shown != last_state:
+            say(f"job {job.job_id}: {shown}" + (f", {state.reason}" if state.reason not in ("", "None") else ""))
+            last_state = shown
+        progress = _progress_line(run_path)
+        if progress and progress != last_progress:
+            say(f"job {job.job_id}: {progress}")
+            last_progress = progress
+        if job.task(0).paths.result_pickle.exists():  # rank 0 holds the driver's result
+            return _collect(job, run_path, state)
+        if state.final:
+            final_since = final_since or time.monotonic()
+            if time.monotonic() - final_since > RESULT_GRACE_SECONDS:
+                raise LaunchError(_ended_without_result(job, state))
+        else:
+            final_since = None
+        if time.monotonic() > deadline:
+            raise LaunchError(f"job {job.job_id} still {state.state} after {wait_timeout(launch):.0f} s; "
+                              f"stopped following it (it keeps running; scancel {job.job_id} ends it)")
+        time.sleep(launch.poll_interval_seconds)
+
+
+def _collect(job: submitit.Job, run_path: Path, state: JobState) -> LaunchResult:
+    try:
+        outcome = job.task(0).result()
+    except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as error:
+        lines = [line for line in str(error).strip().splitlines() if line.strip()]
+        raise LaunchError(f"job {job.job_id} failed: {lines[-1].strip() if lines else 'no message'}; "
+                          f"log: {job.task(0).paths.stderr}") from None
+    return LaunchResult(job.job_id, "COMPLETED" if not state.final else state.state, run_path, outcome or {})
+
+
+def _ended_without_result(job: submitit.Job, state: JobState) -> str:
+    reason = f", reason {state.reason}" if state.reason not in ("", "None") else ""
+    exit_code = f", exit code {state.exit_code}" if state.exit_code else ""
+    tail = _log_tail(job)
+    return (f"job {job.job_id} ended {state.state}{reason}{exit_code} without a result (from {state.source}); "
+            f"log: {job.task(0).paths.stderr}" + (f"\n{tail}" if tail else ""))
