@@ -8,9 +8,9 @@ like a single run would.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import RootSection, Section, StorageConfig
 from .train import EnvConfig, ModelConfig, PPOConfig
@@ -73,11 +73,18 @@ class EMOGIConfig(RootSection):
     runtime: EMOGIRuntimeConfig = Field(default_factory=EMOGIRuntimeConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
 
-    @model_validator(mode="after")
-    def _behaviour_env(self) -> EMOGIConfig:
-        if self.env.id not in EMOGI_ENV_IDS:
-            raise ValueError(f"env.id must be one of {', '.join(EMOGI_ENV_IDS)} for emogi, got {self.env.id!r}")
-        taken = sorted(set(BEHAVIOUR_KWARGS) & set(self.env.kwargs))
+    @field_validator("env", mode="before")
+    @classmethod
+    def _pong_by_default(cls, section: Any) -> Any:
+        """An env section that names no id means the vector Pong, not train's default env."""
+        return {"id": EMOGI_ENV_IDS[0], **section} if isinstance(section, dict) else section
+
+    @field_validator("env", mode="after")
+    @classmethod
+    def _behaviour_env(cls, env: EnvConfig) -> EnvConfig:
+        if env.id not in EMOGI_ENV_IDS:
+            raise ValueError(f"id must be one of {', '.join(EMOGI_ENV_IDS)} for emogi, got {env.id!r}")
+        taken = sorted(set(BEHAVIOUR_KWARGS) & set(env.kwargs))
         if taken:
-            raise ValueError(f"env.kwargs must not set {', '.join(taken)}: emogi sets them per policy")
-        return self
+            raise ValueError(f"kwargs must not set {', '.join(taken)}: emogi sets them per policy")
+        return env
