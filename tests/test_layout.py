@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lamarckian_hpc"
-PURE = ("rl", "ec", "mdp", "models")
+PURE = ("rl", "ec", "mdp", "models", "envs")
 FORBIDDEN_IN_PURE = {"ray", "zmq", "threading", "h5py", "multiprocessing", "mpi4py", "submitit"}
 LEAVES = ("comm", "storage")
 FORBIDDEN_IN_LEAVES = {"rl", "ec", "runtime", "evorl", "cli", "cluster", "mdp", "models"}
