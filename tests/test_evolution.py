@@ -1,8 +1,10 @@
-"""The evolution driver: serial and Ray evaluation give the same population for a fixed seed,
-failed or slow evaluations do not stop a generation, and `evolve` records every generation."""
+"""The evolution driver: serial and Ray evaluation give the same population for a fixed seed (NSGA-II
+and both GA variants), failed or slow evaluations do not stop a generation, `evolve` records every
+generation of NSGA-II and GA runs, and mismatched configs are one-line errors."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lamarckian_hpc.config import load_config, EvolveConfig
+from lamarckian_hpc.config import EVOLVE_ALGORITHMS, ConfigError, EvolveConfig, load_config
 from lamarckian_hpc.ec import Problem
 from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve, make_problem
 from lamarckian_hpc.storage import open_run
@@ -92,3 +94,111 @@ def test_bad_evolve_config_is_one_line(tmp_path):
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "algorithm" in lines[0] and "even" in lines[0]
+
+
+def _ga_config(*overrides: str) -> EvolveConfig:
+    return load_config(ROOT / "configs" / "ga_tsp.yaml", ["algorithm.population_size=16", "algorithm.generations=6",
+                                                          "algorithm.offspring_per_step=6", *overrides], EvolveConfig)
+
+
+@pytest.mark.parametrize("variant", ["generational", "steady_state"])
+def test_ga_gives_the_same_population_serially_and_on_ray(local_ray, variant):
+    config = _ga_config(f"algorithm.variant={variant}")
+    problem = make_problem(config)
+    serial = evolve(config, SerialEvaluator(problem))
+    distributed = evolve(config, RayEvaluator(problem, config))
+    np.testing.assert_array_equal(serial.genomes, distributed.genomes)
+    np.testing.assert_array_equal(serial.ids, distributed.ids)
+    assert problem.coding.valid(distributed.genomes).all()
+
+
+def _evolve_cli(tmp_path: Path, config: str, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lamarckian_hpc", "evolve", str(ROOT / "configs" / config),
+                           f"storage.directory={tmp_path}", "storage.run_name=ga", *overrides],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def _check_ga_history(path: Path, problem: Problem, rows_per_generation: list[int]) -> dict[str, np.ndarray]:
+    with open_run(path) as run:
+        assert run.closed_cleanly
+        population = run.population()
+        best = run.metric("best_objective")
+    generations = population["generation"]
+    assert np.bincount(generations).tolist() == rows_per_generation
+    assert len(set(population["id"].tolist())) == sum(rows_per_generation)  # every individual once
+    for generation in range(1, len(rows_per_generation)):  # parents were born in an earlier generation
+        earlier = set(population["id"][generations < generation].tolist())
+        assert set(population["parent_ids"][generations == generation].ravel().tolist()) <= earlier
+    assert (population["parent_ids"][generations == 0] == -1).all()
+    assert problem.coding.valid(population["genome"]).all()
+    np.testing.assert_allclose(population["objectives"], problem.evaluate(population["genome"]))  # genomes round-trip
+    assert (population["worker"] > 0).all() and (population["wall_time"] >= 0).all()
+    assert len(best) == len(rows_per_generation)
+    assert best.value[-1] == population["objectives"].min()  # the best is never lost
+    assert best.env_frames[-1] == sum(rows_per_generation)  # evaluations so far
+    return population
+
+
+def test_ga_on_a_permutation_problem_records_every_generation(tmp_path):
+    result = _evolve_cli(tmp_path, "ga_tsp.yaml", "runtime.mode=serial", "algorithm.population_size=20",
+                         "algorithm.generations=5", "algorithm.offspring_per_step=4")
+    assert result.returncode == 0, result.stderr
+    assert "best objective" in result.stdout
+    _check_ga_history(tmp_path / "ga.h5", make_problem(_ga_config()), [20, 4, 4, 4, 4])
+
+
+def test_ga_on_ray_records_every_generation(local_ray, tmp_path):
+    address = ray.get_runtime_context().gcs_address  # join the tests' Ray instead of starting another
+    result = _evolve_cli(tmp_path, "ga_rastrigin.yaml", "runtime.mode=ray", f"runtime.ray_address={address}",
+                         "algorithm.population_size=10", "algorithm.generations=3", "algorithm.elite_count=2")
+    assert result.returncode == 0, result.stderr
+    config = load_config(ROOT / "configs" / "ga_rastrigin.yaml", [], EvolveConfig)
+    population = _check_ga_history(tmp_path / "ga.h5", make_problem(config), [10, 8, 8])
+    assert population["genome"].shape == (26, 10)
+
+
+def test_unknown_algorithm_name_is_one_line_naming_the_allowed_ones(tmp_path):
+    result = _evolve_cli(tmp_path, "ga_rastrigin.yaml", "algorithm.name=simulated_annealing")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert "algorithm" in lines[0] and "'simulated_annealing'" in lines[0] and "nsga2, ga" in lines[0]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algorithm.name=ga"], "algorithm ga needs a single-objective problem (sphere, rastrigin, onemax, tsp)"),
+    (["problem.name=sphere"], "algorithm nsga2 needs a multi-objective problem"),
+    (["algorithm.name=ga", "problem.name=tsp", "algorithm.crossover=sbx"], "sbx does not fit problem tsp "
+                                                                            "(permutation coding); use one of order"),
+    (["algorithm.name=ga", "problem.name=onemax", "algorithm.mutation=swap"], "use one of bit_flip"),
+    (["algorithm.name=ga", "problem.name=sphere", "algorithm.elite_count=100"], "elite_count (100) must be below"),
+    (["algorithm.name=ga", "problem.name=sphere", "algorithm.variant=island"], "algorithm.variant"),
+    (["problem.name=dtlz2", "problem.num_variables=2"], "at least num_objectives (3)"),
+    (["problem.num_objectives=4"], "num_objectives applies to dtlz problems only"),
+])
+def test_evolve_config_mismatches_are_reported(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as error:
+        load_config(None, overrides, EvolveConfig)
+    assert "\n" not in str(error.value)
+
+
+def test_config_tables_match_the_ec_package():
+    from lamarckian_hpc.config import evolve as evolve_config
+    from lamarckian_hpc.ec import variation
+
+    assert evolve_config.CROSSOVER_CODINGS == variation.CROSSOVER_CODINGS
+    assert evolve_config.MUTATION_CODINGS == variation.MUTATION_CODINGS
+    for name in evolve_config.MULTI_OBJECTIVE_PROBLEMS + evolve_config.SINGLE_OBJECTIVE_PROBLEMS:
+        config = load_config(None, [f"problem.name={name}", "algorithm.name="
+                                    + ("ga" if name in evolve_config.SINGLE_OBJECTIVE_PROBLEMS else "nsga2")],
+                             EvolveConfig)
+        problem = make_problem(config)
+        assert problem.coding.kind == config.problem.coding
+        assert (problem.num_objectives == 1) == (name in evolve_config.SINGLE_OBJECTIVE_PROBLEMS)
+
+
+def test_every_evolve_algorithm_field_is_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    missing = [f"algorithm.{field}" for model in EVOLVE_ALGORITHMS.values() for field in model.model_fields
+               if f"`algorithm.{field}`" not in readme]
+    assert not missing, f"README's evolve reference lacks {missing}"

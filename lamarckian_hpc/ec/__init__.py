@@ -1,7 +1,6 @@
 """Evolutionary computation as ask/tell over arrays: the Evaluator interface, codings, populations
 with lineage, operators, ranking, NSGA-II, the GA, the ES family and test problems."""
 
-from .cmaes import CMAES
 from .coding import CODING_KINDS, Coding
 from .evaluator import Description, Evaluator
 from .ga import GA
@@ -17,3 +16,13 @@ __all__ = ["CMAES", "CODING_KINDS", "Coding", "Description", "Evaluator", "GA", 
            "OpenAIES", "Population", "Problem", "centered_ranks", "circle_cities", "crowding_distance", "dtlz", "dtlz2",
            "hypervolume", "inverted_generational_distance", "make_crossover", "make_mutation", "non_dominated_fronts",
            "onemax", "rank_and_crowding", "rastrigin", "sphere", "tsp", "zdt"]
+
+
+def __getattr__(name: str) -> object:
+    """CMAES on first use only: `cma` pulls in scipy.stats, which every evaluation worker would
+    otherwise import for nothing."""
+    if name == "CMAES":
+        from .cmaes import CMAES
+
+        return CMAES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The evolution driver: runs an ask/tell EC algorithm, evaluating its offspring serially or
+"""The evolution driver: runs an ask/tell EC algorithm (NSGA-II or the GA), evaluating its offspring serially or
 asynchronously on Ray (the paper's Fig. 1), and records every generation in the run file.
 
 On Ray each offspring is its own task; results are collected as each one finishes, and selection
@@ -16,27 +16,52 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from ..config import EvolveConfig
-from ..ec import NSGA2, Problem, dtlz2, hypervolume, zdt
+from ..config import EvolveConfig, GAConfig
+from ..ec import (GA, NSGA2, Evaluator, Problem, dtlz, hypervolume, make_crossover, make_mutation, onemax, rastrigin,
+                  sphere, tsp, zdt)
+from ..ec.evaluator import evaluate_one
 from ..storage import RunWriter
 
 log = logging.getLogger(__name__)
 
+EvolutionAlgorithm = NSGA2 | GA
+SINGLE_OBJECTIVE_FACTORIES: dict[str, Callable[..., Problem]] = {"sphere": sphere, "rastrigin": rastrigin,
+                                                                  "onemax": onemax, "tsp": tsp}
+
 
 def make_problem(config: EvolveConfig) -> Problem:
+    """The configured test problem (tsp: the fixed circle instance, whatever the run's seed)."""
     spec = config.problem
-    if spec.name == "dtlz2":
-        return dtlz2(3, spec.num_variables or 12)
-    return zdt(int(spec.name[-1]), spec.num_variables or 30)
+    if spec.name.startswith("zdt"):
+        return zdt(int(spec.name[3:]), spec.num_variables)
+    if spec.name.startswith("dtlz"):
+        return dtlz(int(spec.name[4:]), spec.num_objectives or 3, spec.num_variables)
+    factory = SINGLE_OBJECTIVE_FACTORIES[spec.name]
+    return factory(spec.num_variables) if spec.num_variables else factory()
 
 
-def evaluate_one(problem: Problem, genome: np.ndarray, delay_seconds: float) -> tuple[np.ndarray, float, int]:
-    """Objectives of one genome, its evaluation wall time and the worker's pid."""
-    start = time.perf_counter()
-    if delay_seconds:
-        time.sleep(delay_seconds)
-    objectives = problem.evaluate(genome[None, :])[0]
-    return objectives, time.perf_counter() - start, os.getpid()
+def make_algorithm(config: EvolveConfig, evaluator: Evaluator) -> EvolutionAlgorithm:
+    """NSGA-II or the GA, seeded from the config, over the evaluator's coding."""
+    spec, rng = config.algorithm, np.random.default_rng(config.seed)
+    coding = evaluator.describe().coding
+    if isinstance(spec, GAConfig):
+        crossover = make_crossover(spec.crossover, coding, spec.crossover_probability, spec.crossover_eta)
+        mutation = make_mutation(spec.mutation, coding, spec.mutation_eta, spec.mutation_probability)
+        return GA(evaluator.initialize, spec.population_size, rng, crossover, mutation, spec.variant, spec.elite_count,
+                  spec.tournament_size, spec.offspring_per_step)
+    return NSGA2(coding.lower, coding.upper, spec.population_size, rng, spec.crossover_eta,
+                 spec.crossover_probability, spec.mutation_eta)
+
+
+def hypervolume_reference(config: EvolveConfig, num_objectives: int) -> np.ndarray:
+    """1.1 times the nadir of the problem's Pareto front: 1 per objective for ZDT and DTLZ2-6,
+    0.5 for DTLZ1, and 2M for DTLZ7's last objective."""
+    nadir = np.ones(num_objectives)
+    if config.problem.name == "dtlz1":
+        nadir[:] = 0.5
+    elif config.problem.name == "dtlz7":
+        nadir[-1] = 2.0 * num_objectives
+    return 1.1 * nadir
 
 
 @dataclass(frozen=True)
@@ -47,18 +72,23 @@ class Evaluations:
     failures: int
 
 
-class Evaluator(Protocol):
+class EvaluationBackend(Protocol):
+    """Where an `ec.Evaluator` runs: in this process or on Ray workers."""
+
     def evaluate(self, genomes: np.ndarray) -> Evaluations: ...
 
     def close(self) -> None: ...
 
 
 class SerialEvaluator:
-    def __init__(self, problem: Problem, delay_seconds: float = 0.0) -> None:
-        self.problem, self.delay_seconds = problem, delay_seconds
+    """Evaluates one genome after the other in this process (debuggable, and the reference that
+    the Ray backend must reproduce)."""
+
+    def __init__(self, evaluator: Evaluator, delay_seconds: float = 0.0) -> None:
+        self.evaluator, self.delay_seconds = evaluator, delay_seconds
 
     def evaluate(self, genomes: np.ndarray) -> Evaluations:
-        results = [evaluate_one(self.problem, genome, self.delay_seconds) for genome in genomes]
+        results = [evaluate_one(self.evaluator, genome, self.delay_seconds) for genome in genomes]
         return Evaluations(np.array([r[0] for r in results]), np.array([r[1] for r in results]),
                            np.array([r[2] for r in results]), 0)
 
@@ -69,7 +99,7 @@ class SerialEvaluator:
 class RayEvaluator:
     """Each genome is a Ray task; results are gathered as they complete, in any order."""
 
-    def __init__(self, problem: Problem, config: EvolveConfig) -> None:
+    def __init__(self, evaluator: Evaluator, config: EvolveConfig) -> None:
         import ray
 
         self.ray = ray
@@ -83,14 +113,14 @@ class RayEvaluator:
                          object_store_memory=100 * 1024 * 1024, **common)
                 self.started_ray = True
         self.task = ray.remote(num_cpus=1, max_retries=0)(evaluate_one)
-        self.problem_ref = ray.put(problem)
+        self.evaluator_ref = ray.put(evaluator)  # shipped to the object store once, not with every task
         self.delay_seconds = config.problem.evaluation_delay_seconds
         self.timeout_seconds = config.runtime.evaluation_timeout_seconds
-        self.num_objectives = problem.num_objectives
+        self.num_objectives = evaluator.describe().num_objectives
 
     def evaluate(self, genomes: np.ndarray) -> Evaluations:
         ray = self.ray
-        pending = {self.task.remote(self.problem_ref, genome, self.delay_seconds): index
+        pending = {self.task.remote(self.evaluator_ref, genome, self.delay_seconds): index
                    for index, genome in enumerate(genomes)}
         objectives = np.full((len(genomes), self.num_objectives), np.inf)
         wall_times, workers = np.full(len(genomes), np.nan), np.full(len(genomes), -1)
@@ -117,18 +147,18 @@ class RayEvaluator:
             self.ray.shutdown()
 
 
-GenerationHook = Callable[[int, NSGA2, np.ndarray, Evaluations], None]
+GenerationHook = Callable[[int, EvolutionAlgorithm, np.ndarray, Evaluations], None]
 
 
-def evolve(config: EvolveConfig, evaluator: Evaluator, on_generation: GenerationHook | None = None) -> NSGA2:
-    """Run NSGA-II for `config.algorithm.generations` generations (the initial one included)."""
-    problem = make_problem(config)
-    spec = config.algorithm
-    algorithm = NSGA2(problem.lower, problem.upper, spec.population_size, np.random.default_rng(config.seed),
-                      spec.crossover_eta, spec.crossover_probability, spec.mutation_eta)
-    for generation in range(spec.generations):
+def evolve(config: EvolveConfig, backend: EvaluationBackend, on_generation: GenerationHook | None = None,
+           evaluator: Evaluator | None = None) -> EvolutionAlgorithm:
+    """Run the configured algorithm for `config.algorithm.generations` ask/tell rounds (the initial
+    population included), evaluating through `backend`; `evaluator` (default: the configured
+    problem) supplies the coding and the initial genomes."""
+    algorithm = make_algorithm(config, evaluator if evaluator is not None else make_problem(config))
+    for generation in range(config.algorithm.generations):
         genomes = algorithm.ask()
-        evaluations = evaluator.evaluate(genomes)
+        evaluations = backend.evaluate(genomes)
         algorithm.tell(genomes, evaluations.objectives)
         if on_generation is not None:
             on_generation(generation, algorithm, genomes, evaluations)
@@ -137,31 +167,58 @@ def evolve(config: EvolveConfig, evaluator: Evaluator, on_generation: Generation
 
 class GenerationRecorder:
     """Writes each generation to the run file: every evaluated individual into the population
-    history, and the generation's hypervolume, failures and duration as metrics."""
+    history, and the generation's quality (hypervolume with several objectives, best and mean
+    objective with one), failures and duration as metrics."""
 
-    METRIC_NAMES = ("hypervolume", "evaluation_failures", "generation_seconds")
+    MULTI_OBJECTIVE_METRICS = ("hypervolume", "evaluation_failures", "generation_seconds")
+    SINGLE_OBJECTIVE_METRICS = ("best_objective", "mean_objective", "evaluation_failures", "generation_seconds")
+    METRIC_NAMES = MULTI_OBJECTIVE_METRICS  # kept for callers that record NSGA-II only
 
     def __init__(self, writer: RunWriter, config: EvolveConfig, num_objectives: int,
                  report: Callable[[str], None] | None = None, report_every: int = 10) -> None:
         self.writer, self.config, self.report, self.report_every = writer, config, report, report_every
-        self.reference = np.full(num_objectives, 1.1)
+        self.num_objectives = num_objectives
+        self.reference = hypervolume_reference(config, num_objectives)
         self.start = self._last = time.monotonic()
 
-    def __call__(self, generation: int, algorithm: NSGA2, genomes: np.ndarray, evaluations: Evaluations) -> None:
+    @classmethod
+    def metric_names(cls, num_objectives: int) -> tuple[str, ...]:
+        return cls.MULTI_OBJECTIVE_METRICS if num_objectives > 1 else cls.SINGLE_OBJECTIVE_METRICS
+
+    def quality(self, algorithm: EvolutionAlgorithm) -> dict[str, float]:
+        """The current population's quality metrics."""
+        assert algorithm.objectives is not None
+        if self.num_objectives > 1:
+            return {"hypervolume": hypervolume(algorithm.objectives, self.reference)}
+        values = algorithm.objectives[:, 0]
+        finite = values[np.isfinite(values)]
+        return {"best_objective": float(values.min()),
+                "mean_objective": float(finite.mean()) if len(finite) else float("inf")}
+
+    def summary(self, algorithm: EvolutionAlgorithm) -> list[tuple[str, str]]:
+        """Rows of the result table printed at the end of a run."""
+        if self.num_objectives > 1:
+            reference = ", ".join(f"{value:g}" for value in self.reference)
+            return [(f"hypervolume (reference {reference})", f"{self.quality(algorithm)['hypervolume']:.4f}")]
+        return [("best objective", f"{self.quality(algorithm)['best_objective']:.6g}")]
+
+    def __call__(self, generation: int, algorithm: EvolutionAlgorithm, genomes: np.ndarray,
+                 evaluations: Evaluations) -> None:
         now = time.monotonic()
         self.writer.append_population({
             "generation": np.full(len(genomes), generation), "id": algorithm.told_ids,
             "parent_ids": algorithm.told_parent_ids, "genome": genomes, "objectives": evaluations.objectives,
             "wall_time": evaluations.wall_times, "worker": evaluations.workers,
         })
-        volume = hypervolume(algorithm.objectives, self.reference)
-        self.writer.append_many({"hypervolume": volume, "evaluation_failures": float(evaluations.failures),
+        quality = self.quality(algorithm)
+        self.writer.append_many({**quality, "evaluation_failures": float(evaluations.failures),
                                  "generation_seconds": now - self._last},
-                                env_frames=(generation + 1) * len(genomes), policy_version=generation,
+                                env_frames=algorithm.counter.next_id, policy_version=generation,
                                 wall_time=now - self.start)
         self.writer.flush_if_due(self.config.storage.metrics_interval_seconds)
         last_generation = generation == self.config.algorithm.generations - 1
         if self.report is not None and (generation % self.report_every == 0 or last_generation):
-            self.report(f"generation {generation + 1}/{self.config.algorithm.generations}  hypervolume "
-                        f"{volume:.4f}  failures {evaluations.failures}  {now - self.start:.1f}s")
+            shown = "  ".join(f"{name.replace('_', ' ')} {value:.4g}" for name, value in quality.items())
+            self.report(f"generation {generation + 1}/{self.config.algorithm.generations}  {shown}  "
+                        f"failures {evaluations.failures}  {now - self.start:.1f}s")
         self._last = now
