@@ -132,3 +132,22 @@ def test_population_reads_out_individuals():
         Population(np.zeros((2, 2)), np.zeros((3, 1)), np.arange(2), np.zeros((2, 2)))
     with pytest.raises(ValueError, match="coding kind"):
         Coding("tree", np.zeros(2), np.ones(2))
+
+
+def _shifted_squares(X: np.ndarray) -> np.ndarray:
+    return ((X - 3.0) ** 2).sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("variant, rounds, settings", [("generational", 100, {}),
+                                                       ("steady_state", 1000, {"offspring_per_step": 4})])
+def test_ga_solves_an_integer_problem_with_rounding_operators(variant, rounds, settings):
+    """Integer coding: rounding SBX and polynomial mutation find the lattice point (3, ..., 3) exactly."""
+    from lamarckian_hpc.ec import Problem
+
+    problem = Problem("integer-squares", 8, 1, np.full(8, -10.0), np.full(8, 10.0), _shifted_squares,
+                      coding_kind="integer", optimum=0.0)
+    algorithm = _run(_ga(problem, variant, 40, **settings), problem, rounds)
+    assert problem.coding.valid(algorithm.genomes).all()  # integers within bounds throughout
+    best, value = algorithm.best
+    assert value == 0.0
+    np.testing.assert_array_equal(best, 3.0)
