@@ -155,3 +155,12 @@ def test_crowded_tournament_never_picks_the_worse_of_a_pair():
     np.testing.assert_array_equal(badness[winners], np.minimum(badness[a], badness[b]))
     counts = np.bincount(winners, minlength=5)
     assert counts[0] + counts[2] > counts[1] > counts[3] > counts[4] > 0  # 4 wins only against itself
+
+
+def test_repair_bounds_and_rounds_but_leaves_permutations_alone():
+    genomes = np.array([[-7.4, 0.6, 12.0, 0.0, 50.5, 1.2]])
+    np.testing.assert_array_equal(CODINGS["integer"].repair(genomes), [[-3.0, 1.0, 9.0, 0.0, 50.0, 1.0]])
+    np.testing.assert_array_equal(CODINGS["real"].repair(genomes), [[-5.0, 0.6, 1e-2, -0.5, 2.5, 1.2]])
+    assert CODINGS["integer"].valid(CODINGS["integer"].repair(genomes)).all()
+    tour = CODINGS["permutation"].sample(np.random.default_rng(11), 1)
+    np.testing.assert_array_equal(CODINGS["permutation"].repair(tour), tour)
