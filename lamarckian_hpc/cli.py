@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("run", help="the run's .h5 file")
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
     inspect.set_defaults(handler=inspect_command)
+    from .cluster.command import add_launch_parser  # `launch`: submit a run to Slurm (the slurm extra)
+
+    add_launch_parser(commands)
     return parser
 
 

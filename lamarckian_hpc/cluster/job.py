@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -94,3 +95,36 @@ class TrainJob(submitit.helpers.Checkpointable):
         settings = RaySettings(object_store_bytes=spec.ray_object_store_mb * 1024 * 1024)
         log_dir = spec.log_dir.replace("%j", os.environ.get("SLURM_JOB_ID", "local"))
         return run_on_ray_cluster(lambda info: _train(spec, info), settings=settings, log_dir=log_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Every task of a plain `sbatch` job runs this (see slurm/train.sbatch): Ray over the
+    allocation, and on rank 0 the run, resumed when its checkpoint exists."""
+    import argparse
+
+    from ..config import ConfigError, load_config
+
+    parser = argparse.ArgumentParser(description="One bootstrap task of a training job on Slurm.")
+    parser.add_argument("config", help="YAML config file")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value")
+    parser.add_argument("--run-file", required=True, help="the run's HDF5 file (fixed, so that a requeue continues it)")
+    parser.add_argument("--log-dir", default=".", help="where the Ray nodes' logs go")
+    parser.add_argument("--object-store-mb", type=int, default=200)
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    run_file = Path(args.run_file).resolve()
+    run_file.parent.mkdir(parents=True, exist_ok=True)
+    spec = TrainJobSpec(config=config.to_json_dict(), config_file=args.config, run_path=str(run_file),
+                        log_dir=str(Path(args.log_dir).resolve()), ray_object_store_mb=args.object_store_mb)
+    result = TrainJob()(spec)
+    if result is not None:
+        print(f"run file {result['run_path']}: {result['env_frames']:,} frames, {result['updates']} updates", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -42,7 +42,7 @@ class LaunchConfig(Section):
     gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs per node.")
     partition: str | None = Field(None, min_length=1, description="Slurm partition; default the cluster's.")
     account: str | None = Field(None, min_length=1, description="Slurm account to charge.")
-    time: str = Field("60", description="Time limit per run of the job: minutes, HH:MM:SS or D-HH:MM:SS.")
+    time: str = Field("60", description="Time limit per run of the job: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS.")
     exclude: str | None = Field(None, min_length=1, description="Nodes not to use (a Slurm host list).")
     constraint: str | None = Field(None, min_length=1, description="Slurm node features required.")
     job_name: str = Field("lamarckian-hpc", min_length=1, description="Slurm job name.")

@@ -1,0 +1,173 @@
+"""`lamarckian-hpc launch` on the real Slurm test cluster (slurm/testcluster, 4 simulated nodes, no
+accounting): a run on 4 nodes that bootstraps Ray everywhere, is requeued at its time limit and
+continues its run file; a cancelled job that makes the launcher fail instead of hang; job states
+without sacct. Every wait has a deadline."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lamarckian_hpc.cli import main
+from lamarckian_hpc.config.launch import slurm_time_minutes
+
+from test_discovery import require_slurm
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"
+SHORT_RUN = ["stop.total_env_steps=100000000", "stop.target_return=null", "algorithm.batch_size=1024",
+             "storage.checkpoint_interval_seconds=1", "storage.metrics_interval_seconds=1"]
+
+
+class Launch:
+    """`lamarckian-hpc launch` as a user runs it, with its output read line by line."""
+
+    def __init__(self, tmp_path: Path, overrides: list[str], flags: list[str]) -> None:
+        command = [sys.executable, "-m", "lamarckian_hpc", "launch", str(CONFIG), *SHORT_RUN,
+                   f"storage.directory={tmp_path / 'runs'}", "storage.run_name=run", *overrides,
+                   "--folder", str(tmp_path / "jobs"), "--poll", "0.5", "--wait-timeout", "400", *flags]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        cwd=tmp_path)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.job_id = self.wait_for(r"submitted job (\d+)", 60).group(1)
+        self.run_path = tmp_path / "runs" / "run.h5"
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout_seconds: float) -> re.Match:
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.process.poll() is not None and self.lines.empty():
+                    break
+                continue
+            self.output.append(line)
+            if match := re.search(pattern, line):
+                return match
+        self.cancel()
+        pytest.fail(f"no line matching {pattern!r} within {timeout_seconds} s:\n{''.join(self.output)}")
+
+    def finish(self, timeout_seconds: float) -> int:
+        try:
+            status = self.process.wait(timeout_seconds)
+        except subprocess.TimeoutExpired:
+            self.cancel()
+            pytest.fail(f"launch still running after {timeout_seconds} s:\n{''.join(self.output)}")
+        while not self.lines.empty():
+            self.output.append(self.lines.get())
+        return status
+
+    def cancel(self) -> None:
+        subprocess.run(["scancel", self.job_id], timeout=30)
+        self.process.kill()
+
+
+def _wait_until(predicate, timeout_seconds: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_seconds} s waiting for {what}")
+        time.sleep(0.25)
+
+
+def test_launch_options_are_checked_before_submitting(capsys):
+    assert slurm_time_minutes("90") == 90 and slurm_time_minutes("1:30:00") == 90
+    assert slurm_time_minutes("0:30") == 1 and slurm_time_minutes("1-00:00:00") == 1440
+    assert main(["launch", str(CONFIG), "--nodes", "0", "--time", "soon"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0
+    assert "nodes: Input should be greater than or equal to 1" in error
+    assert "time: expected minutes, MM:SS, HH:MM:SS or D-HH:MM:SS, got 'soon'" in error
+
+
+def test_every_launch_option_is_in_the_readme():
+    from lamarckian_hpc.cluster.command import LAUNCH_FLAGS
+    from lamarckian_hpc.config.launch import LaunchConfig
+
+    readme = (ROOT / "README.md").read_text()
+    flags = {field: flag for flag, (field, _, _) in LAUNCH_FLAGS.items()}
+    assert set(flags) == set(LaunchConfig.model_fields)
+    missing = [name for name in LaunchConfig.model_fields
+               if f"| `launch.{name}` | `{flags[name]}` |" not in readme]
+    assert not missing, f"README's launch options lack {missing}"
+
+
+def test_job_states_come_from_the_controller_without_accounting(tmp_path):
+    require_slurm(1)
+    from lamarckian_hpc.cluster.scheduler import GONE, job_state
+
+    assert subprocess.run(["sacct", "-j", "1"], capture_output=True, timeout=30).returncode != 0  # no accounting
+    submitted = subprocess.run(["sbatch", "--parsable", "-o", str(tmp_path / "out"), "--wrap", "exit 3"],
+                               capture_output=True, text=True, timeout=30, check=True)
+    job_id = submitted.stdout.strip().split(";")[0]
+    _wait_until(lambda: job_state(job_id).final, 60, f"job {job_id} to end")
+    state = job_state(job_id)
+    assert (state.state, state.exit_code, state.source) == ("FAILED", "3:0", "scontrol")
+    assert job_state("999999").state == GONE
+
+
+def test_cancelled_job_makes_launch_fail_instead_of_hang(tmp_path):
+    require_slurm(1)
+    launch = Launch(tmp_path, ["runtime.num_actors=1", "stop.max_wall_seconds=600"],
+                    ["--nodes", "1", "--cpus-per-node", "1", "--time", "10"])
+    launch.wait_for(rf"job {launch.job_id}: RUNNING", 120)
+    subprocess.run(["scancel", launch.job_id], check=True, timeout=30)
+    cancelled = time.monotonic()
+    assert launch.finish(90) == 1
+    assert time.monotonic() - cancelled < 60
+    text = "".join(launch.output)
+    assert f"error: job {launch.job_id} ended CANCELLED" in text and "without a result" in text
+
+
+def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_path):
+    require_slurm(4)
+    from lamarckian_hpc.comm.topology import build_tree
+    from lamarckian_hpc.storage import open_run
+
+    launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=8"],
+                    ["--nodes", "4", "--cpus-per-node", "2", "--time", "10"])
+    checkpoint = launch.run_path.with_suffix(".ckpt")
+    _wait_until(checkpoint.is_file, 180, "the first checkpoint")
+    # What Slurm sends at `--signal=USR2@<delay>` before the time limit (submitit's own tests do
+    # the same); sent now rather than after minutes, so the test stays short.
+    subprocess.run(["scancel", "--signal=USR2", launch.job_id], check=True, timeout=30)
+    launch.wait_for(rf"job {launch.job_id}: PENDING \(restart 1\)", 120)
+    # Slurm holds a requeued job for two minutes; let it start now.
+    subprocess.run(["scontrol", "update", f"JobId={launch.job_id}", "StartTime=now"], check=True, timeout=30)
+    launch.wait_for(rf"job {launch.job_id}: RUNNING \(restart 1\)", 120)
+    assert launch.finish(240) == 0, "".join(launch.output)
+    assert "requeued 1 times" in "".join(launch.output)
+
+    hosts = ["node1", "node2", "node3", "node4"]
+    with open_run(launch.run_path) as run:
+        meta = run.meta
+        summary = run.summary()
+        series = run.metrics()
+    assert summary.closed_cleanly
+    assert list(meta["hosts"]) == hosts
+    assert meta["broadcast_tree"] == build_tree(hosts).to_dict()
+    assert sorted(meta["ray_nodes"]) == hosts                      # Ray ran on all 4 simulated nodes
+    assert [node["node_name"] for node in meta["cluster_nodes"]] == hosts
+    assert meta["resumes"] == 1 and meta["slurm_restart_count"] == 1
+    resumed_at = meta["resumed_through_version"]
+    frames = series["episode_return_mean"]
+    assert resumed_at >= 1 and frames.policy_version[-1] > resumed_at   # trained before and after the requeue
+    for name, rows in series.items():
+        if len(rows.policy_version) > 1:                        # nothing recorded twice, nothing out of order
+            assert np.all(np.diff(rows.policy_version) > 0), name
+            assert np.all(np.diff(rows.env_frames) >= 0), name
