@@ -73,6 +73,7 @@ def train_command(args: argparse.Namespace) -> int:
     # Heavy imports only once the config is known to be good.
     from .progress import ConsoleProgress
     from .runtime.training_run import TrainingSetupError, run_training
+    from .storage import StorageFullError
 
     path = Path(args.resume) if args.resume is not None else run_path_for(config, args.config)
     console = Console(stderr=True)
@@ -88,6 +89,9 @@ def train_command(args: argparse.Namespace) -> int:
         return 130
     except TrainingSetupError as error:
         return _fail(f"error: {error}")
+    except StorageFullError as error:
+        print(f"error: {error}; continue later with: lamarckian-hpc train --resume {path}", file=sys.stderr)
+        return 1
     table = Table(title="result", show_header=False)
     table.add_row("env frames", f"{result.env_frames:,}")
     table.add_row("wall time", f"{result.wall_time_seconds:.1f} s")

@@ -31,5 +31,7 @@ class StorageConfig(Section):
     directory: Path = Field(Path("runs"), description="Folder for run files.")
     run_name: str | None = Field(None, min_length=1, description="File stem; default <config>-<time>-s<seed>.")
     metrics_interval_seconds: float = Field(5.0, gt=0, description="How often metrics are flushed to disk.")
+    min_free_megabytes: float = Field(
+        64.0, ge=0, description="Stop with a clear error, files intact, when less than this is free on their disk.")
     checkpoint_interval_seconds: float | None = Field(
         60.0, gt=0, description="How often training state is saved for --resume; null saves only at the end.")

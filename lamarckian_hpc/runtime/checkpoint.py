@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..storage import RunWriter
+from ..storage import RunWriter, StorageFullError, ensure_free_space
 from .episodes import RecentEpisodes
 from .observers import TrainResult, UpdateReport
 
@@ -75,10 +75,16 @@ class TrainingCheckpoint:
                                 self.reached_at)
 
 
-def save_checkpoint(path: str | Path, checkpoint: TrainingCheckpoint) -> None:
+def save_checkpoint(path: str | Path, checkpoint: TrainingCheckpoint, reserve_bytes: int = 0) -> None:
+    """Write atomically: a kill or a full disk mid-write leaves the previous checkpoint in place."""
     path = Path(path)
+    ensure_free_space(path, reserve_bytes, "checkpoint")
     temporary = path.with_name(path.name + ".writing")
-    torch.save({"format": CHECKPOINT_FORMAT, **asdict(checkpoint)}, temporary)
+    try:
+        torch.save({"format": CHECKPOINT_FORMAT, **asdict(checkpoint)}, temporary)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise StorageFullError(f"checkpoint {path} not written: {error}; the previous one is intact") from None
     os.replace(temporary, path)
 
 
@@ -108,8 +114,9 @@ class Checkpointer:
     """
 
     def __init__(self, trainer: Checkpointable, writer: RunWriter, path: str | Path,
-                 interval_seconds: float | None) -> None:
+                 interval_seconds: float | None, reserve_bytes: int = 0) -> None:
         self.trainer, self.writer, self.path = trainer, writer, Path(path)
+        self.reserve_bytes = reserve_bytes
         self.interval_seconds = interval_seconds
         self.last_saved = time.monotonic()
         self.saved = 0
@@ -117,7 +124,7 @@ class Checkpointer:
     def save(self) -> None:
         if self.writer.is_open:
             self.writer.flush()
-        save_checkpoint(self.path, self.trainer.checkpoint())
+        save_checkpoint(self.path, self.trainer.checkpoint(), self.reserve_bytes)
         self.last_saved = time.monotonic()
         self.saved += 1
 

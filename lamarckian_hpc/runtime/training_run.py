@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..config import RunConfig
-from ..storage import RunWriter, continue_run_file
+from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .checkpoint import Checkpointer, checkpoint_path, load_checkpoint
 from .observers import TrainObserver, TrainResult
 from .recording import MetricsRecorder
@@ -60,18 +60,19 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
         raise TrainingSetupError(str(error)) from None
     try:
         names = metric_names_for(config)
+        reserve = int(config.storage.min_free_megabytes * MEGABYTE)
         if checkpoint is not None:
             trainer.restore(checkpoint)
-            writer = continue_run_file(run_path, names, checkpoint.policy_version, meta)
+            writer = continue_run_file(run_path, names, checkpoint.policy_version, meta, min_free_bytes=reserve)
             log.info("resumed %s at policy version %d, %d frames", run_path, checkpoint.policy_version,
                      checkpoint.env_frames)
         else:
-            writer = RunWriter(run_path, config.to_json_dict(), names, meta=meta)
+            writer = RunWriter(run_path, config.to_json_dict(), names, meta=meta, min_free_bytes=reserve)
         if on_start is not None:
             on_start(run_path)
         recorder = MetricsRecorder(writer, config.storage.metrics_interval_seconds)
         checkpointer = Checkpointer(trainer, writer, checkpoint_path(run_path),
-                                    config.storage.checkpoint_interval_seconds)
+                                    config.storage.checkpoint_interval_seconds, reserve)
         # The checkpointer follows the recorder: it flushes the rows the checkpoint covers.
         trainer.observers += [recorder, checkpointer, *observers]
         try:

@@ -22,7 +22,7 @@ from .run_file import RunWriter
 
 
 def continue_run_file(path: str | Path, metric_names: Iterable[str], through_version: int,
-                      meta: Mapping[str, Any] | None = None) -> RunWriter:
+                      meta: Mapping[str, Any] | None = None, **writer_options: Any) -> RunWriter:
     """A writer on `path` that holds every metric row with policy_version <= `through_version`.
 
     `meta` entries are added to the file's `/meta`; `resumes` counts how often the run was
@@ -40,7 +40,7 @@ def continue_run_file(path: str | Path, metric_names: Iterable[str], through_ver
     old_meta["resumed_through_version"] = int(through_version)
     temporary = path.with_name(path.name + ".continuing")
     temporary.unlink(missing_ok=True)
-    writer = RunWriter(temporary, config, names, meta=old_meta)
+    writer = RunWriter(temporary, config, names, meta=old_meta, **writer_options)
     try:
         for name, series in old_series.items():
             keep = np.flatnonzero(series.policy_version <= through_version)

@@ -50,6 +50,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .disk_space import MEGABYTE, StorageFullError, ensure_free_space
 from .population import append_population_rows, create_population_datasets
 
 SCHEMA_VERSION: int = 1
@@ -207,8 +208,11 @@ class RunWriter:
         *,
         overwrite: bool = False,
         population_shape: tuple[int, int] | None = None,
+        min_free_bytes: int = 64 * MEGABYTE,
     ) -> None:
         self.path: Path = Path(path)
+        self.min_free_bytes = min_free_bytes
+        self._refused = False  # set once a flush was refused for lack of space: nothing more is written
         self.metric_names: tuple[str, ...] = _checked_metric_names(metric_names)
         self._created_monotonic_seconds = time.monotonic()
         self._last_flush_monotonic_seconds = self._created_monotonic_seconds
@@ -217,6 +221,7 @@ class RunWriter:
         }
         config_json = to_json(dict(config))
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_free_space(self.path, min_free_bytes, "run file")
         self._file: h5py.File | None = h5py.File(
             self.path, "w" if overwrite else "x", libver="latest", locking=FILE_LOCKING
         )
@@ -300,8 +305,16 @@ class RunWriter:
                                             np.asarray(policy_version, int).tolist(), np.asarray(value, float).tolist()))
 
     def flush(self) -> None:
-        """Write all buffered rows (one resize per dataset) and flush the file to disk."""
+        """Write all buffered rows (one resize per dataset) and flush the file to disk.
+
+        Raises StorageFullError, writing nothing, when the disk is nearly full; the file keeps every
+        row of earlier flushes."""
         run_file = self._require_open()
+        try:
+            ensure_free_space(self.path, self.min_free_bytes, "run file")
+        except StorageFullError:
+            self._refused = True
+            raise
         for name, rows in self._pending_rows.items():
             if not rows:
                 continue
@@ -336,6 +349,10 @@ class RunWriter:
         crashed run for a finished one. Calling it again does nothing.
         """
         if self._file is None:
+            return
+        if self._refused:  # the rows since the last flush are lost; what is on disk stays readable
+            self._file.close()
+            self._file = None
             return
         try:
             self.flush()
