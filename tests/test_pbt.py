@@ -69,6 +69,8 @@ def test_tell_copies_with_lineage_and_explores_only_the_copies():
     # Next interval the copy (id 4) is best and slot 3 worst: the new member 5 descends from 4.
     pbt.tell(np.array([9.0, 5.0, 3.0, 2.0]))
     assert pbt.ids.tolist() == [4, 1, 2, 5] and pbt.parent_ids.tolist() == [1, -1, -1, 4]
+    population = pbt.population()
+    assert population[3].parent_ids == (4, -1) and population[1].objectives.tolist() == [-5.0]
 
 
 def test_resample_explore_and_no_exploit():
@@ -131,3 +133,18 @@ def test_pbt_ppo_on_cartpole_records_every_member_and_its_lineage(tmp_path):
     assert len(best) == intervals
     print("best score per interval", rows["objectives"][:, 0].reshape(intervals, 4).max(axis=1))
     assert np.nanmax(rows["objectives"][:, 0]) >= 120
+
+
+def test_every_pbt_config_field_is_in_the_readme():
+    from pathlib import Path
+
+    from lamarckian_hpc.config.evorl import HyperparameterRange, PBTAlgorithmConfig, PBTRuntimeConfig, PBTStopConfig
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    paths = [f"{prefix}{name}" for prefix, model in (("algorithm.", PBTAlgorithmConfig), ("runtime.", PBTRuntimeConfig),
+                                                     ("stop.", PBTStopConfig),
+                                                     ("algorithm.hyperparameters.<name>.", HyperparameterRange))
+             for name in model.model_fields]
+    assert set(PBTConfig.model_fields) == {"seed", "env", "model", "ppo", "algorithm", "runtime", "stop", "storage"}
+    missing = [path for path in paths + ["ppo.batch_size"] if f"`{path}`" not in readme]
+    assert not missing, f"README's PBT reference lacks {missing}"

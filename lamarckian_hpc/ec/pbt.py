@@ -18,6 +18,8 @@ from typing import Literal, Sequence
 import numpy as np
 from scipy import stats
 
+from .population import NO_PARENT, IdCounter, Population
+
 Exploit = Literal["truncation", "ttest", "none"]
 Explore = Literal["perturb", "resample"]
 
@@ -138,9 +140,9 @@ class PBT:
         self.truncation_fraction, self.perturb_factors = truncation_fraction, tuple(perturb_factors)
         self.resample_probability = resample_probability
         self.ttest_alpha, self.ttest_window = ttest_alpha, ttest_window
-        self.ids = np.arange(population_size)
-        self.parent_ids = np.full(population_size, -1)
-        self._next_id = population_size
+        self.id_counter = IdCounter()
+        self.ids = self.id_counter.take(population_size)
+        self.parent_ids = np.full(population_size, NO_PARENT, dtype=np.int64)
         columns = [h.sample(rng, population_size, *h.initial_interval) for h in self.space]
         self.hyperparameters = np.stack(columns, axis=1)  # [population_size, num_hyperparameters]
         self.scores: list[list[float]] = [[] for _ in range(population_size)]  # per slot, since its last copy
@@ -149,6 +151,12 @@ class PBT:
     def ask(self) -> np.ndarray:
         """Hyperparameters every slot trains its next interval with, [population_size, H]."""
         return self.hyperparameters.copy()
+
+    def population(self) -> Population:
+        """The members as every EC algorithm keeps them: genomes are the hyperparameters, the one
+        objective is the last score negated (minimised), the second parent is always NO_PARENT."""
+        parents = np.stack([self.parent_ids, np.full(self.population_size, NO_PARENT)], axis=1)
+        return Population(self.hyperparameters.copy(), -self.last_scores[:, None], self.ids.copy(), parents)
 
     def as_dicts(self) -> list[dict[str, float]]:
         return [dict(zip(self.names, map(float, row))) for row in self.hyperparameters]
@@ -184,8 +192,7 @@ class PBT:
             if source < 0:
                 continue
             self.parent_ids[slot] = before_ids[source]
-            self.ids[slot] = self._next_id
-            self._next_id += 1
+            self.ids[slot] = self.id_counter.take(1)[0]
             self.hyperparameters[slot] = self._explored(before_values[source])
             self.scores[slot] = []  # new weights and hyperparameters: earlier scores no longer describe it
             self.last_scores[slot] = np.nan

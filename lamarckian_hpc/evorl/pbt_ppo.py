@@ -78,6 +78,7 @@ class PBTResult:
     #: per slot: run seconds at which it first reached stop.target_return (None: never)
     reached_seconds: list[float | None] = field(default_factory=list)
     reached_frames: list[int | None] = field(default_factory=list)
+    started_at: float = 0.0  # time.time() when training started, the zero of reached_seconds
 
     @property
     def first_reached_seconds(self) -> float | None:
@@ -125,6 +126,7 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
     try:
         hosts.set_hyperparameters(pbt.as_dicts())
         start = time.monotonic()  # members exist and know their hyperparameters: training starts now
+        started_at = time.time()
         while True:
             round_start = time.monotonic() - start
             remaining = None if stop.max_wall_seconds is None else max(0.0, stop.max_wall_seconds - round_start)
@@ -167,7 +169,7 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
     assert report is not None
     best = report.best_slot()
     return PBTResult(interval, time.monotonic() - start, sum(r.env_frames for r in report.results),
-                     float(report.scores[best]), int(report.ids[best]), reached_seconds, reached_frames)
+                     float(report.scores[best]), int(report.ids[best]), reached_seconds, reached_frames, started_at)
 
 
 def _should_stop(config: PBTConfig, results: list[IntervalResult], reached_seconds: list[float | None],

@@ -1,0 +1,245 @@
+"""PBT+PPO against Ray Tune's PopulationBasedTraining with RLlib's PPO, on the same machine, in one run.
+
+Sides (`--sides`, each run in a subprocess of its own that starts its own Ray and prints one JSON
+line, one after another):
+
+- `ours`: `lamarckian-hpc`'s PBT+PPO (`configs/pbt_ppo_cartpole.yaml`): population 4, every member
+  trained on `--workers` Ray worker processes, exploit by truncation (bottom quarter copies the top
+  quarter) and explore by perturbation (x0.8 / x1.2, or a fresh draw with probability 0.25) every
+  4,096 env frames per member.
+- `independent`: the same population, same seed and initial hyperparameters, with exploit "none"
+  (no copies, no explore), run until every member reached the target (or the cap): the
+  baseline of the speedup figure, the median member's time to the target.
+- `tune`: Ray Tune's `PopulationBasedTraining` over RLlib's PPO (new API stack): 4 trials, the same
+  hyperparameter intervals and initial intervals, the same quantile (0.25), resample probability
+  (0.25) and factors (1.2, 0.8), a perturbation every 16 iterations of 256 env steps (4,096 env
+  frames), values clipped to the intervals after a perturbation as ours are (a `custom_explore_fn`).
+
+Both learners get the same PPO: 8 CartPole-v1 environments sampled in the learner's own process
+(RLlib: `num_env_runners=0`), a batch of 256 env steps, 20 epochs of 4 minibatches of 64, gamma
+0.98, GAE lambda 0.8, clip 0.2, gradient norm 0.5, no KL penalty, no value clip, separate (64, 64)
+tanh policy and value networks, the score a mean over the last 20 episodes. Every process runs
+one torch thread (OMP/MKL threads 1). Each Tune trial asks for half a CPU (`num_cpus_per_learner=0.5`, `num_cpus_for_main_process=0.5`)
+so that all four trials run at once on two cores, as our four members do; Tune's PBT runs in its
+default asynchronous mode. Times count from the start of the side's process (imports, Ray start
+and building the learners included); a side that has not reached the target by `--cap-seconds`
+is stopped and reported as '>cap'.
+
+    python benchmarks/pbt_vs_tune.py [--sides ours independent tune] [--cap-seconds 900]
+
+Prints Markdown tables and writes benchmarks/results/pbt_vs_tune.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                 "RAY_AUTH_MODE": "disabled"}
+os.environ.update(SINGLE_THREAD)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "pbt_ppo_cartpole.yaml"
+RESULTS = ROOT / "benchmarks" / "results" / "pbt_vs_tune.json"
+SIDES = ("ours", "independent", "tune")
+TARGET = 475.0
+POPULATION = 4
+BATCH, MINIBATCH, EPOCHS, INTERVAL_FRAMES = 256, 64, 20, 4096
+OBJECT_STORE_BYTES = 200 * 1024 * 1024
+
+
+def process_seconds() -> float:
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
+def run_ours(args: argparse.Namespace, independent: bool) -> dict:
+    from lamarckian_hpc.config import PBTConfig, load_config
+    from lamarckian_hpc.evorl import run_pbt
+    from lamarckian_hpc.evorl.pbt_ppo import progress_line
+
+    overrides = [f"seed={args.seed}", f"runtime.num_workers={args.workers}", f"stop.max_wall_seconds={args.cap_seconds}",
+                 f"stop.target_return={TARGET}", f"algorithm.population_size={POPULATION}"]
+    if independent:
+        overrides += ["algorithm.exploit=none", "stop.until=all"]
+    config = load_config(CONFIG, overrides, PBTConfig)
+    names = tuple(config.algorithm.hyperparameters)
+    result = run_pbt(config, on_interval=lambda report: print(progress_line(report, names), file=sys.stderr))
+    offset = result.started_at - (time.time() - process_seconds())  # process start -> training start
+    reached = [None if t is None else t + offset for t in result.reached_seconds]
+    return {"reached_seconds": reached, "reached_frames": result.reached_frames,
+            "training_start_seconds": offset, "env_frames": result.env_frames, "best_return": result.best_return}
+
+
+def run_tune(args: argparse.Namespace) -> dict:
+    import ray
+    from ray import tune
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
+             object_store_memory=OBJECT_STORE_BYTES)
+    ranges = {"lr": (1e-5, 0.1), "vf_loss_coeff": (0.01, 1.0), "entropy_coeff": (1e-4, 0.1)}
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=8)
+        .learners(num_learners=0, num_cpus_per_learner=0.5)
+        .resources(num_cpus_for_main_process=0.5)
+        .training(train_batch_size_per_learner=BATCH, minibatch_size=MINIBATCH, num_epochs=EPOCHS, gamma=0.98,
+                  lambda_=0.8, clip_param=0.2, grad_clip=0.5, use_kl_loss=False, vf_clip_param=1e9,
+                  lr=tune.loguniform(1e-4, 3e-3), vf_loss_coeff=tune.uniform(0.1, 1.0),
+                  entropy_coeff=tune.loguniform(1e-4, 1e-2))
+        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh",
+                                                   vf_share_layers=False))
+        .reporting(metrics_num_episodes_for_smoothing=20)
+        .debugging(seed=args.seed)
+    )
+
+    def clip(new_config: dict) -> dict:
+        for key, (low, high) in ranges.items():
+            new_config[key] = min(max(new_config[key], low), high)
+        return new_config
+
+    scheduler = PopulationBasedTraining(
+        time_attr="training_iteration", perturbation_interval=INTERVAL_FRAMES // BATCH, quantile_fraction=0.25,
+        resample_probability=0.25, perturbation_factors=(1.2, 0.8), custom_explore_fn=clip,
+        hyperparam_mutations={"lr": tune.loguniform(*ranges["lr"]),
+                              "vf_loss_coeff": tune.uniform(*ranges["vf_loss_coeff"]),
+                              "entropy_coeff": tune.loguniform(*ranges["entropy_coeff"])})
+    metric = "env_runners/episode_return_mean"
+    reached: dict[str, tuple[float, float]] = {}
+
+    class Stop(tune.Stopper):
+        def __call__(self, trial_id: str, result: dict) -> bool:
+            value = result.get("env_runners", {}).get("episode_return_mean")
+            if value is not None and value >= TARGET and trial_id not in reached:
+                reached[trial_id] = (process_seconds(),
+                                     result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0))
+            return False
+
+        def stop_all(self) -> bool:
+            return bool(reached) or process_seconds() > args.cap_seconds
+
+    storage = tempfile.mkdtemp(prefix="pbt_vs_tune_")
+    start = process_seconds()
+    tuner = tune.Tuner("PPO", param_space=config,
+                       tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
+                                                   num_samples=POPULATION),
+                       run_config=tune.RunConfig(stop=Stop(), storage_path=storage, verbose=0))
+    grid = tuner.fit()
+    best = max((r.metrics.get("env_runners", {}).get("episode_return_mean") or float("-inf")) for r in grid)
+    ray.shutdown()
+    first = min(reached.values(), default=None)
+    return {"reached_seconds": [first[0]] if first else [None], "reached_frames": [first[1]] if first else [None],
+            "training_start_seconds": start, "best_return": best}
+
+
+def run_side(args: argparse.Namespace) -> None:
+    record = run_tune(args) if args.side == "tune" else run_ours(args, args.side == "independent")
+    print(json.dumps({"side": args.side, **record}), flush=True)
+
+
+def run_child(args: argparse.Namespace, side: str) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--seed", str(args.seed),
+               "--workers", str(args.workers), "--cap-seconds", str(args.cap_seconds)]
+    started = time.monotonic()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **SINGLE_THREAD}, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=args.cap_seconds + 300)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        return {"side": side, "error": "timed out", "reached_seconds": [None]}
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            return {**json.loads(line), "process_seconds": time.monotonic() - started,
+                    "log_tail": stderr.splitlines()[-8:]}
+    tail = "\n".join((stdout + stderr).splitlines()[-30:])
+    print(f"{side} failed (exit {child.returncode}):\n{tail}", file=sys.stderr)
+    return {"side": side, "error": f"exit {child.returncode}", "reached_seconds": [None], "log_tail": tail}
+
+
+def first(record: dict) -> float | None:
+    times = [t for t in record.get("reached_seconds", []) if t is not None]
+    return min(times) if times else None
+
+
+def median(record: dict) -> float | None:
+    """Median member's time to the target; None when half or more never reached it."""
+    times = sorted(float("inf") if t is None else t for t in record.get("reached_seconds", []))
+    if not times:
+        return None
+    middle = (times[(len(times) - 1) // 2] + times[len(times) // 2]) / 2
+    return None if middle == float("inf") else middle
+
+
+def shown(value: float | None, cap: float) -> str:
+    return f">{cap:.0f}" if value is None else f"{value:.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--workers", type=int, default=2, help="our Ray worker processes sharing the members")
+    parser.add_argument("--cap-seconds", type=float, default=900.0, help="a side is stopped after this")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side is not None:
+        run_side(args)
+        return
+    records = {}
+    for side in args.sides:
+        print(f"running {side}", file=sys.stderr, flush=True)
+        records[side] = run_child(args, side)
+    cap = args.cap_seconds
+    print(f"\nCartPole-v1, population {POPULATION}, target mean return {TARGET:g} (last 20 episodes); "
+          f"{os.cpu_count()} cores; seconds from process start\n")
+    print("| side | best member reaches 475 (s) | median member reaches 475 (s) | members that reached it |")
+    print("|---|---:|---:|---:|")
+    for side, record in records.items():
+        reached = sum(t is not None for t in record.get("reached_seconds", []))
+        count = POPULATION if side != "tune" else "–"
+        median_cell = shown(median(record), cap) if side != "tune" else "–"
+        print(f"| {side} | {shown(first(record), cap)} | {median_cell} | "
+              f"{reached if side != 'tune' else ('1+' if reached else 0)}/{count} |")
+    summary: dict = {}
+    if "ours" in records and "tune" in records and first(records["ours"]) is not None:
+        tune_time = first(records["tune"])
+        summary["tune_over_ours"] = None if tune_time is None else tune_time / first(records["ours"])
+        summary["tune_over_ours_at_least"] = (tune_time or cap) / first(records["ours"])
+        bound = "" if tune_time is not None else " (Tune did not reach it: at least)"
+        print(f"\nours vs Ray Tune PBT + RLlib PPO: {summary['tune_over_ours_at_least']:.1f}x faster{bound}; target >= 5x")
+    if "ours" in records and "independent" in records and first(records["ours"]) is not None:
+        baseline = median(records["independent"])
+        summary["independent_median_over_pbt_best"] = None if baseline is None else baseline / first(records["ours"])
+        verdict = ("met" if baseline is None or first(records["ours"]) < baseline else "not met")
+        print(f"PBT best member {first(records['ours']):.1f} s vs median independent member "
+              f"{shown(baseline, cap)} s: {verdict}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({
+        "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "settings": {"workers": args.workers, "cap_seconds": cap, "seed": args.seed, "population": POPULATION,
+                     "batch": BATCH, "minibatch": MINIBATCH, "epochs": EPOCHS, "interval_frames": INTERVAL_FRAMES},
+        "summary": summary, "records": records,
+    }, indent=2))
+    print(f"\nwritten: {args.output}")
+
+
+if __name__ == "__main__":
+    main()
