@@ -75,9 +75,9 @@ class RecordingBackend(SerialBackend):
         super().__init__(config)
         self.generations: list[list[Job]] = []
 
-    def run(self, jobs):
+    def run(self, jobs, on_done=None):
         self.generations.append(jobs)
-        results = super().run(jobs)
+        results = super().run(jobs, on_done)
         if len(self.generations) == 2:
             results[1] = None
         return results
@@ -89,10 +89,13 @@ def test_tiny_run_writes_population_front_and_policies_and_they_round_trip(tmp_p
     writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, population_shape=population_shape())
     lines: list[str] = []
     backend = RecordingBackend(config)
-    result = run_emogi(config, EMOGIRecorder(writer, config, lines.append), backend)
+    trained: list[tuple[int, int]] = []
+    result = run_emogi(config, EMOGIRecorder(writer, config, lines.append), backend,
+                       on_individual=lambda generation, index, _: trained.append((generation, index)))
     writer.close()
     write_results(path, result)
     assert len(lines) == 2 and lines[-1].startswith("generation 2/2  front ")
+    assert sorted(trained) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
     # Offspring start from their first parent's trained policy, and train the offspring budget.
     first, second = backend.generations

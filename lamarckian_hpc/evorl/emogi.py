@@ -17,6 +17,7 @@ is still a plain `ec.Evaluator` (training from scratch) for that driver.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -141,8 +142,12 @@ class Job:
     initial_weights: Weights | None
 
 
+#: Called as each job of a generation finishes: (job index, its result or None if it failed).
+JobHook = Callable[[int, "IndividualResult | None"], None]
+
+
 class Backend(Protocol):
-    def run(self, jobs: list[Job]) -> list[IndividualResult | None]: ...
+    def run(self, jobs: list[Job], on_done: JobHook | None = None) -> list[IndividualResult | None]: ...
 
     def close(self) -> None: ...
 
@@ -152,14 +157,16 @@ class SerialBackend:
         self.config = config
         torch.set_num_threads(config.runtime.torch_threads)
 
-    def run(self, jobs: list[Job]) -> list[IndividualResult | None]:
+    def run(self, jobs: list[Job], on_done: JobHook | None = None) -> list[IndividualResult | None]:
         results: list[IndividualResult | None] = []
-        for job in jobs:
+        for index, job in enumerate(jobs):
             try:
                 results.append(train_and_evaluate(self.config, job.genome, job.seed, job.env_frames, job.initial_weights))
             except Exception as error:  # a failed evaluation must not stop the generation
                 log.error("training of genome %s failed: %s", job.genome, error)
                 results.append(None)
+            if on_done is not None:
+                on_done(index, results[-1])
         return results
 
     def close(self) -> None:
@@ -185,7 +192,7 @@ class RayBackend:
         self.config_ref = ray.put(config)
         self.timeout_seconds = config.runtime.evaluation_timeout_seconds
 
-    def run(self, jobs: list[Job]) -> list[IndividualResult | None]:
+    def run(self, jobs: list[Job], on_done: JobHook | None = None) -> list[IndividualResult | None]:
         ray = self.ray
         pending = {self.task.remote(self.config_ref, job.genome, job.seed, job.env_frames, job.initial_weights): index
                    for index, job in enumerate(jobs)}
@@ -204,6 +211,8 @@ class RayBackend:
                     results[index] = ray.get(reference)
                 except Exception as error:
                     log.error("training of individual %d failed: %s", index, error)
+                if on_done is not None:
+                    on_done(index, results[index])
         return results
 
     def close(self) -> None:
@@ -260,9 +269,11 @@ def individual_seed(seed: int, generation: int, index: int) -> int:
 
 
 def run_emogi(config: EMOGIConfig, on_generation: Callable[[GenerationReport], None] | None = None,
-              backend: Backend | None = None) -> EMOGIResult:
+              backend: Backend | None = None, on_individual: Callable[[int, int, IndividualResult | None], None]
+              | None = None) -> EMOGIResult:
     """Evolve `algorithm.generations` generations; the result holds every policy's history and
-    weights and the final non-dominated set."""
+    weights and the final non-dominated set. `on_individual(generation, index, result)` hears of
+    each policy as soon as it is trained and measured."""
     spec = config.algorithm
     low, high = spec.weight_bounds
     nsga = NSGA2(np.full(2, low), np.full(2, high), spec.population_size, np.random.default_rng(config.seed),
@@ -281,7 +292,8 @@ def run_emogi(config: EMOGIConfig, on_generation: Callable[[GenerationReport], N
                 inherited = result.policies.get(int(parents[index, 0])) if spec.inherit_weights else None
                 frames = spec.initial_env_frames if inherited is None else spec.offspring_env_frames
                 jobs.append(Job(genome, individual_seed(config.seed, generation, index), frames, inherited))
-            outcomes = backend.run(jobs)
+            hook = None if on_individual is None else functools.partial(on_individual, generation)
+            outcomes = backend.run(jobs, hook)
             objective_rows = np.array([np.full(2, np.inf) if o is None else o.objectives for o in outcomes])
             nsga.tell(genomes, objective_rows)
             assert nsga.told_ids is not None and nsga.told_parent_ids is not None and nsga.ids is not None

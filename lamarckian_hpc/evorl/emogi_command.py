@@ -4,13 +4,14 @@ the non-dominated policies' behaviour."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.table import Table
 
 from ..config.emogi import EMOGIConfig
 from ..storage import RunWriter
-from .emogi import EMOGIResult, run_emogi
+from .emogi import EMOGIResult, IndividualResult, run_emogi
 from .emogi_store import METRIC_NAMES, EMOGIRecorder, population_shape, write_results
 
 
@@ -30,6 +31,23 @@ def front_table(result: EMOGIResult) -> Table:
     return table
 
 
+def _individual_line(config: EMOGIConfig, console: Console) -> Callable[[int, int, IndividualResult | None], None]:
+    """A progress line per trained policy (a generation of PPO trainings takes minutes)."""
+    size = config.algorithm.population_size
+
+    def report(generation: int, index: int, result: IndividualResult | None) -> None:
+        where = f"  gen {generation + 1} policy {index + 1}/{size}:"
+        if result is None:
+            console.print(f"{where} training failed", highlight=False)
+            return
+        behaviour = result.behaviour
+        console.print(f"{where} score {behaviour.normalized_score:.2f} wins {behaviour.win_rate:.2f} "
+                      f"active {behaviour.activeness:.2f}, {result.env_frames:,} frames, {result.wall_time:.0f}s",
+                      highlight=False)
+
+    return report
+
+
 def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None) -> int:
     console = Console(stderr=True)
     writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
@@ -37,7 +55,7 @@ def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None) -> i
     console.print(f"run file: {path}", highlight=False)
     recorder = EMOGIRecorder(writer, config, lambda line: console.print(line, highlight=False))
     try:
-        result = run_emogi(config, recorder)
+        result = run_emogi(config, recorder, on_individual=_individual_line(config, console))
     except KeyboardInterrupt:
         writer.close(completed=False)
         console.print(f"interrupted; the population history up to now is in {path}")
