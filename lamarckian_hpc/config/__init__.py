@@ -11,6 +11,7 @@ from .evolve import EVOLVE_ALGORITHMS, EvolveConfig, EvolveRuntimeConfig, GAConf
 from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig
 from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
 from .loading import apply_overrides, build_config, load_config, parse_override
+from .multiagent import LeagueConfig, MultiAgentConfig
 from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
                     PPOConfig, RunConfig, RuntimeConfig, StopConfig)
 
@@ -18,4 +19,5 @@ __all__ = ["ALGORITHMS", "apply_overrides", "A3CConfig", "AlgorithmConfig", "Con
            "EvolveRuntimeConfig", "EVOLVE_ALGORITHMS", "GAConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
            "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "build_config",
            "load_config", "parse_override", "HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig",
-           "PBTRuntimeConfig", "PBTStopConfig", "EMOGIAlgorithmConfig", "EMOGIConfig", "EMOGIRuntimeConfig"]
+           "PBTRuntimeConfig", "PBTStopConfig", "EMOGIAlgorithmConfig", "EMOGIConfig", "EMOGIRuntimeConfig",
+           "LeagueConfig", "MultiAgentConfig"]

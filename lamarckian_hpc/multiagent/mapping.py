@@ -1,0 +1,75 @@
+"""Policy mapping after RLlib: which policy drives an agent is decided once, when it first appears.
+
+The sampler asks its controller factory for a controller whenever an agent id appears in an MDP.
+`PolicyMapping` is that factory: it calls the mapping function once, binds the agent to the
+returned policy id and builds the controller with that id inside, so every decision of the
+agent's lifetime goes to the same policy however the mapping function would answer later (a
+random mapping included). Agents of trained policies get a training controller that records
+into their policy's buffer; agents of frozen policies get a controller that only acts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..mdp import AgentId, Controller, ExperienceBuffer, FrozenPolicyController, TrainingController
+
+#: (agent id, index of its MDP in the sampler) -> policy id
+PolicyMappingFn = Callable[[AgentId, int], str]
+
+
+def random_mapping(policy_ids: Sequence[str], seed: int = 0) -> PolicyMappingFn:
+    """Each new agent gets a policy drawn uniformly (seeded, so runs repeat)."""
+    rng = np.random.default_rng(seed)
+    ids = list(policy_ids)
+    return lambda agent_id, env_index: ids[int(rng.integers(len(ids)))]
+
+
+def round_robin_mapping(policy_ids: Sequence[str]) -> PolicyMappingFn:
+    """New agents take the policies in turn."""
+    ids, counter = list(policy_ids), iter(range(1 << 62))
+    return lambda agent_id, env_index: ids[next(counter) % len(ids)]
+
+
+def fixed_mapping(agent_policies: Mapping[AgentId, str]) -> PolicyMappingFn:
+    """A table from agent id to policy id (two-player games: {"left": "main", "right": "opponent"})."""
+    table = dict(agent_policies)
+
+    def mapping(agent_id: AgentId, env_index: int) -> str:
+        if agent_id not in table:
+            raise KeyError(f"agent {agent_id!r} has no policy in the mapping table; known agents: {sorted(map(str, table))}")
+        return table[agent_id]
+
+    return mapping
+
+
+class PolicyMapping:
+    """The sampler's controller factory for a multi-agent run."""
+
+    def __init__(self, mapping_fn: PolicyMappingFn, policy_ids: Iterable[str], policies_to_train: Iterable[str],
+                 experiences: Mapping[str, ExperienceBuffer]) -> None:
+        self.mapping_fn = mapping_fn
+        self.policy_ids = frozenset(policy_ids)
+        self.trained = frozenset(policies_to_train)
+        missing = self.trained - set(experiences)
+        if missing:
+            raise ValueError(f"trained policies {sorted(missing)} have no experience buffer")
+        self.experiences = experiences
+        #: The binding of the latest lifetime of each (env index, agent id).
+        self.bindings: dict[tuple[int, AgentId], str] = {}
+        #: Agents bound to each policy so far (lifetimes, not ticks).
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, env_index: int, agent_id: AgentId) -> Controller:
+        policy_id = self.mapping_fn(agent_id, env_index)
+        if policy_id not in self.policy_ids:
+            raise KeyError(f"the mapping function returned {policy_id!r} for agent {agent_id!r}; "
+                           f"known policies: {sorted(self.policy_ids)}")
+        self.bindings[(env_index, agent_id)] = policy_id
+        self.counts[policy_id] += 1
+        if policy_id in self.trained:
+            return TrainingController(policy_id, self.experiences[policy_id])
+        return FrozenPolicyController(policy_id)

@@ -1,0 +1,83 @@
+"""A PettingZoo parallel environment as an MDP of the asynchronous interface.
+
+PettingZoo's parallel API steps all live agents at once with dicts keyed by agent id, and agents
+leave (`env.agents` shrinks) or join (`env.agents` grows) between steps. That maps onto the MDP
+interface directly: the present agents are `env.agents`, a tick is one `step` with the pending
+actions of all of them, and an agent that vanished from `env.agents` without being terminated or
+truncated gets a truncated final outcome, so its controller ends. The adapter does not import
+pettingzoo: any object with the parallel API works (`reset`, `step`, `agents`, the space methods).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from ..mdp import MDP, AgentId, StepOutcome
+
+
+def one_hot(space: gym.spaces.Discrete) -> Callable[[Any], np.ndarray]:
+    """Observation transform for Discrete observations (e.g. pettingzoo.classic rps_v2)."""
+    size = int(space.n)
+
+    def transform(observation: Any) -> np.ndarray:
+        row = np.zeros(size, dtype=np.float32)
+        row[int(observation)] = 1.0
+        return row
+
+    return transform
+
+
+class ParallelEnvMDP(MDP):
+    """Wraps a PettingZoo ParallelEnv; `observation_transform` turns raw observations into float arrays."""
+
+    agents_join_mid_episode = True
+
+    def __init__(self, env: Any, observation_transform: Callable[[Any], np.ndarray] | None = None) -> None:
+        super().__init__()
+        self.env = env
+        self.transform = observation_transform or (lambda obs: np.asarray(obs, dtype=np.float32))
+        self._observations: dict[AgentId, np.ndarray] = {}
+        self._agents: list[AgentId] = []
+
+    def reset(self, seed: int | None = None) -> None:
+        observations, _ = self.env.reset(seed=seed)
+        self._observations = {agent: self.transform(obs) for agent, obs in observations.items()}
+        self._agents = list(self.env.agents)
+        self.pending_actions.clear()
+
+    def agent_ids(self) -> list[AgentId]:
+        return self._agents
+
+    def observation(self, agent_id: AgentId) -> np.ndarray:
+        return self._observations[agent_id]
+
+    def ready(self) -> bool:
+        return bool(self._agents) and all(agent in self.pending_actions for agent in self._agents)
+
+    def tick(self) -> dict[AgentId, StepOutcome]:
+        acting = self._agents
+        actions = {agent: self.pending_actions[agent] for agent in acting}
+        observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        for agent, obs in observations.items():
+            self._observations[agent] = self.transform(obs)
+        remaining = set(self.env.agents)
+        outcomes: dict[AgentId, StepOutcome] = {}
+        for agent in acting:
+            terminated = bool(terminations.get(agent, False))
+            truncated = bool(truncations.get(agent, False)) or (agent not in remaining and not terminated)
+            outcomes[agent] = StepOutcome(self._observations[agent], float(rewards.get(agent, 0.0)), terminated,
+                                          truncated, infos.get(agent))
+        self._agents = [agent for agent in self.env.agents if not (terminations.get(agent) or truncations.get(agent))]
+        return outcomes
+
+    def observation_space(self, agent_id: AgentId) -> gym.Space:
+        return self.env.observation_space(agent_id)
+
+    def action_space(self, agent_id: AgentId) -> gym.Space:
+        return self.env.action_space(agent_id)
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,98 @@
+"""The serial multi-agent trainer: one Sampler, several policies, one PPO update per trained policy.
+
+Every MDP of the process is stepped by one Sampler, so each tick makes one batched inference per
+policy over all agents of all MDPs. Agents are bound to policies by a `PolicyMapping` when they
+appear. Each trained policy gathers `ppo.batch_size` steps in its own buffer and is updated as
+soon as it has them; policies that are rarely mapped simply update less often. Frozen policies act
+and are never updated (their parameters do not even require gradients).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from ..config import ModelConfig, MultiAgentConfig, PPOConfig
+from ..mdp import MDP, ExperienceBuffer, Sampler
+from ..runtime.inference import TorchPolicy
+from .mapping import PolicyMapping, PolicyMappingFn, random_mapping, round_robin_mapping
+from .policies import MultiPolicyLearner, build_policy_models
+
+
+@dataclass
+class MultiAgentResult:
+    env_frames: int
+    wall_time_seconds: float
+    updates: dict[str, int]
+    #: Mean return of the last `window` finished episodes of each policy's agents (trained or not).
+    recent_returns: dict[str, float]
+    agents_per_policy: dict[str, int] = field(default_factory=dict)
+
+
+def default_spaces(mdp: MDP) -> tuple[gym.Space, gym.Space]:
+    """Spaces of the first present agent, the observation space taken from its actual observation
+    (so that adapters which transform observations build matching models)."""
+    agent = mdp.agent_ids()[0]
+    shape = np.asarray(mdp.observation(agent), dtype=np.float32).shape
+    return gym.spaces.Box(-np.inf, np.inf, shape, np.float32), mdp.action_space(agent)
+
+
+class MultiAgentTrainer:
+    def __init__(self, mdps: Sequence[MDP], config: MultiAgentConfig, ppo: PPOConfig, model: ModelConfig,
+                 seed: int = 0, mapping_fn: PolicyMappingFn | None = None,
+                 spaces: tuple[gym.Space, gym.Space] | None = None, return_window: int = 20) -> None:
+        self.config, self.ppo = config, ppo
+        trained = config.trained
+        if mapping_fn is None:
+            mapping_fn = (random_mapping(config.policies, seed) if config.mapping == "random"
+                          else round_robin_mapping(config.policies))
+        if spaces is None:
+            first = mdps[0]
+            first.reset(seed=seed)
+            spaces = default_spaces(first)
+        self.models = build_policy_models(config.policies, trained, *spaces, model, config.shared_layers, seed)
+        self.learner = MultiPolicyLearner(self.models, trained, ppo, seed)
+        self.experiences = {pid: ExperienceBuffer() for pid in trained}
+        self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences)
+        self.sampler = Sampler(mdps, self.mapping, {pid: TorchPolicy(m) for pid, m in self.models.items()}, seed)
+        self.return_window = return_window
+        self.returns: dict[str, list[float]] = defaultdict(list)
+        self.updates = {pid: 0 for pid in trained}
+
+    def step(self) -> dict[str, dict[str, float]]:
+        """Tick until at least one trained policy has a full batch; update every policy that has one."""
+        batch_size = self.ppo.batch_size
+        ready: list[str] = []
+        while not ready:
+            for _ in range(8):
+                self.sampler.tick()
+            ready = [pid for pid, buffer in self.experiences.items() if buffer.num_steps >= batch_size]
+        for result in self.sampler.take_completed():
+            window = self.returns[result.policy_id]
+            window.append(result.episode_return)
+            del window[:-self.return_window]
+        diagnostics = {}
+        for policy_id in ready:
+            diagnostics[policy_id] = self.learner.update(policy_id, self.experiences[policy_id].take())
+            self.sampler.policy_versions[policy_id] = self.learner.versions[policy_id]
+            self.updates[policy_id] += 1
+        return diagnostics
+
+    def train(self, total_env_steps: int) -> MultiAgentResult:
+        started = time.monotonic()
+        while self.sampler.env_frames < total_env_steps:
+            self.step()
+        return MultiAgentResult(
+            env_frames=self.sampler.env_frames, wall_time_seconds=time.monotonic() - started,
+            updates=dict(self.updates),
+            recent_returns={pid: float(np.mean(values)) for pid, values in self.returns.items() if values},
+            agents_per_policy=dict(self.mapping.counts))
+
+    def close(self) -> None:
+        self.sampler.close()
