@@ -200,6 +200,24 @@ def inspect_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def report_command(args: argparse.Namespace) -> int:
+    try:  # pandas and matplotlib: the analysis extra
+        from .analysis import RunFileError, build_report
+    except ImportError as error:
+        return _fail(f"error: report needs the analysis extra ({error.name} is missing): "
+                     "pip install -c constraints.txt -e '.[analysis]'")
+    try:
+        report = build_report(Path(args.path), args.out)
+    except RunFileError as error:
+        return _fail(str(error))
+    for reason in report.skipped:
+        print(f"skipped: {reason}", file=sys.stderr)
+    print(f"{len(report.runs)} run(s), {len(report.benchmarks)} benchmark result(s), "
+          f"{len(report.figures)} figure(s)", file=sys.stderr)
+    print(report.markdown_path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lamarckian-hpc", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -216,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("run", help="the run's .h5 file")
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
     inspect.set_defaults(handler=inspect_command)
+    report = commands.add_parser("report", help="figures and a Markdown report from run files and benchmark results")
+    report.add_argument("path", metavar="RUN.h5|DIR", help="a run file, or a folder of run files and results JSON")
+    report.add_argument("--out", metavar="DIR", help="where report.md and figures/ go (default: DIR/report, "
+                        "or RUN-report beside a run file)")
+    report.set_defaults(handler=report_command)
     from .cluster.command import add_launch_parser  # `launch`: submit a run to Slurm (the slurm extra)
 
     add_launch_parser(commands)

@@ -1,0 +1,172 @@
+"""Benchmark results (`benchmarks/results/*.json`) as DataFrames, for the report's figures and
+side-by-side tables.
+
+Each benchmark script writes its own JSON layout; this module knows the ones in `benchmarks/`
+and reads any other file as a generic list of records, so a new benchmark appears in the report
+as a table before anyone writes a figure for it. Nothing here runs a benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+#: Files the report knows by name (stem of the JSON file in a results folder).
+KNOWN_BENCHMARKS = ("sampling", "raw_bound", "vs_rllib", "nsga2_vs_pymoo", "broadcast", "staleness",
+                    "pbt_vs_tune", "pong_steps", "scale_model")
+COUNT_KEYS = ("receivers", "num_actors", "actors", "cores", "nodes")
+VARIANTS = ("flat", "tree")
+
+
+def find_benchmark_files(directory: str | Path) -> dict[str, Path]:
+    """JSON results under `directory` (the folder itself, `results/` or `benchmarks/results/`),
+    by stem; the first found wins."""
+    directory = Path(directory)
+    found: dict[str, Path] = {}
+    for folder in (directory, directory / "results", directory / "benchmarks", directory / "benchmarks" / "results"):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.json")):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def load_benchmarks(directory: str | Path) -> dict[str, Any]:
+    """Parsed JSON of every results file found; unreadable files are left out."""
+    results: dict[str, Any] = {}
+    for name, path in find_benchmark_files(directory).items():
+        try:
+            results[name] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return results
+
+
+def _median(values: Any) -> float | None:
+    if isinstance(values, list):
+        numbers = [value for value in values if isinstance(value, (int, float))]
+        return statistics.median(numbers) if numbers else None
+    return float(values) if isinstance(values, (int, float)) else None
+
+
+def sampling_frame(sampling: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/sampling.py: env, cores (actor processes), sampled steps/s, staleness, CPU use."""
+    rows = [{
+        "env": row.get("env"), "cores": row.get("num_actors"),
+        "steps_per_second": row.get("steps_per_second"), "staleness_mean": row.get("staleness_mean"),
+        "cpu_utilization": row.get("cpu_utilization"), "ratio_to_raw": row.get("ratio_to_raw"),
+    } for row in sampling.get("results", [])]
+    return pd.DataFrame(rows, columns=["env", "cores", "steps_per_second", "staleness_mean", "cpu_utilization",
+                                       "ratio_to_raw"])
+
+
+def broadcast_frame(broadcast: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/broadcast.py: median time for a weight blob to reach all receivers, per link mode."""
+    rows = []
+    for mode, block in broadcast.items():
+        if not isinstance(block, dict):
+            continue
+        for row in block.get("rows", []):
+            rows.append({"link_mode": block.get("link_mode", mode), "link_rate": block.get("link_rate"),
+                         "receivers": row.get("receivers"), "nodes": row.get("nodes"),
+                         "flat_ms": row.get("flat_median_ms"), "tree_ms": row.get("tree_median_ms"),
+                         "mpi_ms": row.get("mpi_median_ms")})
+    return pd.DataFrame(rows, columns=["link_mode", "link_rate", "receivers", "nodes", "flat_ms", "tree_ms", "mpi_ms"])
+
+
+def _records(value: Any) -> Iterator[dict[str, Any]]:
+    """Every dict found anywhere in a JSON tree."""
+    if isinstance(value, dict):
+        yield value
+        for child in value.values():
+            yield from _records(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from _records(child)
+
+
+def staleness_frame(staleness: Any) -> pd.DataFrame:
+    """Staleness of flat vs tree broadcast against the receiver count, from a staleness benchmark's
+    JSON: either rows naming their variant (`broadcast: flat`) or rows holding one dict per variant."""
+    rows = []
+    for record in _records(staleness):
+        count_key = next((key for key in COUNT_KEYS if isinstance(record.get(key), (int, float))), None)
+        if count_key is None:
+            continue
+        variant = next((record[key] for key in ("broadcast", "variant", "mode", "topology")
+                        if record.get(key) in VARIANTS), None)
+        if variant is not None and "staleness_mean" in record:
+            rows.append({"receivers": record[count_key], "broadcast": variant,
+                         "staleness_mean": _median(record["staleness_mean"]),
+                         "staleness_max": _median(record.get("staleness_max"))})
+            continue
+        for name in VARIANTS:
+            inner = record.get(name)
+            if isinstance(inner, dict) and "staleness_mean" in inner:
+                rows.append({"receivers": record[count_key], "broadcast": name,
+                             "staleness_mean": _median(inner["staleness_mean"]),
+                             "staleness_max": _median(inner.get("staleness_max"))})
+    frame = pd.DataFrame(rows, columns=["receivers", "broadcast", "staleness_mean", "staleness_max"])
+    return frame.dropna(subset=["staleness_mean"]).drop_duplicates().reset_index(drop=True)
+
+
+def vs_rllib_frame(vs_rllib: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/vs_rllib.py: ours, RLlib and the ratio side by side, per env."""
+    rows = []
+    for summary in vs_rllib.get("summaries", []):
+        for side in ("ours", "rllib", "ratio"):
+            values = summary.get(side) or {}
+            rows.append({"env": summary.get("env"), "side": {"ratio": "ours / RLlib", "rllib": "RLlib"}.get(side, side),
+                         "sampled_steps_per_second": values.get("sampled_steps_per_second"),
+                         "trained_steps_per_second": values.get("trained_steps_per_second"),
+                         "cpu_utilization": values.get("cpu_utilization"),
+                         "time_to_target_seconds": values.get("target_seconds")})
+    return pd.DataFrame(rows)
+
+
+def nsga2_vs_pymoo_frame(comparison: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/nsga2_vs_pymoo.py: hypervolume (mean, std over seeds) and ms per generation."""
+    rows = []
+    for row in comparison.get("rows", []):
+        hv = pd.Series(row.get("hv", []), dtype=float)
+        seconds = pd.Series(row.get("seconds_per_generation", []), dtype=float)
+        rows.append({"problem": row.get("problem"), "side": row.get("side"), "generations": row.get("generations"),
+                     "hv_mean": hv.mean(), "hv_std": hv.std(ddof=0), "ms_per_generation": 1000 * seconds.mean()})
+    return pd.DataFrame(rows)
+
+
+def records_frame(result: Any) -> pd.DataFrame:
+    """Any results file: the longest list of flat records in it, scalar fields only."""
+    best: list[dict[str, Any]] = []
+
+    def visit(value: Any) -> None:
+        nonlocal best
+        if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            if len(value) > len(best):
+                best = value
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            visit(child)
+
+    visit(result)
+    if not best and isinstance(result, dict):
+        scalars = {key: value for key, value in result.items() if isinstance(value, (int, float, str, bool))}
+        nested = {f"{key}.{inner}": value for key, block in result.items() if isinstance(block, dict)
+                  for inner, value in block.items() if isinstance(value, (int, float, str, bool))}
+        return pd.DataFrame([{**scalars, **nested}]) if scalars or nested else pd.DataFrame()
+    return pd.DataFrame([{key: value for key, value in item.items() if isinstance(value, (int, float, str, bool))
+                          or value is None} for item in best])
+
+
+def benchmark_table(name: str, result: Any) -> pd.DataFrame:
+    """The side-by-side table the report shows for one results file."""
+    tables = {"sampling": sampling_frame, "broadcast": broadcast_frame, "staleness": staleness_frame,
+              "vs_rllib": vs_rllib_frame, "nsga2_vs_pymoo": nsga2_vs_pymoo_frame}
+    try:
+        frame = tables[name](result) if name in tables else records_frame(result)
+    except (AttributeError, TypeError, KeyError, ValueError):
+        frame = records_frame(result)
+    return frame

@@ -1,0 +1,152 @@
+"""Figures from a run's population history: Pareto fronts of NSGA-II and EMOGI runs (the paper's
+Figs. 10 and 11b), the lineage (who descended from whom) and, for PBT, each hyperparameter over
+time. Objectives are stored minimised; the figures show them as stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.collections import LineCollection
+from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+from .loader import RunData
+from .plotting import FigureResult, new_figure, save
+
+
+def objective_columns(population: pd.DataFrame) -> list[str]:
+    return [column for column in population.columns if column.startswith("objective_")]
+
+
+def is_multi_objective(run: RunData) -> bool:
+    return len(objective_columns(run.population)) >= 2
+
+
+def is_pbt(run: RunData) -> bool:
+    return run.config_value("algorithm.name") == "pbt" and not run.population.empty
+
+
+def pareto_data(run: RunData) -> pd.DataFrame:
+    """Every evaluated individual with finite objectives, with `role`: `front` for the
+    non-dominated set of all of them (what an elitist run ends with), `last generation` for the
+    rest of the last generation, `earlier` for the others."""
+    population = run.population
+    columns = objective_columns(population)
+    if len(columns) < 2:
+        return pd.DataFrame()
+    finite = population[np.isfinite(population[columns]).all(axis=1)].reset_index(drop=True)
+    if finite.empty:
+        return finite.assign(role=pd.Series(dtype=object))
+    role = np.where(finite["generation"] == finite["generation"].max(), "last generation", "earlier").astype(object)
+    front = NonDominatedSorting().do(finite[columns].to_numpy(), only_non_dominated_front=True)
+    role[np.asarray(front, dtype=int)] = "front"
+    return finite.assign(role=role)
+
+
+def plot_pareto_fronts(runs: Sequence[RunData], out_path: Path) -> FigureResult | None:
+    """First two objectives of each multi-objective run: earlier individuals faint, the last
+    generation and the non-dominated front on top. None when no run has two objectives."""
+    datasets = [(run, pareto_data(run)) for run in runs if is_multi_objective(run)]
+    datasets = [(run, data) for run, data in datasets if not data.empty]
+    if not datasets:
+        return None
+    figure, axes = new_figure(columns=len(datasets), width=5.0)
+    for axis, (run, data) in zip(axes, datasets):
+        earlier = data[data["role"] == "earlier"]
+        last = data[data["role"] == "last generation"]
+        front = data[data["role"] == "front"].sort_values("objective_0")
+        axis.scatter(earlier["objective_0"], earlier["objective_1"], s=4, color="0.8", label="earlier generations")
+        axis.scatter(last["objective_0"], last["objective_1"], s=10, color="tab:blue", label="last generation")
+        axis.plot(front["objective_0"], front["objective_1"], "o-", color="tab:red", markersize=4,
+                  label=f"front ({len(front)})")
+        axis.set_xlabel("objective 0 (minimised)")
+        axis.set_ylabel("objective 1 (minimised)")
+        axis.set_title(run.name, fontsize="small")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="x-small")
+    data = pd.concat([data.assign(run=run.name) for run, data in datasets], ignore_index=True)
+    return save(figure, out_path, "Pareto fronts", data)
+
+
+def _positions(population: pd.DataFrame) -> pd.Series:
+    """Each row's place within its generation, best first objective at 0 (the lineage's y axis)."""
+    key = population["objective_0"] if "objective_0" in population else population["id"]
+    return key.groupby(population["generation"]).rank(method="first", na_option="bottom").astype(int) - 1
+
+
+def lineage_edges(run: RunData) -> pd.DataFrame:
+    """(parent_id, child_id, generations, positions) for every recorded parent that is itself in
+    the history; parents outside it (ids < 0, or never evaluated) are left out. A position is the
+    individual's rank by first objective within the generation where it was first evaluated."""
+    population = run.population
+    columns = ["parent_id", "child_id", "parent_generation", "child_generation", "parent_position", "child_position"]
+    parents = [column for column in population.columns if column.startswith("parent_")]
+    if population.empty or not parents:
+        return pd.DataFrame(columns=columns)
+    positioned = population.assign(position=_positions(population))
+    first = positioned.sort_values("generation", kind="stable").drop_duplicates("id").set_index("id")
+    edges = []
+    for column in parents:
+        linked = positioned[positioned[column].isin(first.index) & (positioned[column] >= 0)]
+        edges.append(pd.DataFrame({
+            "parent_id": linked[column].to_numpy(), "child_id": linked["id"].to_numpy(),
+            "parent_generation": first.loc[linked[column], "generation"].to_numpy(),
+            "child_generation": linked["generation"].to_numpy(),
+            "parent_position": first.loc[linked[column], "position"].to_numpy(),
+            "child_position": linked["position"].to_numpy()}))
+    edges_frame = pd.concat(edges, ignore_index=True)
+    # PBT keeps a member's id across intervals: a row that names itself as parent is not a birth.
+    return edges_frame[edges_frame["parent_id"] != edges_frame["child_id"]].reset_index(drop=True)[columns]
+
+
+def plot_lineage(run: RunData, out_path: Path) -> FigureResult | None:
+    """Each generation a column of individuals (best first objective at the bottom), each joined
+    to its parents; colour is the first objective."""
+    population = run.population
+    if population.empty or "generation" not in population:
+        return None
+    edges = lineage_edges(run)
+    figure, (axis,) = new_figure(width=7.0, height=4.5)
+    segments = np.stack([edges[["parent_generation", "parent_position"]].to_numpy(float),
+                         edges[["child_generation", "child_position"]].to_numpy(float)], axis=1) if len(edges) else []
+    axis.add_collection(LineCollection(segments, colors="0.5", linewidths=0.5, alpha=0.4))
+    colour = population["objective_0"].replace([np.inf, -np.inf], np.nan) if "objective_0" in population else None
+    points = axis.scatter(population["generation"], _positions(population), c=colour, s=8, cmap="viridis")
+    if colour is not None:
+        figure.colorbar(points, ax=axis, label="objective 0 (minimised)")
+    axis.set_xlabel("generation (PBT: interval)")
+    axis.set_ylabel("rank within generation by objective 0")
+    axis.autoscale()
+    return save(figure, out_path, f"lineage: {run.name} ({len(edges)} parent links)", edges)
+
+
+def hyperparameter_data(run: RunData) -> pd.DataFrame:
+    """A PBT run's named genome entries per member and interval (generation, id, wall_time, name, value)."""
+    names = [name for name in run.genome_names if name in run.population.columns]
+    if not names:
+        return pd.DataFrame(columns=["generation", "id", "wall_time", "hyperparameter", "value"])
+    keep = [column for column in ("generation", "id", "wall_time") if column in run.population]
+    return run.population[keep + names].melt(id_vars=keep, var_name="hyperparameter", value_name="value")
+
+
+def plot_hyperparameters(run: RunData, out_path: Path) -> FigureResult | None:
+    """One panel per hyperparameter: each member's value at each interval (log scale when the
+    values span more than two decades)."""
+    data = hyperparameter_data(run)
+    if data.empty:
+        return None
+    names = list(dict.fromkeys(data["hyperparameter"]))
+    figure, axes = new_figure(columns=len(names), width=4.0)
+    for axis, name in zip(axes, names):
+        rows = data[data["hyperparameter"] == name]
+        for member, member_rows in rows.groupby("id"):
+            axis.plot(member_rows["generation"], member_rows["value"], marker=".", linewidth=0.8, label=str(member))
+        values = rows["value"].to_numpy(float)
+        if (values > 0).all() and values.max() / values.min() > 100:
+            axis.set_yscale("log")
+        axis.set_xlabel("interval")
+        axis.set_title(name, fontsize="small")
+        axis.grid(alpha=0.3)
+    return save(figure, out_path, f"hyperparameters over time: {run.name}", data)

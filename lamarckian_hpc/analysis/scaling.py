@@ -1,0 +1,146 @@
+"""Scaling figures: sampling throughput and staleness against cores (the paper's Fig. 7), and the
+relay tree against a flat broadcast (Fig. 7d). Points come from the sampling benchmark's JSON and
+from distributed runs grouped by `runtime.num_actors`; the tree comparison from the broadcast and
+staleness benchmarks' JSON, or from runs that differ in `runtime.broadcast`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from .loader import RunData
+from .plotting import FigureResult, new_figure, save
+
+SCALING_COLUMNS = ["source", "series", "cores", "broadcast", "steps_per_second", "staleness_mean",
+                   "staleness_max", "cpu_utilization"]
+MEASURED_COLUMNS = SCALING_COLUMNS[4:]
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Measured columns as float (a missing value is NaN, not None), cores as int."""
+    return frame.astype({**{column: float for column in MEASURED_COLUMNS}, "cores": int})
+
+
+def _mean_after_warmup(run: RunData, name: str) -> float | None:
+    """Mean of a metric without its first row (start-up: processes still spawning)."""
+    values = run.metric(name)["value"]
+    values = values.iloc[1:] if len(values) > 1 else values
+    values = values.dropna()
+    return float(values.mean()) if len(values) else None
+
+
+def run_cores(run: RunData) -> int | None:
+    """Actor processes of a distributed run (serial runs count as one core); None when unknown."""
+    mode = run.config_value("runtime.mode")
+    if mode == "serial":
+        return 1
+    actors = run.config_value("runtime.num_actors")
+    return int(actors) if isinstance(actors, int) else None
+
+
+def scaling_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
+    """One row per RL run with a known core count: mean sampled frames/s, staleness and CPU use."""
+    rows = []
+    for run in runs:
+        cores = run_cores(run)
+        if cores is None or not run.has_metric("env_frames_per_second"):
+            continue
+        staleness_max = run.metric("staleness_max")["value"]
+        rows.append({
+            "source": str(run.path), "series": f"runs: {run.config_value('env.id', '?')}", "cores": cores,
+            "broadcast": run.config_value("runtime.broadcast", "flat"),
+            "steps_per_second": _mean_after_warmup(run, "env_frames_per_second"),
+            "staleness_mean": _mean_after_warmup(run, "staleness_mean"),
+            "staleness_max": float(staleness_max.max()) if len(staleness_max) else None,
+            "cpu_utilization": _mean_after_warmup(run, "cpu_utilization"),
+        })
+    return _typed(pd.DataFrame(rows, columns=SCALING_COLUMNS))
+
+
+def scaling_from_benchmark(sampling: pd.DataFrame, source: str = "sampling.json") -> pd.DataFrame:
+    """The sampling benchmark's table (analysis.benchmarks.sampling_frame) in the same columns."""
+    frame = pd.DataFrame({
+        "source": source, "series": "benchmark: " + sampling["env"].astype(str), "cores": sampling["cores"],
+        "broadcast": "flat", "steps_per_second": sampling["steps_per_second"],
+        "staleness_mean": sampling["staleness_mean"], "staleness_max": None,
+        "cpu_utilization": sampling["cpu_utilization"],
+    })
+    return _typed(frame[SCALING_COLUMNS])
+
+
+def _plot_against_cores(scaling: pd.DataFrame, column: str, label: str, out_path: Path,
+                        title: str) -> FigureResult | None:
+    data = scaling.dropna(subset=[column]).sort_values(["series", "cores"])
+    if data.empty:
+        return None
+    figure, (axis,) = new_figure()
+    for series, rows in data.groupby("series", sort=True):
+        grouped = rows.groupby("cores")[column].mean()
+        axis.plot(grouped.index, grouped.values, marker="o", label=series)
+    axis.set_xlabel("cores (actor processes)")
+    axis.set_ylabel(label)
+    axis.set_xticks(sorted(data["cores"].unique()))
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize="small")
+    return save(figure, out_path, title, data)
+
+
+def plot_throughput(scaling: pd.DataFrame, out_path: Path) -> FigureResult | None:
+    return _plot_against_cores(scaling, "steps_per_second", "env steps/s sampled", out_path,
+                               "sampling throughput against cores")
+
+
+def plot_staleness(scaling: pd.DataFrame, out_path: Path) -> FigureResult | None:
+    return _plot_against_cores(scaling, "staleness_mean", "mean staleness (policy versions)", out_path,
+                               "staleness against cores")
+
+
+def tree_vs_flat_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
+    """Staleness of runs grouped by (broadcast, cores), in staleness_frame's columns."""
+    scaling = scaling_from_runs(runs)
+    scaling = scaling[scaling["cores"] > 1].dropna(subset=["staleness_mean"])
+    if scaling["broadcast"].nunique() < 2:
+        return pd.DataFrame(columns=["receivers", "broadcast", "staleness_mean", "staleness_max"])
+    grouped = scaling.groupby(["cores", "broadcast"]).agg(staleness_mean=("staleness_mean", "mean"),
+                                                          staleness_max=("staleness_max", "max"))
+    return grouped.reset_index().rename(columns={"cores": "receivers"})
+
+
+def plot_tree_vs_flat(broadcast: pd.DataFrame, staleness: pd.DataFrame, out_path: Path) -> FigureResult | None:
+    """Left: time for the weights to reach every receiver (flat, tree, MPI Bcast) per link mode;
+    right: mean staleness of flat vs tree. Either side may be empty; None when both are."""
+    panels = [frame for frame in (broadcast, staleness) if not frame.empty]
+    if not panels:
+        return None
+    figure, axes = new_figure(columns=len(panels))
+    data = []
+    axis_index = 0
+    if not broadcast.empty:
+        axis = axes[axis_index]
+        axis_index += 1
+        for mode, rows in broadcast.groupby("link_mode", sort=False):
+            rows = rows.sort_values("receivers")
+            for column, style in (("flat_ms", "o-"), ("tree_ms", "s-"), ("mpi_ms", "^--")):
+                if rows[column].notna().any():
+                    axis.plot(rows["receivers"], rows[column], style, label=f"{column[:-3]} ({mode})")
+        axis.set_xlabel("receivers")
+        axis.set_ylabel("time to reach all receivers (ms, median)")
+        axis.set_yscale("log")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+        data.append(broadcast.assign(panel="broadcast"))
+    if not staleness.empty:
+        axis = axes[axis_index]
+        for variant, rows in staleness.groupby("broadcast"):
+            rows = rows.sort_values("receivers")
+            axis.plot(rows["receivers"], rows["staleness_mean"], "o-", label=f"{variant}: mean")
+            if rows["staleness_max"].notna().any():
+                axis.plot(rows["receivers"], rows["staleness_max"], "x:", label=f"{variant}: max")
+        axis.set_xlabel("receivers")
+        axis.set_ylabel("staleness (policy versions)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+        data.append(staleness.assign(panel="staleness"))
+    return save(figure, out_path, "relay tree against flat broadcast", pd.concat(data, ignore_index=True))
