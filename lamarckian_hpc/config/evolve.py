@@ -4,6 +4,7 @@ so that a GA with an order crossover on a real-coded problem stops before anythi
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -22,19 +23,28 @@ MUTATION_CODINGS = {"polynomial": ("real", "integer"), "bit_flip": ("binary",), 
                     "inversion": ("permutation",)}
 
 ProblemName = Literal["zdt1", "zdt2", "zdt3", "zdt4", "zdt6", "dtlz1", "dtlz2", "dtlz3", "dtlz4", "dtlz5", "dtlz6",
-                      "dtlz7", "sphere", "rastrigin", "onemax", "tsp"]
+                      "dtlz7", "sphere", "rastrigin", "onemax", "tsp", "balance"]
+#: Problems over the built-in game (`lamarckian_hpc.games`): multi-objective, with their own operators.
+GAME_PROBLEMS = ("balance",)
 
 
 class ProblemConfig(Section):
     name: ProblemName = Field("zdt1", description="Test problem: ZDT/DTLZ (multi-objective) or sphere, rastrigin, "
-                                                  "onemax, tsp (single-objective, for the GA).")
+                                                  "onemax, tsp (single-objective, for the GA); balance: the "
+                                                  "game-balancing test (nsga2).")
     num_variables: int | None = Field(None, ge=2, description="Decision variables (tsp: cities); default the "
                                                               "problem's own.")
     num_objectives: int | None = Field(None, ge=2, description="Objectives of a DTLZ problem; default 3.")
     evaluation_delay_seconds: float = Field(0.0, ge=0, le=60, description="Extra time per evaluation (tests).")
+    game_data: Path | None = Field(None, description="balance: folder of the game's tables (heroes.yaml, ...); "
+                                                     "default the built-in game.")
 
     @model_validator(mode="after")
     def _objectives_for_dtlz_only(self) -> ProblemConfig:
+        if self.game_data is not None and self.name not in GAME_PROBLEMS:
+            raise ValueError(f"game_data applies to the balance problem only, not {self.name}")
+        if self.name in GAME_PROBLEMS and self.num_variables is not None:
+            raise ValueError("num_variables does not apply to balance (the game data fixes the lineup)")
         if self.num_objectives is not None and not self.name.startswith("dtlz"):
             raise ValueError(f"num_objectives applies to dtlz problems only, not {self.name}")
         objectives = self.num_objectives or 3
@@ -126,8 +136,9 @@ class EvolveConfig(RootSection):
     @model_validator(mode="after")
     def _algorithm_fits_problem(self) -> EvolveConfig:
         problem, algorithm = self.problem, self.algorithm
-        if isinstance(algorithm, NSGA2Config) and problem.name not in MULTI_OBJECTIVE_PROBLEMS:
-            raise ValueError(f"algorithm nsga2 needs a multi-objective problem ({', '.join(MULTI_OBJECTIVE_PROBLEMS)}), "
+        if isinstance(algorithm, NSGA2Config) and problem.name not in MULTI_OBJECTIVE_PROBLEMS + GAME_PROBLEMS:
+            raise ValueError(f"algorithm nsga2 needs a multi-objective problem "
+                             f"({', '.join(MULTI_OBJECTIVE_PROBLEMS + GAME_PROBLEMS)}), "
                              f"got problem.name {problem.name}")
         if isinstance(algorithm, GAConfig):
             if problem.name not in SINGLE_OBJECTIVE_PROBLEMS:

@@ -32,6 +32,10 @@ SINGLE_OBJECTIVE_FACTORIES: dict[str, Callable[..., Problem]] = {"sphere": spher
 def make_problem(config: EvolveConfig) -> Problem:
     """The configured test problem (tsp: the fixed circle instance, whatever the run's seed)."""
     spec = config.problem
+    if spec.name == "balance":  # the game-balancing test over the built-in game (or spec.game_data)
+        from ..games.balance import BalanceProblem
+
+        return BalanceProblem(spec.game_data)  # type: ignore[return-value]
     if spec.name.startswith("zdt"):
         return zdt(int(spec.name[3:]), spec.num_variables)
     if spec.name.startswith("dtlz"):
@@ -43,6 +47,10 @@ def make_problem(config: EvolveConfig) -> Problem:
 def make_algorithm(config: EvolveConfig, evaluator: Evaluator) -> EvolutionAlgorithm:
     """NSGA-II or the GA, seeded from the config, over the evaluator's coding."""
     spec, rng = config.algorithm, np.random.default_rng(config.seed)
+    if config.problem.name == "balance":  # lineups: NSGA-II with order crossover and lineup swaps
+        from ..games.balance import LineupNSGA2
+
+        return LineupNSGA2(evaluator.coding, spec.population_size, rng, spec.crossover_probability)  # type: ignore
     coding = evaluator.describe().coding
     if isinstance(spec, GAConfig):
         crossover = make_crossover(spec.crossover, coding, spec.crossover_probability, spec.crossover_eta)
@@ -55,7 +63,10 @@ def make_algorithm(config: EvolveConfig, evaluator: Evaluator) -> EvolutionAlgor
 
 def hypervolume_reference(config: EvolveConfig, num_objectives: int) -> np.ndarray:
     """1.1 times the nadir of the problem's Pareto front: 1 per objective for ZDT and DTLZ2-6,
-    0.5 for DTLZ1, and 2M for DTLZ7's last objective."""
+    0.5 for DTLZ1, and 2M for DTLZ7's last objective; the origin for balance, whose negated objectives
+    are all at most 0."""
+    if config.problem.name == "balance":
+        return np.zeros(num_objectives)
     nadir = np.ones(num_objectives)
     if config.problem.name == "dtlz1":
         nadir[:] = 0.5

@@ -1,0 +1,168 @@
+"""The game-balancing test of the paper's section V-B as an Evaluator: a lineup of K teams is the
+decision vector, and three objectives, all to be maximised, say how imbalanced and how strong it is:
+
+- f1, battle damage difference: the remaining strength (share of health left, averaged over its
+  battles) of the lineup's strongest team minus that of its weakest, when all its teams play
+  each other;
+- f2, remaining-resources multiple: the economic resources the strongest team has left divided by
+  those of the weakest (the weakest's floored at 1% of its full value, so a wiped-out team gives
+  at most 100); the paper calls a lineup with f2 > 2 imbalanced;
+- f3, strength of the weakest team: its remaining strength in battles against every team of the
+  baseline lineups in the rules file.
+
+NSGA-II minimises, so `evaluate` returns (-f1, -f2, -f3). Every battle's seed is derived from the
+two teams it pits, so an evaluation is a pure function of the genome, the same on any worker."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..ec.evaluator import Description
+from ..ec.nsga2 import NSGA2
+from ..ec.population import orphans
+from .battle import Battle
+from .data import GameData, load_game_data
+from .lineup import LineupCoding, lineup_crossover, lineup_mutation
+from .teams import TeamStats, compile_spec, compile_team
+
+OBJECTIVE_NAMES = ("damage_difference", "resources_multiple", "weakest_strength")
+IMBALANCE_THRESHOLD = 2.0  # a remaining-resources multiple above this is imbalanced (the paper's Fig. 11b)
+RESOURCE_FLOOR = 0.01
+
+
+@dataclass(frozen=True)
+class LineupScore:
+    teams: tuple[str, ...]  # hero+soldier+equipment per team
+    strongest: int  # index into teams
+    weakest: int
+    damage_difference: float  # f1
+    resources_multiple: float  # f2
+    weakest_strength: float  # f3
+
+    @property
+    def objectives(self) -> np.ndarray:
+        """Minimised: the three maximised objectives negated."""
+        return -np.array([self.damage_difference, self.resources_multiple, self.weakest_strength])
+
+    @property
+    def imbalanced(self) -> bool:
+        return self.resources_multiple > IMBALANCE_THRESHOLD
+
+
+def _seed(first: TeamStats, second: TeamStats, round_index: int) -> int:
+    return zlib.crc32(f"{first.label}|{second.label}|{round_index}".encode())
+
+
+class BalanceProblem:
+    """The Evaluator of the balancing test over the game in `data_folder` (default: built-in)."""
+
+    name = "balance"
+    num_objectives = 3
+
+    def __init__(self, data_folder: str | Path | None = None, data: GameData | None = None) -> None:
+        self.data = data if data is not None else load_game_data(data_folder)
+        equipment_choices = np.array([len(hero.equipment) for hero in self.data.heroes])
+        self.coding = LineupCoding(len(self.data.heroes), self.data.rules.lineup_size, len(self.data.soldiers),
+                                   equipment_choices)
+        self.baseline_teams = [compile_spec(self.data, team) for lineup in self.data.baselines for team in lineup.teams]
+        self._teams: dict[tuple[int, int, int], TeamStats] = {}  # memo of compiled teams
+
+    @property
+    def num_variables(self) -> int:
+        return self.coding.length
+
+    def genome_names(self) -> list[str]:
+        heroes = [hero.name for hero in self.data.heroes]
+        return ([f"order_{slot}" for slot in range(len(heroes))] + [f"soldier_{name}" for name in heroes]
+                + [f"equipment_{name}" for name in heroes])
+
+    def describe(self) -> Description:
+        return Description(self.name, self.coding.as_coding(), self.num_objectives)
+
+    def initialize(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        return self.coding.sample(rng, count)
+
+    def evaluate(self, genomes: np.ndarray) -> np.ndarray:
+        return np.array([self.score(genome).objectives for genome in np.atleast_2d(genomes)])
+
+    def team(self, hero: int, soldier: int, equipment: int) -> TeamStats:
+        key = (hero, soldier, equipment)
+        if key not in self._teams:
+            self._teams[key] = compile_team(self.data, hero, soldier, equipment)
+        return self._teams[key]
+
+    def _battles(self, first: TeamStats, second: TeamStats) -> tuple[np.ndarray, np.ndarray]:
+        """Mean remaining strength and resources of both sides over `battles_per_pair` battles."""
+        strength, resources = np.zeros(2), np.zeros(2)
+        rounds = self.data.rules.battles_per_pair
+        for round_index in range(rounds):
+            result = Battle(first, second, self.data.rules, self.data.bugs, _seed(first, second, round_index)).run()
+            strength += result.remaining_strength
+            resources += result.remaining_resources
+        return strength / rounds, resources / rounds
+
+    def score(self, genome: np.ndarray) -> LineupScore:
+        """The three objectives of one lineup, and which of its teams are strongest and weakest."""
+        if not self.coding.valid(np.asarray(genome, float)[None, :])[0]:
+            raise ValueError("not a valid lineup genome (a permutation of the heroes, then loadout indices)")
+        teams = [self.team(*slot) for slot in self.coding.decode(genome)]
+        k = len(teams)
+        strength, resources = np.zeros(k), np.zeros(k)
+        for i in range(k):
+            for j in range(i + 1, k):
+                pair_strength, pair_resources = self._battles(teams[i], teams[j])
+                strength[[i, j]] += pair_strength
+                resources[[i, j]] += pair_resources
+        strength, resources = strength / (k - 1), resources / (k - 1)
+        order = np.argsort(-strength, kind="stable")
+        strongest, weakest = int(order[0]), int(order[-1])
+        floor = RESOURCE_FLOOR * teams[weakest].resources
+        multiple = resources[strongest] / max(resources[weakest], floor)
+        against = [self._battles(teams[weakest], baseline)[0][0] for baseline in self.baseline_teams]
+        return LineupScore(tuple(team.label for team in teams), strongest, weakest,
+                           float(strength[strongest] - strength[weakest]), float(multiple),
+                           float(np.mean(against)) if against else 0.0)
+
+
+class LineupNSGA2(NSGA2):
+    """NSGA-II with the lineup operators: a random valid population first, then order crossover
+    and lineup swaps (`games.lineup`) instead of SBX and polynomial mutation; children that field
+    the same teams as a member or an earlier child are mutated again."""
+
+    def __init__(self, coding: LineupCoding, population_size: int, rng: np.random.Generator,
+                 crossover_probability: float = 0.9) -> None:
+        bounds = coding.as_coding()
+        super().__init__(bounds.lower, bounds.upper, population_size, rng, crossover_probability=crossover_probability)
+        self.coding = coding
+
+    def ask(self) -> np.ndarray:
+        if self.genomes is None:
+            self._pending_parents = orphans(self.population_size)
+            return self.coding.sample(self.rng, self.population_size)
+        half = self.population_size // 2
+        mothers, fathers = self._tournament(half), self._tournament(half)
+        child_a, child_b = lineup_crossover(self.coding, self.genomes[mothers], self.genomes[fathers], self.rng,
+                                            self.crossover_probability)
+        offspring = lineup_mutation(self.coding, np.concatenate([child_a, child_b]), self.rng)
+        offspring = self._without_duplicates(offspring)
+        assert self.ids is not None
+        pairs = np.column_stack([self.ids[mothers], self.ids[fathers]])
+        self._pending_parents = np.concatenate([pairs, pairs])
+        return offspring
+
+    def _without_duplicates(self, offspring: np.ndarray, max_rounds: int = 10) -> np.ndarray:
+        assert self.genomes is not None
+        for _ in range(max_rounds):
+            keys = self.coding.keys(np.concatenate([self.genomes, offspring]))
+            _, first = np.unique(keys, axis=0, return_index=True)
+            duplicate = np.ones(len(keys), dtype=bool)
+            duplicate[first] = False
+            duplicate = duplicate[len(self.genomes):]
+            if not duplicate.any():
+                break
+            offspring[duplicate] = lineup_mutation(self.coding, offspring[duplicate], self.rng, swap_probability=1.0)
+        return offspring
