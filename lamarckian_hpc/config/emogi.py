@@ -28,7 +28,7 @@ class EMOGIAlgorithmConfig(Section):
     weight_bounds: tuple[float, float] = Field(
         (0.0, 1.0), description="Interval of both genome entries: the activeness and laziness reward weights.")
     reward_horizon_steps: int = Field(
-        100, ge=1, description="T of move(a) = 1/T: a weight w adds w/T per step moved (or stayed).")
+        30, ge=1, description="T of move(a) = 1/T: a weight w adds w/T per step moved (or stayed).")
     activeness_objective_weight: float = Field(
         1.0, gt=0, description="Objectives are score + this * activeness, and score + this * (1 - activeness).")
     initial_env_frames: int = Field(100_000, ge=1, description="PPO env frames of a first-generation policy.")
