@@ -147,7 +147,11 @@ def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_pa
     # the same); sent now rather than after minutes, so the test stays short.
     subprocess.run(["scancel", "--signal=USR2", launch.job_id], check=True, timeout=30)
     launch.wait_for(rf"job {launch.job_id}: PENDING \(restart 1\)", 120)
-    # Slurm holds a requeued job for two minutes; let it start now.
+    # Slurm holds a requeued job for two minutes, long enough for the old run's step daemons to
+    # exit (the new run's step has the same id, and its PMI2 socket the same name). Wait for
+    # them, then let the job start.
+    _wait_until(lambda: subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{launch.job_id}\."],
+                                       capture_output=True).returncode != 0, 120, "the old steps to exit")
     subprocess.run(["scontrol", "update", f"JobId={launch.job_id}", "StartTime=now"], check=True, timeout=30)
     launch.wait_for(rf"job {launch.job_id}: RUNNING \(restart 1\)", 120)
     assert launch.finish(240) == 0, "".join(launch.output)

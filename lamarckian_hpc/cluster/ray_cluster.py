@@ -16,6 +16,7 @@ a shared node would take cores from the actors.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import secrets
@@ -93,9 +94,9 @@ class RayNodeProcess:
 
     def __init__(self, command: list[str], temp_dir: str, env: dict[str, str], log_path: str) -> None:
         self.temp_dir = temp_dir
-        os.makedirs(temp_dir, exist_ok=True)
         self.log_path = log_path
         with open(log_path, "ab") as log_file:
+            os.makedirs(temp_dir, exist_ok=True)
             self.process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -138,6 +139,16 @@ def _kill_processes_mentioning(marker: str) -> None:
                     os.kill(int(entry), signal.SIGKILL)
         except (OSError, ProcessLookupError):
             continue
+
+
+def remove_earlier_attempts(temp_root: str, job_id: str | None, rank: int) -> None:
+    """A requeued job's earlier run may have been killed before its teardown: stop what is left
+    of its Ray node on this rank and remove its temp dir (same job id, so nobody else's)."""
+    if job_id is None:
+        return
+    for stale in glob.glob(os.path.join(temp_root, f"lhr-{job_id}-*-{rank}")):
+        _kill_processes_mentioning(stale)
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def wait_for_port(host: str, port: int, timeout_seconds: float, process: RayNodeProcess) -> None:
@@ -213,6 +224,7 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
     labels = layout.labels
     me = layout.nodes[rank]
     temp_root = settings.temp_root or tempfile.gettempdir()
+    remove_earlier_attempts(temp_root, layout.job_id, rank)
     temp_dir = os.path.join(temp_root, f"lhr-{layout.job_id or 'local'}-{shared['nonce']}-{rank}")
     log_path = os.path.join(log_dir or temp_root, f"ray-{layout.job_id or 'local'}-{labels[rank]}.log")
     head = layout.head
