@@ -205,14 +205,15 @@ class Battle:
         return True
 
     def _mirror(self, hero: Unit, enemy: Unit) -> None:
-        """Exchange health shares with the enemy hero; a stunned enemy's stun lasts longer in
-        proportion to the two heroes' action rates."""
+        """Exchange health shares with the enemy hero. Cast from the back row, shielded and with
+        three war cry stacks, on a stunned enemy, the stun lasts longer in proportion to the heroes'
+        action rates."""
         if self.bugs.over_max_health and hero.shield > 0 and self.now < hero.shield_until:
             hero.hp, enemy.hp = enemy.hp, hero.hp  # planted: raw health, not shares, under a shield
         else:
             share, enemy_share = hero.hp / hero.max_hp, enemy.hp / enemy.max_hp
             hero.hp, enemy.hp = enemy_share * hero.max_hp, share * enemy.max_hp
-        if enemy.stunned_until > self.now and hero.stacks >= 2:
+        if enemy.stunned_until > self.now and hero.stacks >= 3 and hero.back and hero.shield > 0:
             # planted: a stunned hero's action rate reads 0 (design: its unstunned rate)
             enemy_rate = 0.0 if self.bugs.crash_skill_combo else 1.0 / enemy.cooldown
             enemy.stunned_until += (enemy.stunned_until - self.now) * (1.0 / hero.cooldown) / enemy_rate * 0.25
@@ -220,7 +221,10 @@ class Battle:
     # ----- turns -------------------------------------------------------------------------------
     def _ai_turn(self, unit: Unit) -> None:
         if unit.is_hero:
-            for slot in range(len(unit.skills)):
+            unit.back = False  # the AI fights from the front row
+            for slot, skill in enumerate(unit.skills):
+                if skill.kind == "war_cry" and unit.stacks >= self.rules.max_war_cry_stacks:
+                    continue  # the AI keeps to the designed cap
                 if self._cast(unit, slot):
                     return
         self._basic_attack(unit, prefer_hero=unit.is_hero)

@@ -1,0 +1,176 @@
+"""Automated game testing in the spirit of Wuji (Zheng et al. 2019): an EvoRL search whose policies
+are rewarded both for winning and for reaching states not seen before, with NSGA-II over the two,
+so that the population keeps pushing into unexplored corners of the game, where bugs hide.
+
+A policy here is an action sequence (one action of `battle.ACTION_NAMES` per decision of the
+controlled hero; the built-in AI takes over after the last), played in the testing scenario of the
+rules file with one fixed episode seed, so an episode is a pure function of the genome. Novelty is
+count based: a state signature (the discretised observation, `Battle.signature`) seen n times in
+all episodes so far is worth 1/n, and an episode's novelty is the sum over the signatures it
+visited, recomputed for parents and offspring every generation as the counts grow.
+
+Every bug symptom a battle reports (crash, negative damage, health above maximum, stuck battle) is
+recorded the first time it appears, with the seed and the actions that led to it; `replay` plays
+them again. `random_play` spends the same episode budget on uniformly random actions, the
+baseline the search is compared with."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..ec.operators import crowded_tournament, uniform_crossover
+from ..ec.ranking import rank_and_crowding
+from .battle import NUM_ACTIONS, Battle, BattleResult
+from .data import GameData
+from .teams import compile_spec
+
+
+@dataclass(frozen=True)
+class BugReport:
+    """A symptom, and how to reproduce it: play `actions` from `seed` (see `replay`)."""
+
+    symptom: str
+    detail: str
+    seed: int
+    actions: tuple[int, ...]
+    episode: int  # how many episodes the search had played when it found it (1-based)
+
+    def to_json_dict(self) -> dict:
+        return {**asdict(self), "actions": list(self.actions)}
+
+
+@dataclass
+class SearchResult:
+    bugs: dict[str, BugReport] = field(default_factory=dict)  # by symptom, the first report of each
+    episodes: int = 0
+    distinct_states: int = 0
+    best_win: float = -1.0
+    history: list[dict] = field(default_factory=list)  # per generation: genomes, objectives, ids, parents
+
+
+def play(data: GameData, seed: int, actions: Callable[[tuple[float, ...], int], int | None] | np.ndarray
+         ) -> BattleResult:
+    """One testing episode: the scenario's team, driven by `actions` (a controller, or a sequence
+    indexed by decision), against the scenario's opponent run by the AI."""
+    scenario = data.testing
+    if not callable(actions):
+        sequence = [int(action) for action in np.asarray(actions).ravel()]
+
+        def controller(observation: tuple[float, ...], decision: int) -> int | None:
+            return sequence[decision] if decision < len(sequence) else None
+    else:
+        controller = actions
+    rules = data.rules.model_copy(update={"time_limit": scenario.time_limit})
+    battle = Battle(compile_spec(data, scenario.team), compile_spec(data, scenario.opponent), rules, data.bugs,
+                    seed, controller, scenario.max_decisions)
+    return battle.run()
+
+
+def replay(data: GameData, report: BugReport) -> BattleResult:
+    """Plays a recorded bug again; its result's `symptom` is the report's when the bug reproduces."""
+    return play(data, report.seed, np.asarray(report.actions, dtype=np.int64))
+
+
+def win_score(result: BattleResult) -> float:
+    """The controlled side's remaining strength minus the opponent's, -1..1 (a win counts 1 extra)."""
+    own, other = result.remaining_strength
+    return own - other + (1.0 if result.winner == 0 else 0.0)
+
+
+class StateArchive:
+    """How often each state signature was seen, over every episode so far."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[int, ...]] = Counter()
+
+    def add(self, signatures: set[tuple[int, ...]]) -> None:
+        self.counts.update(signatures)
+
+    def novelty(self, signatures: set[tuple[int, ...]]) -> float:
+        return float(sum(1.0 / self.counts[signature] for signature in signatures if self.counts[signature]))
+
+
+class _Recorder:
+    """Plays episodes, archives their states and keeps the first report of each symptom."""
+
+    def __init__(self, data: GameData, seed: int, result: SearchResult) -> None:
+        self.data, self.seed, self.result = data, seed, result
+        self.archive = StateArchive()
+
+    def play(self, genome: np.ndarray) -> BattleResult:
+        episode = play(self.data, self.seed, genome)
+        self.result.episodes += 1
+        self.archive.add(episode.signatures)
+        self.result.distinct_states = len(self.archive.counts)
+        self.result.best_win = max(self.result.best_win, win_score(episode))
+        if episode.symptom is not None and episode.symptom not in self.result.bugs:
+            self.result.bugs[episode.symptom] = BugReport(episode.symptom, episode.detail, self.seed,
+                                                          tuple(episode.actions), self.result.episodes)
+        return episode
+
+
+def _mutate(genomes: np.ndarray, rng: np.random.Generator, rate: float) -> np.ndarray:
+    """Each action is redrawn with probability `rate`; every genome changes at least one action."""
+    mutated = genomes.copy()
+    n, length = mutated.shape
+    redraw = rng.random((n, length)) < rate
+    redraw[np.arange(n), rng.integers(0, length, size=n)] = True
+    mutated[redraw] = rng.integers(0, NUM_ACTIONS, size=int(redraw.sum()))
+    return mutated
+
+
+def search(data: GameData, episodes: int, population_size: int = 20, seed: int = 0,
+           crossover_probability: float = 0.9, mutation_rate: float | None = None,
+           on_generation: Callable[[int, SearchResult], None] | None = None) -> SearchResult:
+    """NSGA-II over (win score, novelty), both maximised, until `episodes` episodes were played."""
+    rng = np.random.default_rng(seed)
+    length = data.testing.max_decisions
+    rate = 2.0 / length if mutation_rate is None else mutation_rate
+    result = SearchResult()
+    recorder = _Recorder(data, seed, result)
+    genomes = rng.integers(0, NUM_ACTIONS, size=(min(population_size, episodes), length))
+    ids = np.arange(len(genomes))
+    parents = np.full((len(genomes), 2), -1)
+    played = [recorder.play(genome) for genome in genomes]
+    next_id, generation = len(genomes), 0
+    while True:
+        wins = np.array([win_score(episode) for episode in played])
+        novelty = np.array([recorder.archive.novelty(episode.signatures) for episode in played])
+        objectives = -np.column_stack([wins, novelty])
+        rank, crowding = rank_and_crowding(objectives)
+        keep = np.lexsort((-crowding, rank))[:population_size]
+        genomes, objectives, ids, parents = genomes[keep], objectives[keep], ids[keep], parents[keep]
+        played, rank, crowding = [played[i] for i in keep], rank[keep], crowding[keep]
+        result.history.append({"generation": generation, "genomes": genomes, "objectives": objectives, "ids": ids,
+                               "parent_ids": parents})
+        if on_generation is not None:
+            on_generation(generation, result)
+        budget = episodes - result.episodes
+        if budget <= 0:
+            return result
+        count = min(population_size, budget)
+        mothers = crowded_tournament(rank, crowding, count, rng)
+        fathers = crowded_tournament(rank, crowding, count, rng)
+        children, _ = uniform_crossover(genomes[mothers], genomes[fathers], rng, crossover_probability)
+        children = _mutate(children.astype(np.int64), rng, rate)
+        offspring = [recorder.play(child) for child in children]
+        genomes = np.concatenate([genomes, children])
+        ids = np.concatenate([ids, np.arange(next_id, next_id + count)])
+        parents = np.concatenate([parents, np.column_stack([ids[mothers], ids[fathers]])])
+        next_id += count
+        played += offspring
+        generation += 1
+
+
+def random_play(data: GameData, episodes: int, seed: int = 0) -> SearchResult:
+    """The baseline: `episodes` episodes of uniformly random actions from the same episode seed."""
+    rng = np.random.default_rng(seed + 1)
+    result = SearchResult()
+    recorder = _Recorder(data, seed, result)
+    for _ in range(episodes):
+        recorder.play(rng.integers(0, NUM_ACTIONS, size=data.testing.max_decisions))
+    return result
