@@ -80,6 +80,7 @@ class Relay:
         self.stats = RelayStats()
         self.stop_event = threading.Event()
         self._upstream: zmq.Socket | None = None
+        self._poller = zmq.Poller()
         self._monitor: zmq.Socket | None = None
         self._connected = False
         self._connect_deadline = 0.0
@@ -103,6 +104,9 @@ class Relay:
         self._monitor = socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         socket.connect(address)
         self._upstream = socket
+        self._poller = zmq.Poller()
+        for watched in (socket, self._monitor, self.publisher.socket):
+            self._poller.register(watched, zmq.POLLIN)
         self._connected = False
         self._connect_deadline = time.monotonic() + self.spec.timeout_ms / 1000
         self.stats.parent = parent
@@ -154,12 +158,7 @@ class Relay:
 
     def step(self, timeout_ms: int = 100) -> None:
         """Wait up to timeout_ms for anything, then handle all of it without waiting."""
-        assert self._upstream is not None and self._monitor is not None
-        poller = zmq.Poller()
-        poller.register(self._upstream, zmq.POLLIN)
-        poller.register(self._monitor, zmq.POLLIN)
-        poller.register(self.publisher.socket, zmq.POLLIN)
-        ready = dict(poller.poll(timeout_ms))
+        ready = dict(self._poller.poll(timeout_ms))
         if self._monitor in ready:
             while self._monitor is not None and self._monitor.poll(0):
                 self._on_monitor_event()
