@@ -42,20 +42,11 @@ class RunData:
     population: pd.DataFrame  # one row per evaluated individual; empty without a population
     genome_names: list[str] = field(default_factory=list)
     league: dict[str, np.ndarray] = field(default_factory=dict)  # datasets under /league, by path
+    status: str = "completed"  # run_status() when the file was read
 
     @property
     def name(self) -> str:
         return self.path.stem
-
-    @property
-    def status(self) -> str:
-        """completed, running (its writer's process is alive on this host) or incomplete."""
-        if self.closed_cleanly:
-            return "completed"
-        pid, host = self.meta.get("pid"), self.meta.get("hostname")
-        if isinstance(pid, int) and host == socket.gethostname() and _process_alive(pid):
-            return "running"
-        return "incomplete (killed or failed)"
 
     def metric(self, name: str) -> pd.DataFrame:
         """One metric's rows (wall_time, env_frames, policy_version, value); empty when absent."""
@@ -90,6 +81,17 @@ class RunData:
                 return default
             node = node[key]
         return node
+
+
+def run_status(closed_cleanly: bool, meta: dict[str, Any]) -> str:
+    """completed; running (not closed, and its writer's process is alive on this host); or
+    incomplete (killed or failed). A writer on another host that is not closed reads as incomplete."""
+    if closed_cleanly:
+        return "completed"
+    pid, host = meta.get("pid"), meta.get("hostname")
+    if isinstance(pid, int) and host == socket.gethostname() and _process_alive(pid):
+        return "running"
+    return "incomplete (killed or failed)"
 
 
 def _process_alive(pid: int) -> bool:
@@ -178,7 +180,8 @@ def load_run(path: str | Path) -> RunData:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise RunFileError(f"error: {path} is not a readable run file: {reason}") from None
     return RunData(path=path, meta=meta, config=config, closed_cleanly=closed_cleanly, metrics=metrics,
-                   population=population, genome_names=genome_names, league=league)
+                   population=population, genome_names=genome_names, league=league,
+                   status=run_status(closed_cleanly, meta))
 
 
 def find_run_files(directory: str | Path) -> list[Path]:
