@@ -128,7 +128,10 @@ def evolve_command(args: argparse.Namespace) -> int:
     from .runtime.evolution import GenerationRecorder, RayEvaluator, SerialEvaluator, evolve, make_problem
     from .storage import RunWriter
 
-    problem = make_problem(config)
+    try:
+        problem = make_problem(config)
+    except ValueError as error:  # the balance problem's game data (games.GameDataError): one line
+        return _fail(str(error))
     path = run_path_for(config, args.config)
     console = Console(stderr=True)
     writer = RunWriter(path, config.to_json_dict(), GenerationRecorder.metric_names(problem.num_objectives),
