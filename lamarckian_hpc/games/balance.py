@@ -5,8 +5,8 @@ decision vector, and three objectives, all to be maximised, say how imbalanced a
   battles) of the lineup's strongest team minus that of its weakest, when all its teams play
   each other;
 - f2, remaining-resources multiple: the economic resources the strongest team has left divided by
-  those of the weakest (the weakest's floored at 1% of its full value, so a wiped-out team gives
-  at most 100); the paper calls a lineup with f2 > 2 imbalanced;
+  those of the weakest (the weakest's floored at 1% of its full value, so that a wiped-out team
+  gives a large but finite multiple); the paper calls a lineup with f2 > 2 imbalanced;
 - f3, strength of the weakest team: its remaining strength in battles against every team of the
   baseline lineups in the rules file.
 
