@@ -3,6 +3,8 @@ population, front and policies to the run file (serially, and through `evolve` o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,8 @@ from lamarckian_hpc.config.emogi import EMOGIConfig
 from lamarckian_hpc.envs import PongEnv
 from lamarckian_hpc.envs.pong_core import STAY, UP
 from lamarckian_hpc.evorl.behaviour import GENOME_NAMES, EpisodeTrace, behaviour_of, objectives, reward_terms
-from lamarckian_hpc.evorl.emogi import Job, SerialBackend, individual_run_config, play, run_emogi
+from lamarckian_hpc.ec import Evaluator
+from lamarckian_hpc.evorl.emogi import Job, PongBehaviour, SerialBackend, individual_run_config, play, run_emogi
 from lamarckian_hpc.evorl.emogi_store import METRIC_NAMES, EMOGIRecorder, population_shape, read_results, write_results
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.runtime.learner import load_weights
@@ -56,7 +59,8 @@ def test_a_genome_becomes_per_step_move_and_stay_rewards():
     _, reward, _, _, _ = env.step(STAY)
     assert reward == pytest.approx(0.002)
     run = individual_run_config(load_config(None, [], EMOGIConfig), np.array([0.5, 0.2]), seed=3, env_frames=10)
-    assert run.env.kwargs["move_reward"] == pytest.approx(0.005) and run.stop.total_env_steps == 10
+    assert run.env.kwargs["move_reward"] == pytest.approx(0.5 / 30)  # the default horizon: 30 steps
+    assert run.env.kwargs["stay_reward"] == pytest.approx(0.2 / 30) and run.stop.total_env_steps == 10
 
 
 def test_config_rejects_what_emogi_cannot_run():
@@ -164,3 +168,24 @@ def test_policy_play_is_deterministic_for_a_seed():
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a.moved, b.moved)
         np.testing.assert_array_equal(a.points, b.points)
+
+
+def test_pong_behaviour_is_an_evaluator_for_the_generic_driver():
+    config = EMOGIConfig.model_validate(TINY)
+    evaluator = PongBehaviour(config)
+    assert isinstance(evaluator, Evaluator)
+    description = evaluator.describe()
+    assert description.num_objectives == 2 and description.genome_length == 2
+    genomes = evaluator.initialize(np.random.default_rng(0), 3)
+    assert genomes.shape == (3, 2) and (genomes >= 0).all() and (genomes <= 1).all()
+    found = evaluator.evaluate(genomes[:1])
+    assert found.shape == (1, 2) and np.isfinite(found).all() and (found <= 0).all()
+
+
+def test_every_emogi_field_is_in_the_readme():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### `evolve` configuration for `algorithm.name: emogi`", 1)[1].split("\n### ", 1)[0]
+    paths = [f"algorithm.{name}" for name in EMOGIConfig.model_fields["algorithm"].annotation.model_fields]
+    paths += [f"runtime.{name}" for name in EMOGIConfig.model_fields["runtime"].annotation.model_fields]
+    missing = [path for path in paths if f"`{path}`" not in section]
+    assert not missing, f"README's EMOGI reference lacks {missing}"
