@@ -296,3 +296,15 @@ def test_report_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
         error = capsys.readouterr().err
         assert message in error and error.count("\n") == 1, error
     assert not os.path.exists(tmp_path / "empty" / "report")
+
+
+def test_reproduce_lists_one_array_task_per_experiment() -> None:
+    """slurm/reproduce.sbatch sizes its job array with --count and runs task K with --task-index K."""
+    script = [sys.executable, str(ROOT / "benchmarks" / "reproduce.py")]
+    count = int(subprocess.run([*script, "--count"], capture_output=True, text=True, check=True).stdout)
+    listing = subprocess.run([*script, "--list", "--scale", "small"], capture_output=True, text=True, check=True)
+    lines = listing.stdout.splitlines()
+    assert len(lines) == count and [int(line.split()[0]) for line in lines] == list(range(count))
+    assert any("lamarckian-hpc train" in line for line in lines) and any("evolve" in line for line in lines)
+    bad = subprocess.run([*script, "--task-index", str(count)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--task-index must be in" in bad.stderr

@@ -132,19 +132,28 @@ def hyperparameter_data(run: RunData) -> pd.DataFrame:
 
 
 def plot_hyperparameters(run: RunData, out_path: Path) -> FigureResult | None:
-    """One panel per hyperparameter: each member's value at each interval (log scale when the
-    values span more than two decades)."""
+    """One panel per hyperparameter: each member's value at each interval, and a dashed link from
+    a parent's value to its child's first (an exploit step). Log scale where the config searches
+    the hyperparameter on a log scale, or where its values span more than two decades."""
     data = hyperparameter_data(run)
     if data.empty:
         return None
     names = list(dict.fromkeys(data["hyperparameter"]))
+    edges = lineage_edges(run)
     figure, axes = new_figure(columns=len(names), width=4.0)
     for axis, name in zip(axes, names):
         rows = data[data["hyperparameter"] == name]
-        for member, member_rows in rows.groupby("id"):
-            axis.plot(member_rows["generation"], member_rows["value"], marker=".", linewidth=0.8, label=str(member))
+        first_value = rows.sort_values("generation").drop_duplicates("id").set_index("id")["value"]
+        for edge in edges.itertuples():
+            parent_rows = rows[(rows["id"] == edge.parent_id) & (rows["generation"] < edge.child_generation)]
+            if len(parent_rows) and edge.child_id in first_value.index:
+                axis.plot([parent_rows["generation"].iloc[-1], edge.child_generation],
+                          [parent_rows["value"].iloc[-1], first_value[edge.child_id]], ":", color="0.5", linewidth=0.8)
+        for _, member_rows in rows.groupby("id"):
+            axis.plot(member_rows["generation"], member_rows["value"], marker=".", linewidth=0.8)
         values = rows["value"].to_numpy(float)
-        if (values > 0).all() and values.max() / values.min() > 100:
+        log_config = run.config_value(f"algorithm.hyperparameters.{name}.log")
+        if (values > 0).all() and (log_config is True or (log_config is None and values.max() / values.min() > 100)):
             axis.set_yscale("log")
         axis.set_xlabel("interval")
         axis.set_title(name, fontsize="small")

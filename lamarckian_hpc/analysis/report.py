@@ -160,7 +160,8 @@ def build_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
         table = bench.benchmark_table(name, results[name])
         lines += [f"## Benchmark: {BENCHMARK_TITLES.get(name, name)} (`{name}.json`)", "", markdown_table(table)]
     for run in runs:
-        lines += [f"## Run `{run.name}`", "", f"File: `{run.path}`", "", markdown_table(run_summary(run))]
+        shown = run.path.relative_to(path) if path.is_dir() and run.path.is_relative_to(path) else run.path
+        lines += [f"## Run `{run.name}`", "", f"File: `{shown}`", "", markdown_table(run_summary(run))]
     out.mkdir(parents=True, exist_ok=True)
     markdown_path = out / REPORT_NAME
     markdown_path.write_text("\n".join(lines))
