@@ -140,14 +140,14 @@ def test_tiny_run_writes_population_front_and_policies_and_they_round_trip(tmp_p
     assert member.behaviour is not None and member.behaviour.activeness == pytest.approx(replay.activeness)
 
 
-def test_evolve_runs_emogi_on_ray_and_prints_the_front(tmp_path, capsys):
+def test_evolve_runs_emogi_on_ray_like_serially_and_prints_the_front(tmp_path, capsys):
     overrides = [f"{key}={value}" for key, value in {
         "env.num_envs": 2, "env.kwargs": "{points_to_win: 2}", "model.policy_hidden_sizes": "[16]",
         "ppo.batch_size": 256, "ppo.num_epochs": 1, "algorithm.population_size": 2, "algorithm.generations": 2,
         "algorithm.initial_env_frames": 256, "algorithm.offspring_env_frames": 256,
-        "algorithm.evaluation_episodes": 1, "runtime.mode": "ray", "runtime.num_workers": 2,
-        "storage.directory": str(tmp_path), "storage.run_name": "emogi"}.items()]
-    assert main(["evolve", "configs/emogi_pong.yaml", *overrides]) == 0
+        "algorithm.evaluation_episodes": 1, "runtime.num_workers": 2, "storage.directory": str(tmp_path)}.items()]
+    assert main(["evolve", "configs/emogi_pong.yaml", *overrides, "runtime.mode=serial", "storage.run_name=serial"]) == 0
+    assert main(["evolve", "configs/emogi_pong.yaml", *overrides, "runtime.mode=ray", "storage.run_name=emogi"]) == 0
     out = capsys.readouterr().out
     assert "non-dominated policies" in out and str(tmp_path / "emogi.h5") in out
     with open_run(tmp_path / "emogi.h5") as reader:
@@ -157,6 +157,11 @@ def test_evolve_runs_emogi_on_ray_and_prints_the_front(tmp_path, capsys):
     assert (population["worker"] > 0).all() and (population["env_frames"] >= 256).all()
     stored = read_results(tmp_path / "emogi.h5")
     assert set(stored.policies) == set(int(i) for i in population["id"])
+    # Every training is seeded: the Ray run's population is the serial run's.
+    with open_run(tmp_path / "serial.h5") as reader:
+        serial = reader.population()
+    for column in ("id", "parent_ids", "genome", "objectives", "env_frames"):
+        np.testing.assert_array_equal(population[column], serial[column])
 
 
 def test_policy_play_is_deterministic_for_a_seed():
