@@ -70,6 +70,8 @@ def tree_latency(p: dict[str, float], nodes: int, per_node: int) -> float:
 
 def _line(x: list[float], y: list[float]) -> tuple[float, float]:
     """Least-squares intercept and slope."""
+    if len(set(x)) < 2:  # one abscissa: no slope to fit
+        return float(np.mean(y)), 0.0
     slope, intercept = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
     return float(intercept), float(slope)
 
@@ -147,11 +149,12 @@ def figure(rows: list[dict[str, Any]], points: list[dict[str, Any]], path: Path)
     left.loglog(cores, [r["tree_ms"] for r in rows], "s-", label="tree")
     left.set(xlabel="cores (40 per node)", ylabel="broadcast latency, ms (model)", title="4 MB weights, 1 Gbit links")
     left.legend()
-    for mode, marker in (("flat", "o"), ("tree", "s")):
+    for mode, marker, color in (("flat", "o", "C0"), ("tree", "s", "C1")):
         chosen = [p for p in points if p["what"].startswith(f"{mode} latency")]
-        right.plot([p["receivers"] for p in chosen], [p["measured"] for p in chosen], marker, label=f"{mode} measured")
-        right.plot([p["receivers"] for p in chosen], [p["predicted"] for p in chosen], marker + "--",
-                   mfc="none", label=f"{mode} model")
+        right.plot([p["receivers"] for p in chosen], [p["measured"] for p in chosen], marker, color=color,
+                   label=f"{mode} measured")
+        right.plot([p["receivers"] for p in chosen], [p["predicted"] for p in chosen], "--", color=color,
+                   label=f"{mode} model")
     right.set(xlabel="receivers (2 per emulated host)", ylabel="ms", title="model vs measured")
     right.legend()
     fig.tight_layout()
