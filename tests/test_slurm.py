@@ -121,6 +121,39 @@ def test_job_states_come_from_the_controller_without_accounting(tmp_path):
     assert job_state("999999").state == GONE
 
 
+DRIVER_THAT_FAILS = """
+import os
+from lamarckian_hpc.cluster.ray_cluster import run_on_ray_cluster
+def driver(info):
+    import ray
+    alive = [node for node in ray.nodes() if node["Alive"]]
+    print("job", os.environ["SLURM_JOB_ID"], "ray nodes", len(alive), sorted(info.node_ids), flush=True)
+    raise RuntimeError("driver failed on purpose")
+run_on_ray_cluster(driver, log_dir=os.environ["LOG_DIR"])
+"""
+
+
+def test_ray_cluster_spans_the_nodes_and_is_torn_down_when_the_driver_fails(tmp_path):
+    require_slurm(2)
+    done = subprocess.run(["srun", "-N", "2", "--mpi=pmi2", "--kill-on-bad-exit=1", sys.executable, "-c",
+                           DRIVER_THAT_FAILS], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "LOG_DIR": str(tmp_path)})
+    assert done.returncode != 0
+    assert "driver failed on purpose" in done.stderr
+    job_id = re.search(r"job (\d+) ray nodes 2 \['node1', 'node2'\]", done.stdout).group(1)
+    marker = f"lhr-{job_id}-"
+    leftovers = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_has(pid, marker)]
+    assert not leftovers, f"Ray processes of job {job_id} outlived it: {leftovers}"
+    assert not [name for name in os.listdir("/tmp") if name.startswith(marker)]
+
+
+def _cmdline_has(pid: str, marker: str) -> bool:
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def test_cancelled_job_makes_launch_fail_instead_of_hang(tmp_path):
     require_slurm(1)
     launch = Launch(tmp_path, ["runtime.num_actors=1", "stop.max_wall_seconds=600"],

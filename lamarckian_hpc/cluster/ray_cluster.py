@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -221,6 +222,9 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
                          if rank == 0 else None)
     shared = msgpack.unpackb(secret)
     env = _ray_env(shared["token"], settings)
+    if rank == 0 and "ray._raylet" in sys.modules and os.environ.get("RAY_AUTH_MODE") != "token":
+        raise RayClusterError("Ray was imported before the cluster started: import it inside the driver "
+                              "(Ray reads RAY_AUTH_MODE once, when it is imported)")
     labels = layout.labels
     me = layout.nodes[rank]
     temp_root = settings.temp_root or tempfile.gettempdir()
@@ -268,7 +272,7 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
 def _drive(driver: Callable[[RayClusterInfo], T], layout: ClusterLayout, labels: tuple[str, ...],
            head_address: str, env: dict[str, str], settings: RaySettings, head: RayNodeProcess) -> T:
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED"):
-        os.environ[name] = env[name]  # before Ray is imported: it reads its settings once
+        os.environ[name] = env[name]  # Ray reads these once, when it is imported
     import ray
 
     ray.init(address=head_address, _node_ip_address=layout.head.address, include_dashboard=False,

@@ -89,16 +89,21 @@ def job_state(job_id: str) -> JobState:
     return live if live is not None else JobState(UNKNOWN, "none")
 
 
+USABLE_NODE_STATES = frozenset({"idle", "mix", "mixed", "alloc", "allocated", "comp", "completing"})
+
+
 def cluster_problem(min_nodes: int = 1) -> str | None:
-    """Why no Slurm cluster with `min_nodes` idle nodes answers here, or None when one does."""
+    """Why no Slurm cluster with `min_nodes` usable nodes (idle, or busy but up) answers here, or
+    None when one does."""
     if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
         return "Slurm's client commands (sbatch, sinfo) are not on PATH"
-    done = _run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"])
+    done = _run(["sinfo", "-h", "-N", "-o", "%N %t"])
     if done is None:
         return "sinfo did not answer"
     if done.returncode != 0:
         return f"sinfo failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
-    idle = len(set(done.stdout.split()))
-    if idle < min_nodes:
-        return f"the Slurm cluster has {idle} idle nodes, {min_nodes} needed"
+    usable = {name for name, state in (line.split()[:2] for line in done.stdout.splitlines() if line.strip())
+              if state.rstrip("*~#!%$@^-") in USABLE_NODE_STATES}
+    if len(usable) < min_nodes:
+        return f"the Slurm cluster has {len(usable)} usable nodes, {min_nodes} needed"
     return None

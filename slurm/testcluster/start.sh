@@ -51,7 +51,14 @@ sed -e "s|@HOST@|$(hostname -s)|g" -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@DIR@|$
     -e "s|@NODE_PORTS@|$(join "${ports[@]}")|g" -e "s|@CPUS@|$CPUS|g" \
     "$HERE/slurm.conf.in" > "$DIR/slurm.conf"
 export SLURM_CONF="$DIR/slurm.conf"
-echo "export SLURM_CONF=$SLURM_CONF" > "$DIR/env"
+{
+    echo "export SLURM_CONF=$SLURM_CONF"
+    # PyPI's mpich speaks PMI-1 to Slurm's pmi2 plugin, whose reader splits request lines longer
+    # than 1 KiB; the UCX netmod's addresses come close to that and now and then exceed it
+    # ("mpi/pmi2: value not properly terminated in client request", MPI_Init fails). The OFI
+    # netmod's TCP addresses are about 100 bytes.
+    echo "export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp"
+} > "$DIR/env"
 
 if ! munge -n >/dev/null 2>&1 </dev/null; then
     mkdir -p /run/munge && chown munge:munge /run/munge
