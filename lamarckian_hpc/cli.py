@@ -112,6 +112,7 @@ def train_command(args: argparse.Namespace) -> int:
 def evolve_command(args: argparse.Namespace) -> int:
     from .config import EMOGIConfig, EvolveConfig, PBTConfig
     from .config.evorl import evolve_config_model
+    from .config.game_testing import GameTestingConfig
 
     try:
         config = load_config(args.config, args.overrides, evolve_config_model(args.config, args.overrides))
@@ -125,6 +126,10 @@ def evolve_command(args: argparse.Namespace) -> int:
         from .evorl.emogi_command import emogi_command
 
         return emogi_command(config, run_path_for(config, args.config), args.config)
+    if isinstance(config, GameTestingConfig):  # automated game testing (algorithm.name: wuji)
+        from .games.testing_command import game_testing_command
+
+        return game_testing_command(config, run_path_for(config, args.config), args.config)  # type: ignore
     from .runtime.evolution import GenerationRecorder, RayEvaluator, SerialEvaluator, evolve, make_problem
     from .storage import RunWriter
 

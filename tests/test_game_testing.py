@@ -1,8 +1,11 @@
 """Automated game testing: with the four planted bugs on, the search over win and novelty finds at
-least three within 600 episodes, more than random play finds with the same budget (fixed seeds);
-every recorded bug replays from its seed and actions; a run file records the search."""
+least three within 1,000 episodes, more than random play finds with the same budget (fixed seed);
+every recorded bug replays from its seed and actions; `evolve configs/game_testing.yaml` records
+the search in a run file and the bugs beside it."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +13,8 @@ import pytest
 from lamarckian_hpc.games import BUG_NAMES, load_game_data
 from lamarckian_hpc.games.testing import random_play, replay, search
 
-BUDGET = 600
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET = 1000
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +59,44 @@ def test_history_keeps_lineage(searched):
 
 def test_no_bug_found_when_none_is_planted():
     assert search(load_game_data(), 100, population_size=20, seed=0).bugs == {}
+
+
+def test_evolve_command_runs_the_game_testing_search(tmp_path, capsys):
+    import json
+
+    from lamarckian_hpc.cli import main
+    from lamarckian_hpc.storage import open_run
+
+    status = main(["evolve", str(ROOT / "configs" / "game_testing.yaml"), "algorithm.episodes=120",
+                   "algorithm.compare_random=false", f"storage.directory={tmp_path}", "storage.run_name=testing"])
+    assert status == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(tmp_path / "testing.h5")
+    with open_run(tmp_path / "testing.h5") as run:
+        assert run.closed_cleanly
+        population = run.population()
+        assert sorted(set(population["generation"].tolist())) == list(range(6))  # 20 initial + 5 x 20 offspring
+        assert population["genome"].shape[1] == load_game_data().testing.max_decisions
+        assert len(run.metric("bugs_found")) == 6
+    summary = json.loads((tmp_path / "testing.bugs.json").read_text())
+    assert summary["episodes"] == 120 and summary["bugs"]
+    assert all(report["replays"] and report["seed"] == 0 and report["actions"] for report in summary["bugs"])
+
+
+def test_bad_game_testing_config_is_one_line(tmp_path, capsys):
+    from lamarckian_hpc.cli import main
+
+    status = main(["evolve", str(ROOT / "configs" / "game_testing.yaml"), "game.planted_bugs=[typo]",
+                   f"storage.directory={tmp_path}"])
+    assert status == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "game.planted_bugs" in error and "damage_overflow" in error
+
+
+def test_every_game_testing_field_is_in_the_readme():
+    from lamarckian_hpc.config.game_testing import GameTestingConfig
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [f"{section}.{field}" for section, model in GameTestingConfig.model_fields.items()
+               if section in ("game", "algorithm") for field in model.annotation.model_fields
+               if f"`{section}.{field}`" not in readme]
+    assert not missing, f"README lacks {missing}"

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from .base import RootSection, Section, StorageConfig
 from .emogi import EMOGIConfig
 from .evolve import EvolveConfig
+from .game_testing import GameTestingConfig
 from .train import EnvConfig, ModelConfig, PPOConfig
 
 SearchedHyperparameter = Literal["learning_rate", "value_weight", "entropy_weight"]
@@ -110,7 +111,7 @@ class PBTConfig(RootSection):
 
 
 #: `algorithm.name` of an evolve config -> the root config it is validated with (others: EvolveConfig).
-EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig, "emogi": EMOGIConfig}
+EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig, "emogi": EMOGIConfig, "wuji": GameTestingConfig}
 
 
 def evolve_config_model(path: str | Path | None, overrides: Sequence[str] = ()) -> type[RootSection]:

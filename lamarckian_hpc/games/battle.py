@@ -33,7 +33,7 @@ class Unit:
     """A hero or a squad in battle; a squad's health is the pool of its soldiers."""
 
     __slots__ = ("side", "is_hero", "hp", "max_hp", "attack", "defense", "cooldown", "soldier_health",
-                 "soldier_type", "strong_against", "skills", "ready", "stacks", "shield", "shield_until",
+                 "soldier_type", "strong_against", "skills", "ready", "stacks", "stacked_at", "shield", "shield_until",
                  "stunned_until", "defending", "back")
 
     def __init__(self, side: int, is_hero: bool, hp: float, attack: float, defense: float, cooldown: float) -> None:
@@ -43,7 +43,7 @@ class Unit:
         self.soldier_health, self.soldier_type, self.strong_against = 1.0, -1, -1
         self.skills: tuple[Skill, ...] = ()
         self.ready: list[float] = []
-        self.stacks, self.shield, self.shield_until, self.stunned_until = 0, 0.0, 0.0, 0.0
+        self.stacks, self.stacked_at, self.shield, self.shield_until, self.stunned_until = 0, 0.0, 0.0, 0.0, 0.0
         self.defending = self.back = False
 
     def alive_soldiers(self) -> int:
@@ -125,13 +125,15 @@ class Battle:
         amount = base * self._roll() * 100.0 / (100.0 + max(target.defense, 0.0))
         if source.is_hero:
             amount *= self._multiplier(source)
-            source.stacks = 0
+            stacks, source.stacks = source.stacks, 0
             if self.bugs.damage_overflow:  # planted: damage kept in a 16-bit integer
                 amount = float((int(amount) + 32768) % 65536 - 32768)
-        elif target.soldier_type >= 0 and source.strong_against == target.soldier_type:
-            amount *= self.rules.counter_multiplier
+        else:
+            stacks = 0
+            if target.soldier_type >= 0 and source.strong_against == target.soldier_type:
+                amount *= self.rules.counter_multiplier
         if amount < 0:
-            self._symptom("negative_damage", f"{amount:.0f} damage dealt with {source.stacks} war cry stacks")
+            self._symptom("negative_damage", f"{amount:.0f} damage dealt with {stacks} war cry stacks")
             return
         if target.is_hero and target.defending:
             amount *= self.rules.defend_factor
@@ -193,6 +195,7 @@ class Battle:
             if hero.stacks >= self.rules.max_war_cry_stacks and not self.bugs.damage_overflow:
                 return False  # planted bug: without the cap, stacks grow without bound
             hero.stacks += 1
+            hero.stacked_at = self.now
         elif kind == "mirror":
             if enemy.hp <= 0:
                 return False
@@ -245,6 +248,8 @@ class Battle:
 
     def _turn(self, unit: Unit) -> None:
         unit.defending = False
+        if unit.stacks and self.now - unit.stacked_at > self.rules.war_cry_fade_seconds:
+            unit.stacks = 0  # war cry stacks fade unless renewed
         if unit.shield > 0 and self.now >= unit.shield_until:
             unit.shield = 0.0
         if unit is self.units[0] and self.controller is not None and len(self.result.actions) < self.max_decisions:

@@ -84,6 +84,7 @@ class Rules(Row):
     counter_multiplier: float = Field(1.5, gt=0)
     war_cry_multiplier: float = Field(3.0, ge=1)
     max_war_cry_stacks: int = Field(3, ge=0, le=100)
+    war_cry_fade_seconds: float = Field(5.0, gt=0)
     defend_factor: float = Field(0.5, ge=0, le=1)
     stuck_seconds: float = Field(20.0, gt=0)
     lineup_size: int = Field(5, ge=2)

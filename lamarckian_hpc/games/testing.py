@@ -81,17 +81,29 @@ def win_score(result: BattleResult) -> float:
     return own - other + (1.0 if result.winner == 0 else 0.0)
 
 
+def novelty_keys(signatures: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
+    """What novelty counts: every whole state signature, and every single feature's value on its
+    own (feature i at value v as the key (-1 - i, v)), so that a rare value of one feature (a war
+    cry stack never reached before) is rewarded even when the rest of the state is common."""
+    keys = set(signatures)
+    for signature in signatures:
+        keys.update((-1 - index, value) for index, value in enumerate(signature))
+    return keys
+
+
 class StateArchive:
-    """How often each state signature was seen, over every episode so far."""
+    """How often each novelty key was seen, over every episode so far."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[int, ...]] = Counter()
+        self.states = 0  # distinct whole signatures
 
     def add(self, signatures: set[tuple[int, ...]]) -> None:
-        self.counts.update(signatures)
+        self.states += sum(1 for signature in signatures if signature not in self.counts)
+        self.counts.update(novelty_keys(signatures))
 
     def novelty(self, signatures: set[tuple[int, ...]]) -> float:
-        return float(sum(1.0 / self.counts[signature] for signature in signatures if self.counts[signature]))
+        return float(sum(1.0 / self.counts[key] for key in novelty_keys(signatures) if self.counts[key]))
 
 
 class _Recorder:
@@ -105,7 +117,7 @@ class _Recorder:
         episode = play(self.data, self.seed, genome)
         self.result.episodes += 1
         self.archive.add(episode.signatures)
-        self.result.distinct_states = len(self.archive.counts)
+        self.result.distinct_states = self.archive.states
         self.result.best_win = max(self.result.best_win, win_score(episode))
         if episode.symptom is not None and episode.symptom not in self.result.bugs:
             self.result.bugs[episode.symptom] = BugReport(episode.symptom, episode.detail, self.seed,
