@@ -9,7 +9,8 @@ Experience: actors PUSH messages tagged with the policy version that produced th
 PULLs. A malformed message is logged, counted and dropped; the receiver keeps serving. The queue
 between them is short (high-water marks and kernel buffers), which bounds staleness.
 
-Every socket has linger 0, so closing never hangs on a dead peer.
+Every socket has linger 0, so closing never hangs on a dead peer. Given the job's keys
+(`comm.security.JobKeys`), every channel is CURVE-encrypted and admits only the job's processes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 import zmq
 
+from .security import JobKeys, authenticate
 from .wire import Message, WireError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -32,9 +34,16 @@ WEIGHTS = "weights"
 SOCKET_BUFFER_BYTES = 8 * 1024
 
 
-def _socket(context: zmq.Context, kind: int) -> zmq.Socket:
+def _socket(context: zmq.Context, kind: int, keys: JobKeys | None = None, *, server: bool = False) -> zmq.Socket:
+    """A socket with linger 0; with `keys`, a CURVE server (binds) or client (connects) of the job."""
     socket = context.socket(kind)
     socket.setsockopt(zmq.LINGER, 0)
+    if keys is not None:
+        if server:
+            authenticate(context, keys)
+            keys.serve(socket)
+        else:
+            keys.connect(socket)
     return socket
 
 
@@ -47,8 +56,9 @@ def bind_random(socket: zmq.Socket, host: str = "127.0.0.1") -> str:
 class WeightPublisher:
     """Learner side of the weight broadcast."""
 
-    def __init__(self, context: zmq.Context, host: str = "127.0.0.1", sender: str = "learner") -> None:
-        self.socket = _socket(context, zmq.XPUB)
+    def __init__(self, context: zmq.Context, host: str = "127.0.0.1", sender: str = "learner",
+                 keys: JobKeys | None = None) -> None:
+        self.socket = _socket(context, zmq.XPUB, keys, server=True)
         self.socket.setsockopt(zmq.XPUB_VERBOSE, 1)  # hear every subscription, not only the first
         self.address = bind_random(self.socket, host)
         self.sender = sender
@@ -83,8 +93,8 @@ class WeightPublisher:
 class WeightSubscriber:
     """Actor side of the weight broadcast: keeps the newest version it has received."""
 
-    def __init__(self, context: zmq.Context, address: str) -> None:
-        self.socket = _socket(context, zmq.SUB)
+    def __init__(self, context: zmq.Context, address: str, keys: JobKeys | None = None) -> None:
+        self.socket = _socket(context, zmq.SUB, keys)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self.socket.connect(address)
         self.version = -1
@@ -117,8 +127,9 @@ class WeightSubscriber:
 class ExperienceSender:
     """Actor side of the experience channel."""
 
-    def __init__(self, context: zmq.Context, address: str, high_water_mark: int = 1) -> None:
-        self.socket = _socket(context, zmq.PUSH)
+    def __init__(self, context: zmq.Context, address: str, high_water_mark: int = 1,
+                 keys: JobKeys | None = None) -> None:
+        self.socket = _socket(context, zmq.PUSH, keys)
         self.socket.setsockopt(zmq.SNDHWM, high_water_mark)
         self.socket.setsockopt(zmq.SNDBUF, SOCKET_BUFFER_BYTES)
         self.socket.connect(address)
@@ -138,8 +149,8 @@ class ExperienceReceiver:
     """Learner side of the experience channel; drops and counts malformed messages."""
 
     def __init__(self, context: zmq.Context, known_kinds: set[str], host: str = "127.0.0.1",
-                 high_water_mark: int = 2) -> None:
-        self.socket = _socket(context, zmq.PULL)
+                 high_water_mark: int = 2, keys: JobKeys | None = None) -> None:
+        self.socket = _socket(context, zmq.PULL, keys, server=True)
         self.socket.setsockopt(zmq.RCVHWM, high_water_mark)
         self.socket.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
         self.address = bind_random(self.socket, host)

@@ -28,6 +28,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .channels import WEIGHTS, WeightPublisher
+from .security import JobKeys, stop_authenticator
 from .topology import BroadcastTree
 from .wire import WireError, read_header
 
@@ -47,6 +48,8 @@ class RelaySpec:
     ipc_path: str | None = None
     heartbeat_ms: int = 500
     timeout_ms: int = 2000
+    #: The job's key folder (`comm.security`); None for plain sockets.
+    key_folder: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,7 +75,8 @@ class Relay:
         if self.tree.parent_of(spec.node) is None:
             raise ValueError(f"relay: {spec.node!r} is the learner's node, which publishes itself")
         self.context = context or zmq.Context.instance()
-        self.publisher = WeightPublisher(self.context, host=spec.host, sender=f"relay:{spec.node}")
+        self.keys = JobKeys.load(spec.key_folder) if spec.key_folder is not None else None
+        self.publisher = WeightPublisher(self.context, host=spec.host, sender=f"relay:{spec.node}", keys=self.keys)
         if spec.ipc_path is not None:
             os.makedirs(os.path.dirname(spec.ipc_path) or ".", exist_ok=True)
             self.publisher.socket.bind(f"ipc://{spec.ipc_path}")
@@ -98,6 +102,8 @@ class Relay:
             raise KeyError(f"relay {self.spec.node!r}: no publisher address for node {parent!r}")
         socket = self.context.socket(zmq.SUB)
         socket.setsockopt(zmq.LINGER, 0)
+        if self.keys is not None:
+            self.keys.connect(socket)
         socket.setsockopt(zmq.HEARTBEAT_IVL, self.spec.heartbeat_ms)
         socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, self.spec.timeout_ms)
         socket.setsockopt(zmq.SUBSCRIBE, b"")
@@ -180,6 +186,7 @@ class Relay:
     def close(self) -> None:
         self._close_upstream()
         self.publisher.close()
+        stop_authenticator(self.context)
         if self.spec.ipc_path is not None and os.path.exists(self.spec.ipc_path):
             os.unlink(self.spec.ipc_path)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, model_validator
@@ -143,6 +144,11 @@ class RuntimeConfig(Section):
         None, ge=1, le=100_000,
         description="Group the actors into this many simulated nodes on one host (tests and benchmarks of the tree).",
     )
+    transport_security: Literal["curve", "none"] = Field(
+        "curve", description="curve: encrypt every socket and admit only this job's processes; none: plain."
+    )
+    key_folder: Path | None = Field(
+        None, description="Folder for the job's keys, shared by all its nodes; default a private temp folder.")
 
 
 class StopConfig(Section):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import zmq
 
-from ..comm import ExperienceSender, Message, WeightSubscriber
+from ..comm import ExperienceSender, JobKeys, Message, WeightSubscriber
 from ..config import A3CConfig, RunConfig
 from ..rl.a3c import a3c_gradients
 from .learner import load_weights, steps_per_update
@@ -41,8 +41,13 @@ class ActorLoop:
         config = self.config
         torch.set_num_threads(1)
         context = zmq.Context()
-        subscriber = WeightSubscriber(context, self.weights_address)
-        sender = ExperienceSender(context, self.experience_address)
+        keys = None
+        if config.runtime.transport_security == "curve":
+            if config.runtime.key_folder is None:
+                raise ValueError("runtime.transport_security=curve needs runtime.key_folder, the job's key folder")
+            keys = JobKeys.load(config.runtime.key_folder)
+        subscriber = WeightSubscriber(context, self.weights_address, keys=keys)
+        sender = ExperienceSender(context, self.experience_address, keys=keys)
         side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1))
         rollout = config.runtime.rollout_steps * config.env.num_envs
         share = math.ceil(steps_per_update(config) / self.num_actors)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import time
 from typing import Sequence
 
@@ -20,7 +22,7 @@ import torch
 import zmq
 
 from ..config import RunConfig
-from ..comm import ExperienceReceiver
+from ..comm import ExperienceReceiver, JobKeys, stop_authenticator
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .learner import A3CLearner, make_learner, steps_per_update
@@ -41,6 +43,21 @@ METRIC_NAMES: tuple[str, ...] = (
 RECEIVE_POLL_MS = 50
 
 
+def job_keys(config: RunConfig) -> tuple[RunConfig, JobKeys | None, str | None]:
+    """The run's CURVE keys, made fresh for this start, and the config its actors get (which names
+    the key folder; the keys themselves never travel). Also the folder to remove at the end when
+    it is a temporary one."""
+    if config.runtime.transport_security == "none":
+        return config, None, None
+    folder = config.runtime.key_folder
+    own = None
+    if folder is None:
+        own = folder = tempfile.mkdtemp(prefix="lamarckian-keys-")  # mode 0700
+    keys = JobKeys.create(folder)
+    runtime = config.runtime.model_copy(update={"key_folder": keys.folder})
+    return config.model_copy(update={"runtime": runtime}), keys, own
+
+
 class DistributedTrainer:
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = ()) -> None:
         self.config = config
@@ -50,9 +67,10 @@ class DistributedTrainer:
         cores = os.cpu_count() or 1
         self.num_actors = config.runtime.num_actors or cores
         self.context = zmq.Context()
-        self.receiver = ExperienceReceiver(self.context, KINDS)
+        config, self.keys, self.own_key_folder = job_keys(config)
+        self.receiver = ExperienceReceiver(self.context, KINDS, keys=self.keys)
         self.started_ray = init_ray(config, num_cpus=max(cores, self.num_actors))
-        self.broadcast = WeightBroadcast(config, self.context, self.num_actors)
+        self.broadcast = WeightBroadcast(config, self.context, self.num_actors, self.keys)
         self.publisher = self.broadcast.publisher
         self.cpu_meter = TreeCpuMeter(cores)
         self._publish(env_frames=0)
@@ -203,4 +221,7 @@ class DistributedTrainer:
             ray.shutdown()
         self.broadcast.close()
         self.receiver.close()
+        stop_authenticator(self.context)
         self.context.term()
+        if self.own_key_folder is not None:
+            shutil.rmtree(self.own_key_folder, ignore_errors=True)

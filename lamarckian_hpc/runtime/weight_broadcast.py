@@ -26,7 +26,7 @@ import ray
 import zmq
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..comm import WeightPublisher
+from ..comm import JobKeys, WeightPublisher
 from ..comm.relay import RelaySpec
 from ..comm.topology import BroadcastTree, build_tree
 from ..config import RunConfig
@@ -71,11 +71,12 @@ def plan_nodes(config: RunConfig, num_actors: int) -> NodePlan:
 class WeightBroadcast:
     """The learner's publisher, the relays of the tree and the address every actor subscribes to."""
 
-    def __init__(self, config: RunConfig, context: zmq.Context, num_actors: int) -> None:
+    def __init__(self, config: RunConfig, context: zmq.Context, num_actors: int, keys: JobKeys | None = None) -> None:
         self.plan = plan_nodes(config, num_actors)
         multi_host = any(node_id is not None for node_id in self.plan.ray_node_ids)
         host = ray.util.get_node_ip_address() if multi_host else "127.0.0.1"
-        self.publisher = WeightPublisher(context, host=host)
+        self.publisher = WeightPublisher(context, host=host, keys=keys)
+        self.key_folder = None if keys is None else str(keys.folder)
         self.tree: BroadcastTree | None = None
         self.relays: dict[str, Any] = {}
         self.ipc_dir: str | None = None
@@ -99,7 +100,8 @@ class WeightBroadcast:
             started = {}
             for index, node in enumerate(self.tree.nodes):
                 if index and self.tree.layer_of(node) == layer:
-                    spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=endpoints[index])
+                    spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=endpoints[index],
+                                     key_folder=self.key_folder)
                     started[node] = start_relay(spec, self.plan.scheduling(index))
             addresses.update(zip(started, ray.get([relay.address.remote() for relay in started.values()])))
             self.relays.update(started)
