@@ -22,7 +22,10 @@ from ..config.launch import LaunchConfig
 from .job import TrainJob, TrainJobSpec
 from .scheduler import JobState, job_state
 
-RESULT_GRACE_SECONDS = 15.0   # a finished job's result file may appear shortly after its state
+# A completed job's result file may show on a shared file system a little after its state; a job
+# that was cancelled or failed outside Python writes none, so it is given less time.
+RESULT_GRACE_SECONDS = {"COMPLETED": 30.0}
+DEFAULT_RESULT_GRACE_SECONDS = 5.0
 QUEUE_MARGIN_SECONDS = 3600.0
 
 
@@ -119,7 +122,7 @@ def follow(job: submitit.Job, run_path: Path, launch: LaunchConfig,
             return _collect(job, run_path, state)
         if state.final:
             final_since = final_since or time.monotonic()
-            if time.monotonic() - final_since > RESULT_GRACE_SECONDS:
+            if time.monotonic() - final_since > RESULT_GRACE_SECONDS.get(state.state, DEFAULT_RESULT_GRACE_SECONDS):
                 raise LaunchError(_ended_without_result(job, state))
         else:
             final_since = None
