@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -50,14 +48,17 @@ def test_balance_runs_the_same_serially_and_on_ray_workers():
     assert problem.coding.valid(distributed.genomes).all()
 
 
-def test_evolve_command_runs_the_balancing_test(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "lamarckian_hpc", "evolve", str(ROOT / "configs" / "balance.yaml"),
-         "runtime.mode=serial", "algorithm.population_size=10", "algorithm.generations=4",
-         f"storage.directory={tmp_path}", "storage.run_name=balance"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
-    assert result.returncode == 0, result.stderr
-    assert "imbalanced lineups" in result.stdout
+def test_evolve_command_runs_the_balancing_test(tmp_path, capsys, monkeypatch):
+    from lamarckian_hpc.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    status = main(["evolve", str(ROOT / "configs" / "balance.yaml"), "runtime.mode=serial",
+                   "algorithm.population_size=10", "algorithm.generations=4", f"storage.directory={tmp_path}",
+                   "storage.run_name=balance"])
+    assert status == 0
+    output = capsys.readouterr().out
+    assert "imbalanced lineups" in output and "strongest team" in output
+    assert output.strip().splitlines()[-1] == str(tmp_path / "balance.h5")
     with open_run(tmp_path / "balance.h5") as run:
         assert run.closed_cleanly
         population = run.population()
