@@ -110,3 +110,22 @@ def test_one_lineup_evaluation_takes_milliseconds(data):
 def test_no_symptom_without_planted_bugs(data):
     assert set(SYMPTOMS) == {"crash", "negative_damage", "health_above_maximum", "stuck"}
     assert random_play(data, 200, seed=0).bugs == {}
+
+
+def test_simulator_and_searches_import_no_torch_ray_or_files():
+    """The game, the balancing problem and the testing search stay plain numpy and python, so that a
+    Ray worker evaluating lineups imports nothing heavy; only the command module writes files."""
+    import ast
+    from pathlib import Path
+
+    import lamarckian_hpc.games as games
+
+    forbidden = {"torch", "ray", "h5py", "zmq", "threading", "multiprocessing"}
+    for path in Path(games.__file__).parent.glob("*.py"):
+        if path.name == "testing_command.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            assert not {name.split(".")[0] for name in names} & forbidden, f"{path.name} imports {names}"
+        assert "..storage" not in path.read_text() and "..runtime" not in path.read_text(), path.name
