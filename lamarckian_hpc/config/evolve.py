@@ -128,7 +128,7 @@ class EvolveConfig(RootSection):
         an unknown name is reported with the names allowed."""
         if isinstance(section, dict):
             name = section.get("name", "nsga2")
-            if name not in EVOLVE_ALGORITHMS:
+            if not isinstance(name, str) or name not in EVOLVE_ALGORITHMS:
                 raise ValueError(f"unknown name {name!r} (allowed names: {', '.join(EVOLVE_ALGORITHMS)})")
             section = {**section, "name": name}
         return section

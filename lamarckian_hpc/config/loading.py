@@ -18,13 +18,13 @@ ConfigT = TypeVar("ConfigT", bound=BaseModel)
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     if any(not key for key in keys):
-        raise ConfigError(f"config error: override '{dotted}': empty key in dotted path")
+        raise ConfigError(f"config error: override {dotted!r}: empty key in dotted path")
     node = tree
     for depth, key in enumerate(keys[:-1]):
         child = node.setdefault(key, {})
         if not isinstance(child, dict):
             where = ".".join(keys[: depth + 1])
-            raise ConfigError(f"config error: override '{dotted}': {where} is a value, not a section")
+            raise ConfigError(f"config error: override {dotted!r}: {where} is a value, not a section")
         node = child
     node[keys[-1]] = value
 
@@ -33,7 +33,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     """`a.b=value` -> ("a.b", value), the value read as YAML so that 3, 0.5, true and [1, 2] are typed."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"config error: override '{text}' is not of the form key.path=value")
+        raise ConfigError(f"config error: override {text!r} is not of the form key.path=value")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -63,7 +63,7 @@ def _walk(loc: tuple[Any, ...], root: type[BaseModel]) -> tuple[list[str], type[
     remaining = [str(part) for part in loc]
     while remaining:
         part = remaining.pop(0)
-        parts.append(part)
+        parts.append(part if part.isprintable() and part.strip() == part and part else repr(part))
         if section is None:
             continue
         holder = section
