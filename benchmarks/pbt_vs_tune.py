@@ -19,7 +19,9 @@ Both learners get the same PPO: 8 CartPole-v1 environments sampled in the learne
 (RLlib: `num_env_runners=0`), a batch of 256 env steps, 20 epochs of 4 minibatches of 64, gamma
 0.98, GAE lambda 0.8, clip 0.2, gradient norm 0.5, no KL penalty, no value clip, separate (64, 64)
 tanh policy and value networks, the score a mean over the last 20 episodes. Every process runs
-one torch thread (OMP/MKL threads 1). Each Tune trial asks for half a CPU (`num_cpus_per_learner=0.5`, `num_cpus_for_main_process=0.5`)
+one torch thread (OMP/MKL threads 1), and Ray's workers run at normal priority on both sides
+(`RAY_worker_niceness=0`; Ray's default, nice 15, starves them on a machine shared with other
+work). Each Tune trial asks for half a CPU (`num_cpus_per_learner=0.5`, `num_cpus_for_main_process=0.5`)
 so that all four trials run at once on two cores, as our four members do; Tune's PBT runs in its
 default asynchronous mode. Times count from the start of the side's process (imports, Ray start
 and building the learners included); a side that has not reached the target by `--cap-seconds`
@@ -44,8 +46,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# Ray runs its workers at nice 15 by default; on a machine shared with other work that starves
+# both sides' workers alike, so both run them at the normal priority.
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                 "RAY_AUTH_MODE": "disabled"}
+                 "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
 os.environ.update(SINGLE_THREAD)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,6 +211,7 @@ def main() -> None:
     for side in args.sides:
         print(f"running {side}", file=sys.stderr, flush=True)
         records[side] = run_child(args, side)
+        print(json.dumps({k: v for k, v in records[side].items() if k != "log_tail"}), file=sys.stderr, flush=True)
     cap = args.cap_seconds
     print(f"\nCartPole-v1, population {POPULATION}, target mean return {TARGET:g} (last 20 episodes); "
           f"{os.cpu_count()} cores; seconds from process start\n")
