@@ -185,7 +185,8 @@ class RayBackend:
             if config.runtime.ray_address:
                 ray.init(address=config.runtime.ray_address, **common)
             else:
-                ray.init(num_cpus=config.runtime.num_workers or os.cpu_count() or 1,
+                # "local": a cluster of its own, never one that `ray start` left for /tmp/ray to point at.
+                ray.init(address="local", num_cpus=config.runtime.num_workers or os.cpu_count() or 1,
                          object_store_memory=100 * 1024 * 1024, **common)
                 self.started_ray = True
         self.task = ray.remote(num_cpus=1, max_retries=0)(train_and_evaluate)
