@@ -32,6 +32,7 @@ from .teams import TeamStats, compile_spec, compile_team
 OBJECTIVE_NAMES = ("damage_difference", "resources_multiple", "weakest_strength")
 IMBALANCE_THRESHOLD = 2.0  # a remaining-resources multiple above this is imbalanced (the paper's Fig. 11b)
 RESOURCE_FLOOR = 0.01
+MAX_MEMO_PAIRINGS = 200_000
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ class BalanceProblem:
                                    equipment_choices)
         self.baseline_teams = [compile_spec(self.data, team) for lineup in self.data.baselines for team in lineup.teams]
         self._teams: dict[tuple[int, int, int], TeamStats] = {}  # memo of compiled teams
+        self._pairings: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # memo of battle outcomes
+
+    def __getstate__(self) -> dict:
+        """Pickled (shipped to Ray workers) without the memos, which each process refills."""
+        return {**self.__dict__, "_teams": {}, "_pairings": {}}
 
     @property
     def num_variables(self) -> int:
@@ -96,7 +102,17 @@ class BalanceProblem:
         return self._teams[key]
 
     def _battles(self, first: TeamStats, second: TeamStats) -> tuple[np.ndarray, np.ndarray]:
-        """Mean remaining strength and resources of both sides over `battles_per_pair` battles."""
+        """Mean remaining strength and resources of both sides over `battles_per_pair` battles. The
+        seeds depend only on the two teams, so the outcome is memoised: a converging population
+        fields the same pairings again and again."""
+        key = (first.label, second.label)
+        if key not in self._pairings:
+            if len(self._pairings) >= MAX_MEMO_PAIRINGS:
+                self._pairings.clear()
+            self._pairings[key] = self._play(first, second)
+        return self._pairings[key]
+
+    def _play(self, first: TeamStats, second: TeamStats) -> tuple[np.ndarray, np.ndarray]:
         strength, resources = np.zeros(2), np.zeros(2)
         rounds = self.data.rules.battles_per_pair
         for round_index in range(rounds):

@@ -84,6 +84,7 @@ class Battle:
         self.controller, self.max_decisions = controller, max_decisions
         self.units = (*_units(a, 0), *_units(b, 1))  # hero 0, squad 0, hero 1, squad 1
         self.now = self.last_damage = 0.0
+        self.fallen = False  # set when a hero or squad falls: only then can the battle be over
         self.result = BattleResult(-1, 0.0, (1.0, 1.0), (a.resources, b.resources))
 
     # ----- queries -----------------------------------------------------------------------------
@@ -143,8 +144,10 @@ class Battle:
             amount -= absorbed
         target.hp = max(0.0, target.hp - amount)
         self.last_damage = self.now
-        if not target.is_hero and target.hp <= 0:
-            self._squad_fell(target.side)
+        if target.hp <= 0:
+            self.fallen = True
+            if not target.is_hero:
+                self._squad_fell(target.side)
 
     def _squad_fell(self, side: int) -> None:
         """A hero without soldiers cannot stay behind them: it steps to the front row."""
@@ -294,7 +297,7 @@ class Battle:
                     continue
                 self._turn(unit)
                 self._check_invariants()
-                if not (self.standing(0) and self.standing(1)):
+                if self.fallen and not (self.standing(0) and self.standing(1)):
                     break
                 heapq.heappush(queue, (time + unit.cooldown, sequence, index))
                 sequence += 1
