@@ -173,7 +173,7 @@ def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_pa
     from lamarckian_hpc.storage import open_run
 
     launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=8"],
-                    ["--nodes", "4", "--cpus-per-node", "2", "--time", "10"])
+                    ["--nodes", "4", "--cpus-per-node", "2", "--time", "10", "--object-store-mb", "100"])
     checkpoint = launch.run_path.with_suffix(".ckpt")
     _wait_until(checkpoint.is_file, 180, "the first checkpoint")
     # What Slurm sends at `--signal=USR2@<delay>` before the time limit (submitit's own tests do
