@@ -10,6 +10,7 @@ from .base import ConfigError, RootSection, Section, StorageConfig
 from .evolve import EVOLVE_ALGORITHMS, EvolveConfig, EvolveRuntimeConfig, GAConfig, NSGA2Config, ProblemConfig
 from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig
 from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
+from .launch import LaunchConfig, slurm_time_minutes
 from .loading import apply_overrides, build_config, load_config, parse_override
 from .multiagent import LeagueConfig, MultiAgentConfig
 from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
@@ -20,4 +21,4 @@ __all__ = ["ALGORITHMS", "apply_overrides", "A3CConfig", "AlgorithmConfig", "Con
            "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "build_config",
            "load_config", "parse_override", "HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig",
            "PBTRuntimeConfig", "PBTStopConfig", "EMOGIAlgorithmConfig", "EMOGIConfig", "EMOGIRuntimeConfig",
-           "LeagueConfig", "MultiAgentConfig"]
+           "LeagueConfig", "MultiAgentConfig", "LaunchConfig", "slurm_time_minutes"]
