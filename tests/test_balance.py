@@ -35,7 +35,8 @@ def test_balance_runs_the_same_serially_and_on_ray_workers():
     assert isinstance(problem, BalanceProblem)
     serial = evolve(config, SerialEvaluator(problem), evaluator=problem)
     assert isinstance(serial, LineupNSGA2)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
+             logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
     try:
         workers: set[int] = set()
         backend = RayEvaluator(problem, config)
