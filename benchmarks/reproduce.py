@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -123,7 +125,7 @@ def _measured_at(path: Path) -> str:
     return next((str(block[key]) for block in blocks for key in ("date", "time") if key in block), "unknown date")
 
 
-def run_experiment(experiment: Experiment, scale: str, out: Path) -> dict[str, str]:
+def run_experiment(experiment: Experiment, scale: str, out: Path, timeout_seconds: float) -> dict[str, str]:
     """Runs (or copies) one experiment; returns its line for OUT/experiments.md."""
     command = experiment.commands[scale]
     if command is None:
@@ -142,9 +144,21 @@ def run_experiment(experiment: Experiment, scale: str, out: Path) -> dict[str, s
     log = out / "logs" / f"{experiment.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as stream:
-        status = subprocess.run(argv, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT).returncode
+        # Its own session, so that a command that outlives its time is stopped with its children.
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            status = process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            status = None
     seconds = time.monotonic() - started
-    how = "ran" if status == 0 else f"FAILED (exit {status}, see logs/{experiment.name}.log)"
+    how = ("ran" if status == 0 else f"FAILED (exit {status}, see logs/{experiment.name}.log)" if status is not None
+           else f"STOPPED after {timeout_seconds:.0f} s (see logs/{experiment.name}.log)")
     print(f"[{experiment.name}] {how} in {seconds:.0f} s", flush=True)
     return {"name": experiment.name, "how": how, "command": " ".join(command), "seconds": f"{seconds:.0f}"}
 
@@ -170,6 +184,8 @@ def main() -> None:
                         help="results folder (default runs/reproduce-<scale>, which git ignores)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
     parser.add_argument("--task-index", type=int, help="run only experiment number K (SLURM_ARRAY_TASK_ID)")
+    parser.add_argument("--timeout-seconds", type=float, default=1800.0,
+                        help="stop an experiment (and its child processes) that runs longer than this")
     parser.add_argument("--no-report", action="store_true", help="do not write the report afterwards")
     parser.add_argument("--report-only", action="store_true", help="only write the report of what --out holds")
     parser.add_argument("--list", action="store_true", help="print the experiments and their commands, and exit")
@@ -199,7 +215,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     if not args.report_only:
-        rows = [run_experiment(experiment, args.scale, out) for experiment in selected]
+        rows = [run_experiment(experiment, args.scale, out, args.timeout_seconds) for experiment in selected]
         write_experiments_table(rows, out, args.scale)
     if not args.no_report:
         report = subprocess.run(["lamarckian-hpc", "report", str(out), "--out", str(out / "report")], cwd=ROOT)
