@@ -120,7 +120,8 @@ class RayEvaluator:
             if config.runtime.ray_address:
                 ray.init(address=config.runtime.ray_address, **common)
             else:
-                ray.init(num_cpus=config.runtime.num_workers or os.cpu_count() or 1,
+                # "local": a fresh instance, never a cluster that another run started on this machine
+                ray.init(address="local", num_cpus=config.runtime.num_workers or os.cpu_count() or 1,
                          object_store_memory=100 * 1024 * 1024, **common)
                 self.started_ray = True
         self.task = ray.remote(num_cpus=1, max_retries=0)(evaluate_one)
