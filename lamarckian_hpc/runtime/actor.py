@@ -36,6 +36,7 @@ class ActorLoop:
         self.weights_address = weights_address
         self.experience_address = experience_address
         self.stop_event = threading.Event()
+        self.sent = 0  # messages sent by this process (numbered, so the learner can spot a lost one)
 
     def run(self) -> None:
         config = self.config
@@ -79,8 +80,9 @@ class ActorLoop:
                                                 lengths, frames - frames_before, diagnostics, errors - errors_before)
                 else:
                     message = experience_message(self.actor_index, batch, returns, lengths, frames - frames_before,
-                                                 errors - errors_before)
+                                                 errors - errors_before, sequence=self.sent)
                 sender.send(message)
+                self.sent += 1
                 frames_before, errors_before = frames, errors
                 sent_with_version += len(batch)
         finally:

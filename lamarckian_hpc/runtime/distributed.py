@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 METRIC_NAMES: tuple[str, ...] = (
     *SERIAL_METRIC_NAMES, "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
+    "lost_messages",
 )
 RECEIVE_POLL_MS = 50
 
@@ -80,6 +81,8 @@ class DistributedTrainer:
         self.actor_pids: dict[int, int] = {}
         self.dropped_stale_steps = 0
         self.env_errors = 0
+        self.next_sequence: dict[int, int] = {}  # actor index -> the sequence number expected next
+        self.lost_messages = 0
         self.env_frames = 0
         self.batch_steps = steps_per_update(config)
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
@@ -100,6 +103,7 @@ class DistributedTrainer:
         if message.kind == HELLO:
             index = int(message.meta.get("actor_index", -1))
             self.hellos[index] = self.hellos.get(index, 0) + 1
+            self.next_sequence[index] = 0  # a new process numbers its messages from 0
             self.actor_pids[index] = int(message.meta.get("pid", -1))
             return None
         try:
@@ -108,6 +112,15 @@ class DistributedTrainer:
             self.receiver.malformed += 1
             log.error("dropped a %s message from %s: %s", message.kind, message.sender, error)
             return None
+
+    def _check_sequence(self, item: ActorExperience) -> None:
+        """Count messages that never arrived: a gap in an actor process's numbering."""
+        if item.sequence < 0:
+            return
+        expected = self.next_sequence.get(item.actor_index, 0)
+        if item.sequence > expected:
+            self.lost_messages += item.sequence - expected
+        self.next_sequence[item.actor_index] = item.sequence + 1
 
     def _fresh(self, oldest_version: int, steps: int, limit: int | None) -> bool:
         fresh = limit is None or self.learner.version - oldest_version <= limit
@@ -132,6 +145,7 @@ class DistributedTrainer:
                 continue
             frames += item.env_frames
             self.env_errors += item.env_errors
+            self._check_sequence(item)
             episodes.add(item.episode_returns, item.episode_lengths)
             if self._accept(item):
                 batches.append(item.batch)
@@ -191,6 +205,7 @@ class DistributedTrainer:
                 cpu_utilization=self.cpu_meter.sample(),
                 dropped_stale_steps=float(self.dropped_stale_steps),
                 env_errors=float(self.env_errors),
+                lost_messages=float(self.lost_messages),
                 malformed_messages=float(self.receiver.malformed),
             )
             report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, progress.wall_time,

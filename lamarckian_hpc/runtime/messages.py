@@ -33,16 +33,19 @@ class ActorExperience:
     episode_lengths: np.ndarray
     env_frames: int
     env_errors: int = 0  # episodes dropped since the previous message because the environment raised
+    sequence: int = -1  # the actor process's message count: a gap means a lost message
 
 
 def experience_message(actor_index: int, batch: ExperienceBatch, episode_returns: np.ndarray,
-                       episode_lengths: np.ndarray, env_frames: int, env_errors: int = 0) -> Message:
+                       episode_lengths: np.ndarray, env_frames: int, env_errors: int = 0,
+                       sequence: int = -1) -> Message:
     arrays = {name: getattr(batch, name) for name in _BATCH_FIELDS}
     arrays["episode_returns"] = np.asarray(episode_returns, dtype=np.float64)
     arrays["episode_lengths"] = np.asarray(episode_lengths, dtype=np.int64)
     newest = int(batch.policy_versions.max()) if len(batch) else -1
     return Message(EXPERIENCE, f"actor-{actor_index}", newest, arrays,
-                   {"actor_index": actor_index, "env_frames": env_frames, "env_errors": env_errors})
+                   {"actor_index": actor_index, "env_frames": env_frames, "env_errors": env_errors,
+                    "sequence": sequence})
 
 
 def read_experience(message: Message) -> ActorExperience:
@@ -53,7 +56,7 @@ def read_experience(message: Message) -> ActorExperience:
         raise ValueError("experience fragments do not add up to its steps")
     return ActorExperience(int(message.meta["actor_index"]), batch, arrays["episode_returns"],
                            arrays["episode_lengths"], int(message.meta["env_frames"]),
-                           int(message.meta.get("env_errors", 0)))
+                           int(message.meta.get("env_errors", 0)), int(message.meta.get("sequence", -1)))
 
 
 def concatenate(batches: list[ExperienceBatch]) -> ExperienceBatch:
