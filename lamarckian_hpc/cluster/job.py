@@ -68,6 +68,10 @@ def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     run_path = Path(spec.run_path)
     # ---- resume point: a requeued (or restarted) job continues from its last checkpoint ----
     resume = checkpoint_path(run_path).is_file()
+    if not resume and run_path.exists() and slurm is not None and slurm.restart_count > 0:
+        # Requeued before its first checkpoint: nothing to continue, so the run starts over (the
+        # launcher gave this job a path of its own; the rows there belong to updates redone now).
+        run_path.unlink()
     meta = cluster_meta(info, slurm)
     if not resume:
         meta["config_file"] = spec.config_file

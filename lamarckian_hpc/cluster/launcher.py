@@ -10,6 +10,7 @@ and its log.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,10 +137,18 @@ def _collect(job: submitit.Job, run_path: Path, state: JobState) -> LaunchResult
     try:
         outcome = job.task(0).result()
     except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as error:
-        lines = [line for line in str(error).strip().splitlines() if line.strip()]
-        raise LaunchError(f"job {job.job_id} failed: {lines[-1].strip() if lines else 'no message'}; "
+        raise LaunchError(f"job {job.job_id} failed: {_exception_line(str(error))}; "
                           f"log: {job.task(0).paths.stderr}") from None
     return LaunchResult(job.job_id, "COMPLETED" if not state.final else state.state, run_path, outcome or {})
+
+
+def _exception_line(report: str) -> str:
+    """The `SomeError: message` line of submitit's report (a traceback followed by log paths)."""
+    lines = [line.strip() for line in report.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b", line):
+            return line
+    return lines[-1] if lines else "no message"
 
 
 def _ended_without_result(job: submitit.Job, state: JobState) -> str:
