@@ -125,6 +125,16 @@ def _measured_at(path: Path) -> str:
     return next((str(block[key]) for block in blocks for key in ("date", "time") if key in block), "unknown date")
 
 
+def experiment_environment() -> dict[str, str]:
+    """This process's environment with RAY_ADDRESS=local unless it names a cluster: `ray.init()`
+    without an address joins whatever Ray instance another user last started on the node
+    (/tmp/ray/ray_current_cluster); each experiment must start its own."""
+    environment = dict(os.environ)
+    if not environment.get("RAY_ADDRESS"):
+        environment["RAY_ADDRESS"] = "local"
+    return environment
+
+
 def run_experiment(experiment: Experiment, scale: str, out: Path, timeout_seconds: float) -> dict[str, str]:
     """Runs (or copies) one experiment; returns its line for OUT/experiments.md."""
     command = experiment.commands[scale]
@@ -139,13 +149,16 @@ def run_experiment(experiment: Experiment, scale: str, out: Path, timeout_second
     argv = [part.replace("{out}", str(out)) for part in command]
     if argv[0] == "python":
         argv[0] = sys.executable
+    elif argv[0] == "lamarckian-hpc":  # this interpreter and the package it imports (a clone's, with PYTHONPATH)
+        argv[:1] = [sys.executable, "-m", "lamarckian_hpc"]
     print(f"[{experiment.name}] {' '.join(command)}", flush=True)
     started = time.monotonic()
     log = out / "logs" / f"{experiment.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as stream:
         # Its own session, so that a command that outlives its time is stopped with its children.
-        process = subprocess.Popen(argv, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=experiment_environment())
         try:
             status = process.wait(timeout=timeout_seconds)
         except subprocess.TimeoutExpired:
@@ -218,7 +231,8 @@ def main() -> None:
         rows = [run_experiment(experiment, args.scale, out, args.timeout_seconds) for experiment in selected]
         write_experiments_table(rows, out, args.scale)
     if not args.no_report:
-        report = subprocess.run(["lamarckian-hpc", "report", str(out), "--out", str(out / "report")], cwd=ROOT)
+        report = subprocess.run([sys.executable, "-m", "lamarckian_hpc", "report", str(out), "--out", str(out / "report")],
+                                cwd=ROOT)
         if report.returncode != 0:
             sys.exit(report.returncode)
     print(f"reproduce ({args.scale}): {time.monotonic() - started:.0f} s in all; results in {out}")
