@@ -53,6 +53,8 @@ class LeagueConfig(Section):
     league_exploiter_reset_probability: float = Field(
         0.25, ge=0, le=1, description="Chance that a league exploiter restarts from scratch after a snapshot.")
     elo_k: float = Field(16.0, gt=0, description="Elo K-factor of rating updates.")
+    payoff_decay: float = Field(
+        0.99, gt=0, le=1, description="Factor on a pair's past results before each new one (recent games count most).")
 
     @model_validator(mode="after")
     def _fits(self) -> LeagueConfig:
