@@ -257,7 +257,7 @@ def test_report_links_every_figure(ppo_path: Path, nsga2_path: Path, pbt_path: P
     folder.mkdir()
     for path in (ppo_path, nsga2_path, pbt_path, live_and_killed["path"]):
         shutil.copy(path, folder / path.name)
-    for name in ("sampling", "broadcast", "vs_rllib", "nsga2_vs_pymoo"):
+    for name in ("sampling", "broadcast", "vs_rllib", "nsga2_vs_pymoo", "scale_model"):
         shutil.copy(RESULTS / f"{name}.json", folder)
     assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 0
     markdown_path = Path(capsys.readouterr().out.strip())
@@ -268,7 +268,7 @@ def test_report_links_every_figure(ppo_path: Path, nsga2_path: Path, pbt_path: P
     assert {"curve_episode_return_mean_frames.png", "curve_episode_return_mean_wall_time.png",
             "curve_best_return_frames.png", "curve_hypervolume_frames.png", "throughput_vs_cores.png",
             "staleness_vs_cores.png", "tree_vs_flat.png", "pareto_fronts.png", "lineage_nsga2_zdt1.png",
-            "hyperparameters_pbt_tiny.png"} <= names
+            "hyperparameters_pbt_tiny.png", "scale_model.png"} <= names
     for figure in figures:
         assert f"](figures/{figure.name})" in report
         assert_png(figure, min_bytes=5_000)

@@ -113,6 +113,13 @@ def staleness_frame(staleness: Any) -> pd.DataFrame:
     return frame.dropna(subset=["staleness_mean"]).drop_duplicates().reset_index(drop=True)
 
 
+def scale_model_frame(scale_model: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/scale_model.py: predicted latency and staleness, flat vs tree, against cores."""
+    columns = ["cores", "nodes", "fanout", "flat_ms", "tree_ms", "flat_staleness", "tree_staleness"]
+    rows = [{column: row.get(column) for column in columns} for row in scale_model.get("prediction", [])]
+    return pd.DataFrame(rows, columns=columns)
+
+
 def vs_rllib_frame(vs_rllib: dict[str, Any]) -> pd.DataFrame:
     """benchmarks/vs_rllib.py: ours, RLlib and the ratio side by side, per env."""
     rows = []
@@ -164,7 +171,7 @@ def records_frame(result: Any) -> pd.DataFrame:
 def benchmark_table(name: str, result: Any) -> pd.DataFrame:
     """The side-by-side table the report shows for one results file."""
     tables = {"sampling": sampling_frame, "broadcast": broadcast_frame, "staleness": staleness_frame,
-              "vs_rllib": vs_rllib_frame, "nsga2_vs_pymoo": nsga2_vs_pymoo_frame}
+              "vs_rllib": vs_rllib_frame, "nsga2_vs_pymoo": nsga2_vs_pymoo_frame, "scale_model": scale_model_frame}
     try:
         frame = tables[name](result) if name in tables else records_frame(result)
     except (AttributeError, TypeError, KeyError, ValueError):

@@ -27,8 +27,8 @@ from .evolution import is_pbt, plot_hyperparameters, plot_lineage, plot_pareto_f
 from .league import plot_elo, plot_payoff  # noqa: E402
 from .loader import RunData, RunFileError, find_run_files, load_run  # noqa: E402
 from .plotting import FigureResult  # noqa: E402
-from .scaling import (plot_staleness, plot_throughput, plot_tree_vs_flat, scaling_from_benchmark,  # noqa: E402
-                      scaling_from_runs, tree_vs_flat_from_runs)
+from .scaling import (plot_scale_model, plot_staleness, plot_throughput, plot_tree_vs_flat,  # noqa: E402
+                      scaling_from_benchmark, scaling_from_runs, tree_vs_flat_from_runs)
 from .tables import cpu_utilization_table, markdown_table, run_summary  # noqa: E402
 
 REPORT_NAME = "report.md"
@@ -106,6 +106,9 @@ def _draw(runs: list[RunData], results: dict[str, Any], figures_dir: Path) -> di
     staleness = _concat([bench.staleness_frame(results["staleness"]) if "staleness" in results else pd.DataFrame(),
                          tree_vs_flat_from_runs(runs)])
     add("Relay tree vs flat broadcast", plot_tree_vs_flat(broadcast, staleness, figures_dir / "tree_vs_flat.png"))
+    if "scale_model" in results:
+        add("Relay tree vs flat broadcast", plot_scale_model(bench.scale_model_frame(results["scale_model"]),
+                                                             figures_dir / "scale_model.png"))
     add("Pareto fronts", plot_pareto_fronts(runs, figures_dir / "pareto_fronts.png"))
     for run in runs:
         add("Population lineage", plot_lineage(run, figures_dir / f"lineage_{run.name}.png"))

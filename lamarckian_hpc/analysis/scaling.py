@@ -144,3 +144,23 @@ def plot_tree_vs_flat(broadcast: pd.DataFrame, staleness: pd.DataFrame, out_path
         axis.legend(fontsize="small")
         data.append(staleness.assign(panel="staleness"))
     return save(figure, out_path, "relay tree against flat broadcast", pd.concat(data, ignore_index=True))
+
+
+def plot_scale_model(prediction: pd.DataFrame, out_path: Path) -> FigureResult | None:
+    """The scale model's prediction (analysis.benchmarks.scale_model_frame): broadcast latency and
+    staleness of flat vs tree against cores, on log axes up to the largest core count predicted."""
+    data = prediction.dropna(subset=["cores"]).sort_values("cores")
+    if data.empty:
+        return None
+    figure, (latency, staleness) = new_figure(columns=2)
+    for variant, style in (("flat", "o-"), ("tree", "s-")):
+        latency.plot(data["cores"], data[f"{variant}_ms"], style, label=variant)
+        staleness.plot(data["cores"], data[f"{variant}_staleness"], style, label=variant)
+    for axis, label in ((latency, "predicted broadcast latency (ms)"), (staleness, "predicted mean staleness")):
+        axis.set_xscale("log")
+        axis.set_xlabel("cores")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    latency.set_yscale("log")
+    return save(figure, out_path, "scale model: flat vs tree to many cores", data)
