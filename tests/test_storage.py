@@ -251,3 +251,14 @@ def test_rows_flushed_before_sigkill_survive(tmp_path: Path) -> None:
         np.testing.assert_array_equal(entropy.value, -np.arange(len(entropy), dtype=float))
         summary = reader.summary()
         assert not summary.closed_cleanly and summary.env_frames == 100 * (max(rows, len(entropy)) - 1)
+
+
+def test_run_files_and_new_folders_are_private(tmp_path):
+    import stat
+
+    path = tmp_path / "new" / "runs" / "private.h5"
+    with RunWriter(path, {}, ["loss_value"]):
+        pass
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700

@@ -82,6 +82,7 @@ def save_checkpoint(path: str | Path, checkpoint: TrainingCheckpoint, reserve_by
     temporary = path.with_name(path.name + ".writing")
     try:
         torch.save({"format": CHECKPOINT_FORMAT, **asdict(checkpoint)}, temporary)
+        os.chmod(temporary, 0o600)
     except OSError as error:
         temporary.unlink(missing_ok=True)
         raise StorageFullError(f"checkpoint {path} not written: {error}; the previous one is intact") from None

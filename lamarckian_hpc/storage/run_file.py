@@ -182,6 +182,15 @@ def write_attributes(attributes: h5py.AttributeManager, values: Mapping[str, Any
     attributes[JSON_ENCODED_ATTRIBUTES] = np.array(json_encoded_names, dtype=h5py.string_dtype())
 
 
+def make_private_folder(folder: Path) -> None:
+    """Create `folder` (and missing parents) readable by its owner only; an existing folder is
+    left as its owner set it."""
+    missing = [parent for parent in (folder, *folder.parents) if not parent.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    for created in missing:
+        os.chmod(created, 0o700)
+
+
 def _checked_metric_names(metric_names: Iterable[str]) -> tuple[str, ...]:
     unique_names: dict[str, None] = {}
     for name in metric_names:
@@ -220,7 +229,7 @@ class RunWriter:
             name: [] for name in self.metric_names
         }
         config_json = to_json(dict(config))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_folder(self.path.parent)
         ensure_free_space(self.path, min_free_bytes, "run file")
         self._file: h5py.File | None = h5py.File(
             self.path, "w" if overwrite else "x", libver="latest", locking=FILE_LOCKING
@@ -240,6 +249,7 @@ class RunWriter:
                 }
             self._population = (create_population_datasets(self._file, *population_shape)
                                 if population_shape is not None else None)
+            os.chmod(self.path, 0o600)  # a run's record is its owner's: other users of the cluster cannot read it
             self._closed_flag = self._file.create_dataset(
                 STATUS_CLOSED_DATASET, data=np.zeros(1, dtype=np.int8)
             )
