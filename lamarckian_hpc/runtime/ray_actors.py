@@ -91,18 +91,19 @@ def start_relay(spec: RelaySpec, scheduling: Any = None) -> Any:
 def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequence[str], experience_address: str,
                  scheduling: Callable[[int], Any] | None = None) -> list[Any]:
     """Actor processes; `weights_address` is one for all or one per actor, `scheduling(i)` pins actor i."""
-    remote = ray.remote(ActorProcess).options(
-        num_cpus=min(1.0, ray.cluster_resources().get("CPU", 1.0) / num_actors),  # oversubscribe if asked to
-        max_restarts=-1,
-        max_task_retries=0,
-        runtime_env={"env_vars": SINGLE_THREAD_ENV},
-    )
+    remote = ray.remote(ActorProcess)
+    options: dict[str, Any] = {
+        "num_cpus": min(1.0, ray.cluster_resources().get("CPU", 1.0) / num_actors),  # oversubscribe if asked to
+        "max_restarts": -1,
+        "max_task_retries": 0,
+        "runtime_env": {"env_vars": SINGLE_THREAD_ENV},
+    }
     tree = config.to_json_dict()
     addresses = [weights_address] * num_actors if isinstance(weights_address, str) else list(weights_address)
     actors = []
     for index in range(num_actors):
         strategy = scheduling(index) if scheduling is not None else None
-        placed = remote.options(scheduling_strategy=strategy) if strategy is not None else remote
+        placed = remote.options(**options, **({"scheduling_strategy": strategy} if strategy is not None else {}))
         actors.append(placed.remote(tree, index, num_actors, addresses[index], experience_address))
     return actors
 

@@ -14,8 +14,10 @@ loopback, so it shows the tree working, not the network savings of real hosts.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -58,14 +60,32 @@ def plan_nodes(config: RunConfig, num_actors: int) -> NodePlan:
     else:
         here = ray.get_runtime_context().get_node_id()
         alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
-        alive.sort(key=lambda n: (n["NodeID"] != here, n["NodeManagerHostname"], n["NodeID"]))
-        hosts = [n["NodeManagerHostname"] for n in alive]
-        unique = len(set(hosts)) == len(hosts)
-        names = tuple(h if unique else f"{h}:{n['NodeID'][:8]}" for h, n in zip(hosts, alive))
-        ids = tuple(n["NodeID"] for n in alive) if len(alive) > 1 else (None,)
-        names = names or ("local",)
+        labels = [_node_label(n) for n in alive]
+        if len(set(labels)) < len(labels):  # several Ray nodes on one host: tell them apart
+            labels = [f"{label}:{n['NodeID'][:8]}" for label, n in zip(labels, alive)]
+        order = sorted(range(len(alive)), key=lambda i: (alive[i]["NodeID"] != here, _natural(labels[i])))
+        names = tuple(labels[i] for i in order) or ("local",)
+        ids = tuple(alive[i]["NodeID"] for i in order) if len(alive) > 1 else (None,)
     count = len(names)
     return NodePlan(names, ids, tuple(i * count // num_actors for i in range(num_actors)))
+
+
+def _node_label(node: dict[str, Any]) -> str:
+    """The node's name: the `node:<name>` resource a cluster launch gives each Ray node (the Slurm
+    node name), else its host name. Ray's own `node:<ip>` resources are not names."""
+    for resource in node.get("Resources", {}):
+        name = resource.removeprefix("node:")
+        if resource.startswith("node:") and not name.startswith("__"):
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                return name
+    return str(node["NodeManagerHostname"])
+
+
+def _natural(name: str) -> list[Any]:
+    """node2 before node10, as Slurm lists them."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 class WeightBroadcast:
