@@ -111,6 +111,25 @@ def test_children_of_a_killed_relay_reattach_to_its_parent(relay_tree, context, 
             subscriber.close()
 
 
+def test_children_of_a_silent_relay_reattach_after_the_heartbeat_timeout(relay_tree, context, tmp_path):
+    """A stopped process keeps its TCP connections open (as a hung host does): only the missing
+    heartbeat answers tell its children that it is gone."""
+    tree, learner, processes = relay_tree
+    rng = np.random.default_rng(2)
+    subscribers = _subscribe(context, tmp_path, ["node5", "node4"])
+    try:
+        learner.publish(1, _weights(1, rng))
+        assert len(_collect(learner, subscribers, 1, 15.0)) == 2
+        os.kill(processes["node2"].pid, signal.SIGSTOP)
+        learner.publish(2, _weights(2, rng))
+        got = _collect(learner, subscribers, 2, 5.0)
+        assert set(got) == {"node4", "node5"}, f"node5 did not re-attach around its silent relay (got {sorted(got)})"
+    finally:
+        os.kill(processes["node2"].pid, signal.SIGCONT)
+        for subscriber in subscribers.values():
+            subscriber.close()
+
+
 def test_a_relay_drops_malformed_messages_and_skips_old_versions(context, tmp_path):
     tree = build_tree(["node0", "node1"])
     learner = WeightPublisher(context)
