@@ -241,7 +241,9 @@ def load_game_data(folder: str | Path | None = None) -> GameData:
                         bugs=rules.bugs)  # type: ignore[arg-type]
     except ValidationError as error:
         message = error.errors()[0]["msg"].removeprefix("Value error, ")
-        raise GameDataError(f"game data: {folder}: {message}") from None
+        table = message.split(":", 1)[0]  # cross-reference errors start with their table's name
+        source = folder / (f"{table}.yaml" if f"{table}.yaml" in TABLE_FILES else "rules.yaml")
+        raise GameDataError(f"game data: {source}: {message}") from None
 
 
 class TableFile(BaseModel):
