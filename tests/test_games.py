@@ -31,7 +31,7 @@ def test_built_in_tables_load(data):
 @pytest.mark.parametrize("old, new, message", [
     ("health: 800, attack: 53", "health: -5, attack: 53", "heroes.yaml: heroes.aldric.health: Input should be greater than 0"),
     ("skills: [mend, rally, renewal, arrow_rain]", "skills: [mend, rally, renewal, fireball]",
-     "heroes.yaml: heroes: aldric: unknown skill 'fireball'"),,
+     "heroes.yaml: heroes: aldric: unknown skill 'fireball'"),
     ("{name: aldric,", "{name: aldric, mana: 3,", "heroes.aldric.mana: Extra inputs are not permitted"),
 ])
 def test_bad_table_is_one_line_naming_the_row(tmp_path, old, new, message):
