@@ -1,6 +1,6 @@
 """The relay tree with real sockets and real processes: the learner's frames reach every node
 unchanged through two layers of relays, a SIGKILLed relay's children re-attach to its parent, and
-an asynchronous PPO run broadcasting through the tree learns."""
+an asynchronous PPO run broadcasting through the tree learns, also when one of its relays is killed."""
 
 from __future__ import annotations
 
@@ -155,18 +155,29 @@ def _encoded(publisher: WeightPublisher, version: int):
     return encode(Message("weights", "learner", version, {"w": np.ones(3, np.float32), "v": np.full(1, version)}))
 
 
-class Collect:
+class KillRelay:
+    """Keeps the update reports and SIGKILLs the relay process of node sim1 after a few updates."""
+
     def __init__(self) -> None:
         self.reports = []
+        self.trainer = None
+        self.killed_pid: int | None = None
+        self.killed_at_version = -1
 
     def on_update_end(self, report) -> None:
         self.reports.append(report)
+        if self.killed_pid is None and report.update >= 3:
+            import ray
+
+            self.killed_pid = ray.get(self.trainer.broadcast.relays["sim1"].pid.remote())
+            self.killed_at_version = report.policy_version
+            os.kill(self.killed_pid, signal.SIGKILL)
 
     def on_train_end(self, result) -> None:
         pass
 
 
-def test_async_ppo_learns_with_weights_through_the_tree_of_simulated_nodes():
+def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_relay():
     ray = pytest.importorskip("ray")
     from lamarckian_hpc.config import load_config
     from lamarckian_hpc.runtime.distributed import DistributedTrainer
@@ -176,22 +187,28 @@ def test_async_ppo_learns_with_weights_through_the_tree_of_simulated_nodes():
         "stop.total_env_steps=24000", "stop.target_return=150",
     ])
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, logging_level="ERROR")
-    collect = Collect()
+    killer = KillRelay()
     try:
-        trainer = DistributedTrainer(config, [collect])
+        trainer = DistributedTrainer(config, [killer])
+        killer.trainer = trainer
         try:
             tree = trainer.broadcast.tree
             assert tree is not None and tree.depth == 3 and tree.parent_of("sim3") == "sim1"
             assert len(set(trainer.broadcast.actor_addresses)) == 4  # one IPC endpoint per node
             result = trainer.train()
             stats = trainer.broadcast.relay_stats()
+            restarted_pid = ray.get(trainer.broadcast.relays["sim1"].pid.remote(), timeout=30)
         finally:
             trainer.close()
     finally:
         ray.shutdown()
     assert result.recent_return_mean >= 150, f"mean return {result.recent_return_mean} after {result.env_frames}"
     assert set(trainer.hellos) == {0, 1, 2, 3}  # actors on every node, the layer-2 node's included
-    assert set(stats) == {"sim1", "sim2", "sim3"} and stats["sim3"]["parent"] == "sim1"
-    assert all(s["forwarded"] >= result.updates // 2 for s in stats.values()), stats
-    staleness = [report.metrics["staleness_max"] for report in collect.reports]
+    assert killer.killed_pid is not None and restarted_pid != killer.killed_pid  # Ray restarted the relay
+    assert set(stats) == {"sim1", "sim2", "sim3"}, stats
+    # sim3's relay lost its parent and re-attached to the learner; the restarted sim1 forwards again
+    assert stats["sim3"]["parent"] == "sim0" and stats["sim3"]["reattachments"] >= 1, stats
+    assert stats["sim1"]["version"] > killer.killed_at_version and stats["sim1"]["forwarded"] >= 1, stats
+    assert all(s["version"] >= trainer.learner.version - 2 for s in stats.values()), stats
+    staleness = [report.metrics["staleness_max"] for report in killer.reports]
     assert all(np.isfinite(staleness)) and max(staleness) > 0  # recorded, and async samples do age
