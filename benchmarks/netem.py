@@ -29,13 +29,18 @@ def addresses(count: int) -> list[str]:
     return [f"{SUBNET}.{i + 1}" for i in range(count)]
 
 
+def _run(command: list[str], check: bool = True) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if check and done.returncode:
+        raise SystemExit(f"emulated links need root and iproute2: `{' '.join(command)}` failed: {done.stderr.strip()}")
+
+
 def _ip(*args: str, check: bool = True) -> None:
-    subprocess.run(["ip", *args], check=check, capture_output=True)
+    _run(["ip", *args], check)
 
 
 def _shaper(*prefix: str, device: str, rate: str) -> None:
-    subprocess.run([*prefix, "tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate,
-                    "burst", "256kb", "latency", "50ms"], check=True, capture_output=True)
+    _run([*prefix, "tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate, "burst", "256kb", "latency", "50ms"])
 
 
 def teardown(count: int) -> None:
@@ -57,10 +62,10 @@ def emulated_hosts(count: int, rate: str = "1gbit") -> Iterator[list[str]]:
             _ip("link", "add", f"lhpcp{i}", "type", "veth", "peer", "name", f"lhpcv{i}")
             _ip("link", "set", f"lhpcv{i}", "netns", namespace)
             inside = ("ip", "netns", "exec", namespace)
-            subprocess.run([*inside, "ip", "link", "set", f"lhpcv{i}", "name", INNER_LINK], check=True)
-            subprocess.run([*inside, "ip", "addr", "add", f"{address}/24", "dev", INNER_LINK], check=True)
-            subprocess.run([*inside, "ip", "link", "set", INNER_LINK, "up"], check=True)
-            subprocess.run([*inside, "ip", "link", "set", "lo", "up"], check=True)
+            _run([*inside, "ip", "link", "set", f"lhpcv{i}", "name", INNER_LINK])
+            _run([*inside, "ip", "addr", "add", f"{address}/24", "dev", INNER_LINK])
+            _run([*inside, "ip", "link", "set", INNER_LINK, "up"])
+            _run([*inside, "ip", "link", "set", "lo", "up"])
             _ip("link", "set", f"lhpcp{i}", "master", BRIDGE, "up")
             _shaper(*inside, device=INNER_LINK, rate=rate)
             _shaper(device=f"lhpcp{i}", rate=rate)
