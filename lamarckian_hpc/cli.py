@@ -109,13 +109,36 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def evolve_command(args: argparse.Namespace) -> int:
-    from .config import EMOGIConfig, EvolveConfig, PBTConfig
+def _evolve_config(args: argparse.Namespace) -> Any:
+    """The config of an evolve run: from its file, or as a resumed run file stored it."""
     from .config.evorl import evolve_config_model
-    from .config.game_testing import GameTestingConfig
+
+    if args.resume is None:
+        return load_config(args.config, args.overrides, evolve_config_model(args.config, args.overrides))
+    overrides = [args.config, *args.overrides] if args.config is not None else list(args.overrides)
+    if any("=" not in override for override in overrides):
+        raise ConfigError("error: --resume continues a run with its own config; give overrides, not a file")
+    run = Path(args.resume)
+    if not run.is_file():
+        raise ConfigError(f"error: no such run file to resume: {run}")
+    from .storage import open_run
 
     try:
-        config = load_config(args.config, args.overrides, evolve_config_model(args.config, args.overrides))
+        with open_run(run) as reader:
+            tree = reader.config
+    except (OSError, KeyError, ValueError) as error:
+        raise ConfigError(f"error: {run} is not a readable run file: {error}") from None
+    return apply_overrides(tree, overrides, f"{run} (resumed)", EvolveConfig)
+
+
+def evolve_command(args: argparse.Namespace) -> int:
+    from .config import EMOGIConfig, PBTConfig
+    from .config.game_testing import GameTestingConfig
+
+    if args.config is None and args.resume is None:
+        return _fail("error: evolve needs a config file (or --resume RUN)")
+    try:
+        config = _evolve_config(args)
     except ConfigError as error:
         return _fail(str(error))
     if isinstance(config, PBTConfig):
@@ -130,35 +153,28 @@ def evolve_command(args: argparse.Namespace) -> int:
         from .games.testing_command import game_testing_command
 
         return game_testing_command(config, run_path_for(config, args.config), args.config)  # type: ignore
-    from .runtime.evolution import GenerationRecorder, RayEvaluator, SerialEvaluator, evolve, make_problem
-    from .storage import RunWriter
+    from .runtime.evolution_run import EvolutionSetupError, run_evolution
+    from .storage import StorageFullError
 
-    try:
-        problem = make_problem(config)
-    except ValueError as error:  # the balance problem's game data (games.GameDataError): one line
-        return _fail(str(error))
-    path = run_path_for(config, args.config)
+    path = Path(args.resume) if args.resume is not None else run_path_for(config, args.config)
     console = Console(stderr=True)
-    writer = RunWriter(path, config.to_json_dict(), GenerationRecorder.metric_names(problem.num_objectives),
-                       meta={"config_file": str(args.config)},
-                       population_shape=(problem.num_variables, problem.num_objectives))
-    console.print(f"run file: {path}", highlight=False)
-    evaluator = (SerialEvaluator(problem, config.problem.evaluation_delay_seconds) if config.runtime.mode == "serial"
-                 else RayEvaluator(problem, config))
-    recorder = GenerationRecorder(writer, config, problem.num_objectives,
-                                  lambda line: console.print(line, highlight=False))
     try:
-        algorithm = evolve(config, evaluator, recorder, problem)
-    except BaseException:
-        writer.close(completed=False)
-        raise
-    finally:
-        evaluator.close()
-    writer.close()
+        outcome = run_evolution(config, path, resume=args.resume is not None,
+                                meta=None if args.resume else {"config_file": str(args.config)},
+                                report=lambda line: console.print(line, highlight=False),
+                                on_start=lambda p: console.print(f"run file: {p}", highlight=False))
+    except StorageFullError as error:
+        print(f"error: {error}; continue later with: lamarckian-hpc evolve --resume {path}", file=sys.stderr)
+        return 1
+    except EvolutionSetupError as error:  # game data, or a history that does not replay: one line
+        return _fail(f"error: {error}")
+    algorithm, recorder, problem = outcome.algorithm, outcome.recorder, outcome.problem
     table = Table(title="result", show_header=False)
     table.add_row("problem", problem.name)
     table.add_row("algorithm", config.algorithm.name)
     table.add_row("generations", str(config.algorithm.generations))
+    if outcome.resumed_at_generation is not None:
+        table.add_row("resumed after generation", str(outcome.resumed_at_generation))
     for label, value in recorder.summary(algorithm):
         table.add_row(label, value)
     table.add_row("wall time", f"{time.monotonic() - recorder.start:.1f} s")
@@ -239,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="RUN", help="continue this run file from its last checkpoint")
     train.set_defaults(handler=train_command)
     evolve = commands.add_parser("evolve", help="run an evolutionary algorithm from a config file")
-    evolve.add_argument("config", help="YAML config file (see configs/nsga2_zdt1.yaml)")
+    evolve.add_argument("config", nargs="?", help="YAML config file (see configs/nsga2_zdt1.yaml)")
     evolve.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
+    evolve.add_argument("--resume", metavar="RUN", help="continue this NSGA-II or GA run file where it stopped")
     evolve.set_defaults(handler=evolve_command)
     inspect = commands.add_parser("inspect", help="summarise a run file")
     inspect.add_argument("run", help="the run's .h5 file")

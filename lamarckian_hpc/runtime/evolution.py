@@ -163,13 +163,20 @@ GenerationHook = Callable[[int, EvolutionAlgorithm, np.ndarray, Evaluations], No
 
 
 def evolve(config: EvolveConfig, backend: EvaluationBackend, on_generation: GenerationHook | None = None,
-           evaluator: Evaluator | None = None) -> EvolutionAlgorithm:
+           evaluator: Evaluator | None = None,
+           start: tuple[EvolutionAlgorithm, int, np.ndarray | None] | None = None) -> EvolutionAlgorithm:
     """Run the configured algorithm for `config.algorithm.generations` ask/tell rounds (the initial
     population included), evaluating through `backend`; `evaluator` (default: the configured
-    problem) supplies the coding and the initial genomes."""
-    algorithm = make_algorithm(config, evaluator if evaluator is not None else make_problem(config))
-    for generation in range(config.algorithm.generations):
-        genomes = algorithm.ask()
+    problem) supplies the coding and the initial genomes. `start` continues a replayed run: the
+    algorithm, the generations it has done and the genomes it already asked for (or None)."""
+    if start is None:
+        algorithm = make_algorithm(config, evaluator if evaluator is not None else make_problem(config))
+        first, pending = 0, None
+    else:
+        algorithm, first, pending = start
+    for generation in range(first, config.algorithm.generations):
+        genomes = pending if pending is not None else algorithm.ask()
+        pending = None
         evaluations = backend.evaluate(genomes)
         algorithm.tell(genomes, evaluations.objectives)
         if on_generation is not None:
@@ -217,17 +224,18 @@ class GenerationRecorder:
     def __call__(self, generation: int, algorithm: EvolutionAlgorithm, genomes: np.ndarray,
                  evaluations: Evaluations) -> None:
         now = time.monotonic()
-        self.writer.append_population({
-            "generation": np.full(len(genomes), generation), "id": algorithm.told_ids,
-            "parent_ids": algorithm.told_parent_ids, "genome": genomes, "objectives": evaluations.objectives,
-            "wall_time": evaluations.wall_times, "worker": evaluations.workers,
-        })
         quality = self.quality(algorithm)
         self.writer.append_many({**quality, "evaluation_failures": float(evaluations.failures),
                                  "generation_seconds": now - self._last},
                                 env_frames=algorithm.counter.next_id, policy_version=generation,
                                 wall_time=now - self.start)
-        self.writer.flush_if_due(self.config.storage.metrics_interval_seconds)
+        # The population rows are flushed at once, with the metrics above: a generation is on disk
+        # whole or not at all, which is what `evolve --resume` relies on.
+        self.writer.append_population({
+            "generation": np.full(len(genomes), generation), "id": algorithm.told_ids,
+            "parent_ids": algorithm.told_parent_ids, "genome": genomes, "objectives": evaluations.objectives,
+            "wall_time": evaluations.wall_times, "worker": evaluations.workers,
+        })
         last_generation = generation == self.config.algorithm.generations - 1
         if self.report is not None and (generation % self.report_every == 0 or last_generation):
             shown = "  ".join(f"{name.replace('_', ' ')} {value:.4g}" for name, value in quality.items())

@@ -23,7 +23,9 @@ from .run_file import RunWriter
 
 def continue_run_file(path: str | Path, metric_names: Iterable[str], through_version: int,
                       meta: Mapping[str, Any] | None = None, **writer_options: Any) -> RunWriter:
-    """A writer on `path` that holds every metric row with policy_version <= `through_version`.
+    """A writer on `path` that holds every metric row with policy_version <= `through_version` and
+    every population row with generation <= `through_version` (an evolution run's metrics carry the
+    generation as their version).
 
     `meta` entries are added to the file's `/meta`; `resumes` counts how often the run was
     continued. The old file stays untouched until the new one is complete, so a crash during the
@@ -34,10 +36,15 @@ def continue_run_file(path: str | Path, metric_names: Iterable[str], through_ver
         old_meta = dict(old.meta)
         old_series = old.metrics()
         config = old.config
+        population = old.population()
+        genome_names = old.genome_names()
     names = list(dict.fromkeys([*old_series, *metric_names]))
     old_meta.update(meta or {})
     old_meta["resumes"] = int(old_meta.get("resumes", 0)) + 1
     old_meta["resumed_through_version"] = int(through_version)
+    if population:
+        shape = (population["genome"].shape[1], population["objectives"].shape[1])
+        writer_options["population_shape"] = (*shape, genome_names) if genome_names else shape
     temporary = path.with_name(path.name + ".continuing")
     temporary.unlink(missing_ok=True)
     writer = RunWriter(temporary, config, names, meta=old_meta, **writer_options)
@@ -46,6 +53,9 @@ def continue_run_file(path: str | Path, metric_names: Iterable[str], through_ver
             keep = np.flatnonzero(series.policy_version <= through_version)
             writer.append_series(name, series.wall_time[keep], series.env_frames[keep], series.policy_version[keep],
                                  series.value[keep])
+        if population:
+            keep = population["generation"] <= through_version
+            writer.append_population({column: values[keep] for column, values in population.items()})
         writer.flush()
     except BaseException:
         writer.close(completed=False)

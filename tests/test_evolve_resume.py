@@ -1,0 +1,75 @@
+"""`evolve --resume`: a run killed mid-way and resumed ends with exactly the population history of a
+run that was never interrupted (same seed), with every generation once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lamarckian_hpc.storage import open_run
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = ["runtime.mode=serial", "algorithm.population_size=20", "algorithm.generations=40"]
+
+
+def _evolve(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "lamarckian_hpc", "evolve", *args], cwd=cwd, capture_output=True,
+                            text=True, timeout=300)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def _history(path: Path) -> dict[str, np.ndarray]:
+    with open_run(path) as reader:
+        assert reader.closed_cleanly
+        return reader.population()
+
+
+def test_killed_evolution_resumes_to_the_same_history_as_an_uninterrupted_run(tmp_path):
+    config = str(ROOT / "configs" / "nsga2_zdt1.yaml")
+    _evolve(tmp_path, config, *COMMON, "storage.run_name=straight")
+    straight = _history(tmp_path / "runs" / "straight.h5")
+
+    run = tmp_path / "runs" / "killed.h5"
+    process = subprocess.Popen([sys.executable, "-m", "lamarckian_hpc", "evolve", config, *COMMON,
+                                "storage.run_name=killed", "problem.evaluation_delay_seconds=0.005"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline and process.poll() is None, "the run ended before it was killed"
+            try:
+                with open_run(run) as reader:
+                    if len(reader.population().get("generation", [])) >= 10 * 20:
+                        break
+            except OSError:  # not created yet, or still being set up by its writer
+                pass
+            time.sleep(0.1)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    resumed = _evolve(tmp_path, "--resume", str(run), "problem.evaluation_delay_seconds=0")
+    assert "resumed after generation" in resumed.stdout
+    history = _history(run)
+    for column in ("generation", "id", "parent_ids", "genome", "objectives"):
+        np.testing.assert_array_equal(history[column], straight[column], err_msg=column)
+    with open_run(run) as reader:
+        assert reader.meta["resumes"] == 1
+        np.testing.assert_array_equal(np.unique(reader.metric("hypervolume").policy_version), np.arange(40))
+
+
+def test_a_history_from_another_config_is_refused_in_one_line(tmp_path):
+    config = str(ROOT / "configs" / "nsga2_zdt1.yaml")
+    _evolve(tmp_path, config, *COMMON, "algorithm.generations=5", "storage.run_name=short")
+    refused = _evolve(tmp_path, "--resume", str(tmp_path / "runs" / "short.h5"), "seed=7", "algorithm.generations=9",
+                      check=False)
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and len(lines) == 1 and "cannot be resumed" in lines[0], refused.stderr
