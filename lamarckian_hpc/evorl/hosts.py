@@ -111,7 +111,7 @@ class RayHosts:
             if config.runtime.ray_address:
                 ray.init(address=config.runtime.ray_address, **common)
             else:
-                ray.init(**common)
+                ray.init(address="local", **common)
             self.started_ray = True
         population_size = config.algorithm.population_size
         num_workers = min(population_size, config.runtime.num_workers or os.cpu_count() or 1)

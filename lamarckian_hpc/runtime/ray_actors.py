@@ -116,5 +116,5 @@ def init_ray(config: RunConfig, num_cpus: int) -> bool:
     if config.runtime.ray_address is not None:
         ray.init(address=config.runtime.ray_address, **common)
         return False
-    ray.init(num_cpus=num_cpus, object_store_memory=100 * 1024 * 1024, **common)
+    ray.init(address="local", num_cpus=num_cpus, object_store_memory=100 * 1024 * 1024, **common)
     return True
