@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..config import ModelConfig, MultiAgentConfig, PPOConfig
-from ..mdp import MDP, ExperienceBuffer, Sampler
+from ..mdp import MDP, EpisodeResult, ExperienceBuffer, Sampler
 from ..runtime.inference import TorchPolicy
 from .mapping import PolicyMapping, PolicyMappingFn, random_mapping, round_robin_mapping
 from .policies import MultiPolicyLearner, build_policy_models
@@ -64,6 +64,8 @@ class MultiAgentTrainer:
         self.return_window = return_window
         self.returns: dict[str, list[float]] = defaultdict(list)
         self.updates = {pid: 0 for pid in trained}
+        #: Episodes that ended during the last `step` (every policy's, trained or frozen).
+        self.last_completed: list[EpisodeResult] = []
 
     def step(self) -> dict[str, dict[str, float]]:
         """Tick until at least one trained policy has a full batch; update every policy that has one."""
@@ -73,7 +75,8 @@ class MultiAgentTrainer:
             for _ in range(8):
                 self.sampler.tick()
             ready = [pid for pid, buffer in self.experiences.items() if buffer.num_steps >= batch_size]
-        for result in self.sampler.take_completed():
+        self.last_completed = self.sampler.take_completed()
+        for result in self.last_completed:
             window = self.returns[result.policy_id]
             window.append(result.episode_return)
             del window[:-self.return_window]
