@@ -16,7 +16,7 @@ from pettingzoo.classic import rps_v2
 from lamarckian_hpc.config import ModelConfig, MultiAgentConfig, PPOConfig
 from lamarckian_hpc.mdp import PolicyOutput, Sampler
 from lamarckian_hpc.multiagent import (MultiAgentTrainer, ParallelEnvMDP, PolicyMapping, fixed_mapping, one_hot,
-                                       policy_layers, random_mapping)
+                                       policy_layers, random_mapping, round_robin_mapping)
 
 
 class Crowd(ParallelEnv):
@@ -132,6 +132,18 @@ def test_mapping_to_an_unknown_policy_is_a_clear_error():
         Sampler([mdp], PolicyMapping(lambda a, e: "nobody", ["p0"], (), {}), {"p0": Recorder()})
     with pytest.raises(ValueError, match="policies_to_train"):
         MultiAgentConfig(policies=("a",), policies_to_train=("b",))
+
+
+def test_built_in_mapping_functions():
+    round_robin = round_robin_mapping(["a", "b", "c"])
+    assert [round_robin(k, 0) for k in range(5)] == ["a", "b", "c", "a", "b"]
+    first, second = random_mapping(["a", "b"], seed=4), random_mapping(["a", "b"], seed=4)
+    drawn = [first(k, 0) for k in range(50)]
+    assert drawn == [second(k, 0) for k in range(50)] and set(drawn) == {"a", "b"}  # seeded
+    table = fixed_mapping({"left": "main"})
+    assert table("left", 3) == "main"
+    with pytest.raises(KeyError, match="no policy in the mapping table"):
+        table("right", 0)
 
 
 def _trainer(policies, trained, shared_layers=0, mapping=None, steps=256, seed=0):

@@ -10,6 +10,7 @@ into their policy's buffer; agents of frozen policies get a controller that only
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -30,7 +31,7 @@ def random_mapping(policy_ids: Sequence[str], seed: int = 0) -> PolicyMappingFn:
 
 def round_robin_mapping(policy_ids: Sequence[str]) -> PolicyMappingFn:
     """New agents take the policies in turn."""
-    ids, counter = list(policy_ids), iter(range(1 << 62))
+    ids, counter = list(policy_ids), itertools.count()
     return lambda agent_id, env_index: ids[next(counter) % len(ids)]
 
 
