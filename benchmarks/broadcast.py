@@ -27,7 +27,9 @@ Needs the `bench` extra (mpi4py and PyPI's mpich) for the MPI column; `--no-mpi`
                                    [--emulate-links] [--link-rate 1gbit] [--no-mpi]
 
 Prints a Markdown table and writes benchmarks/results/broadcast.json (one section per link mode;
-a run updates only its own mode's section).
+a run updates only its own mode's section). The runtime encrypts its sockets with CURVE by default
+(`runtime.transport_security`); `--curve` does the same here (every TCP or IPC connection is
+encrypted separately, so each copy also costs the sender CPU), the MPI column stays plain.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from lamarckian_hpc.comm import WeightPublisher, WeightSubscriber
+from lamarckian_hpc.comm import JobKeys, WeightPublisher, WeightSubscriber, stop_authenticator
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 
@@ -83,7 +85,8 @@ def _receive(spec: dict[str, Any], index: int) -> None:
     context = zmq.Context()  # its own I/O thread, as a separate actor process has
     report = context.socket(zmq.PUSH)
     report.connect(spec["collect"])
-    subscriber = WeightSubscriber(context, spec["address"])
+    keys = JobKeys.load(spec["key_folder"]) if spec["key_folder"] else None
+    subscriber = WeightSubscriber(context, spec["address"], keys=keys)
     while True:
         message = subscriber.poll(100)
         if message is not None:
@@ -97,12 +100,13 @@ class ZmqBroadcast:
     """Start the nodes of one setup, then time versions published by the learner."""
 
     def __init__(self, mode: str, receivers: int, per_node: int, hosts: list[str], workdir: str,
-                 namespaces: list[str] | None) -> None:
+                 namespaces: list[str] | None, keys: JobKeys | None) -> None:
         self.mode, self.receivers = mode, receivers
         self.nodes = [f"h{i}" for i in range(receivers // per_node)]
         self.tree = build_tree(self.nodes)
         self.context = zmq.Context()
-        self.publisher = WeightPublisher(self.context, host=hosts[0])
+        self.key_folder = str(keys.folder) if keys is not None else None
+        self.publisher = WeightPublisher(self.context, host=hosts[0], keys=keys)
         self.collect = self.context.socket(zmq.PULL)
         self.collect.bind(f"ipc://{workdir}/collect-{mode}-{receivers}.ipc")
         ipc = [f"{workdir}/{mode}-{receivers}-{i}.ipc" for i in range(len(self.nodes))]
@@ -123,9 +127,10 @@ class ZmqBroadcast:
                 relay = None
                 if mode == "tree" and i > 0:
                     relay = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=hosts[i],
-                                      ipc_path=ipc[i]).to_dict()
+                                      ipc_path=ipc[i], key_folder=self.key_folder).to_dict()
                 address = f"ipc://{ipc[i]}" if mode == "tree" else self.publisher.address
                 spec = {"node": node, "receivers": self.per_node, "address": address, "relay": relay,
+                        "key_folder": self.key_folder,
                         "collect": f"ipc://{self.workdir}/collect-{mode}-{receivers}.ipc"}
                 prefix = ["ip", "netns", "exec", self.namespaces[i]] if self.namespaces else []
                 command = [*prefix, sys.executable, __file__, "--node-spec", json.dumps(spec)]
@@ -165,13 +170,15 @@ class ZmqBroadcast:
                 process.kill()
         self.publisher.close()
         self.collect.close()
+        stop_authenticator(self.context)
         self.context.term()
 
 
 def measure_zmq(mode: str, receivers: int, args: argparse.Namespace, hosts: list[str], workdir: str,
                 namespaces: list[str] | None) -> list[float]:
     arrays = {"weights": np.random.default_rng(0).standard_normal(args.megabytes * 2**18).astype(np.float32)}
-    setup = ZmqBroadcast(mode, receivers, args.per_node, hosts, workdir, namespaces)
+    keys = JobKeys.create(os.path.join(workdir, "keys")) if args.curve else None
+    setup = ZmqBroadcast(mode, receivers, args.per_node, hosts, workdir, namespaces, keys)
     try:
         setup.start()
         for warmup in range(args.warmup):
@@ -227,7 +234,7 @@ def measure_mpi(receivers: int, args: argparse.Namespace, namespaces: list[str] 
 
 # ---------------------------------------------------------------- driver
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    link_mode = "emulated" if args.emulate_links else "loopback"
+    link_mode = ("emulated" if args.emulate_links else "loopback") + ("+curve" if args.curve else "")
     nodes = max(args.receivers) // args.per_node
     namespaces = netem.namespaces(nodes) if args.emulate_links else None
     hosts = netem.addresses(nodes) if args.emulate_links else ["127.0.0.1"] * nodes
@@ -282,6 +289,7 @@ def main() -> None:
     parser.add_argument("--emulate-links", action="store_true")
     parser.add_argument("--link-rate", default="1gbit")
     parser.add_argument("--no-mpi", action="store_true")
+    parser.add_argument("--curve", action="store_true", help="encrypt the ZeroMQ sockets as the runtime does by default")
     parser.add_argument("--mpi-timeout", type=float, default=300.0)
     parser.add_argument("--node-spec", help=argparse.SUPPRESS)
     parser.add_argument("--mpi-worker", nargs=3, type=int, help=argparse.SUPPRESS)
