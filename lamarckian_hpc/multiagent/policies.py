@@ -31,7 +31,8 @@ def build_policy_models(policy_ids: Iterable[str], trained: Iterable[str], obser
                         action_space: gym.Space, model: ModelConfig, shared_layers: int = 0,
                         seed: int = 0) -> dict[str, ActorCritic]:
     """One ActorCritic per policy id, each with its own initial weights (seeded per position)."""
-    ids, trained_ids = list(policy_ids), [pid for pid in policy_ids if pid in set(trained)]
+    ids, trained_set = list(policy_ids), set(trained)
+    trained_ids = [pid for pid in ids if pid in trained_set]
     if shared_layers and model.kind != "mlp":
         raise ValueError(f"multiagent.shared_layers: layers can be shared by mlp models only, got model.kind={model.kind!r}")
     if shared_layers > len(model.policy_hidden_sizes):
@@ -47,7 +48,7 @@ def build_policy_models(policy_ids: Iterable[str], trained: Iterable[str], obser
             layers = policy_layers(models[policy_id])
             for layer in range(shared_layers):
                 layers[2 * layer] = owner[2 * layer]
-    for policy_id in set(ids) - set(trained_ids):
+    for policy_id in set(ids) - trained_set:
         models[policy_id].requires_grad_(False)
     return models
 
