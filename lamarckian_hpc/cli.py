@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .config import ConfigError, EvolveConfig, RunConfig, apply_overrides, load_config
+from .config.loading import ConfigT
 
 USAGE_ERROR = 2
 
@@ -40,10 +41,15 @@ def run_path_for(config: RunConfig | EvolveConfig, config_file: str | None) -> P
     return path
 
 
-def _resumed_config(run: Path, overrides: list[str]) -> RunConfig:
-    """The config a run file stored, with `overrides` on top (a longer budget, say)."""
+def _resumed_config(args: argparse.Namespace, model: type[ConfigT]) -> ConfigT:
+    """The config a run file stored (`--resume RUN`), with the command line's overrides on top (a
+    longer budget, say). The positional config slot may hold the first override."""
+    overrides = [args.config, *args.overrides] if args.config is not None else list(args.overrides)
+    if any("=" not in override for override in overrides):
+        raise ConfigError("error: --resume continues a run with its own config; give overrides, not a file")
     from .storage import open_run
 
+    run = Path(args.resume)
     if not run.is_file():
         raise ConfigError(f"error: no such run file to resume: {run}")
     try:
@@ -51,23 +57,15 @@ def _resumed_config(run: Path, overrides: list[str]) -> RunConfig:
             tree = reader.config
     except (OSError, KeyError, ValueError) as error:
         raise ConfigError(f"error: {run} is not a readable run file: {error}") from None
-    return apply_overrides(tree, overrides, f"{run} (resumed)")
+    return apply_overrides(tree, overrides, f"{run} (resumed)", model)
 
 
 def train_command(args: argparse.Namespace) -> int:
-    overrides = list(args.overrides)
-    if args.resume is not None and args.config is not None and "=" in args.config:
-        overrides.insert(0, args.config)  # `train --resume RUN key=value`: no config file is given
-        args.config = None
+    if args.config is None and args.resume is None:
+        return _fail("error: train needs a config file (or --resume RUN)")
     try:
-        if args.resume is not None:
-            if args.config is not None:
-                return _fail("error: --resume continues a run with its own config; give overrides, not a file")
-            config = _resumed_config(Path(args.resume), overrides)
-        elif args.config is None:
-            return _fail("error: train needs a config file (or --resume RUN)")
-        else:
-            config = load_config(args.config, overrides)
+        config = (_resumed_config(args, RunConfig) if args.resume is not None
+                  else load_config(args.config, args.overrides))
     except ConfigError as error:
         return _fail(str(error))
     # Heavy imports only once the config is known to be good.
@@ -113,22 +111,9 @@ def _evolve_config(args: argparse.Namespace) -> Any:
     """The config of an evolve run: from its file, or as a resumed run file stored it."""
     from .config.evorl import evolve_config_model
 
-    if args.resume is None:
-        return load_config(args.config, args.overrides, evolve_config_model(args.config, args.overrides))
-    overrides = [args.config, *args.overrides] if args.config is not None else list(args.overrides)
-    if any("=" not in override for override in overrides):
-        raise ConfigError("error: --resume continues a run with its own config; give overrides, not a file")
-    run = Path(args.resume)
-    if not run.is_file():
-        raise ConfigError(f"error: no such run file to resume: {run}")
-    from .storage import open_run
-
-    try:
-        with open_run(run) as reader:
-            tree = reader.config
-    except (OSError, KeyError, ValueError) as error:
-        raise ConfigError(f"error: {run} is not a readable run file: {error}") from None
-    return apply_overrides(tree, overrides, f"{run} (resumed)", EvolveConfig)
+    if args.resume is not None:
+        return _resumed_config(args, EvolveConfig)
+    return load_config(args.config, args.overrides, evolve_config_model(args.config, args.overrides))
 
 
 def evolve_command(args: argparse.Namespace) -> int:
