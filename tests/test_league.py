@@ -101,6 +101,8 @@ def test_snapshots_resets_and_matchmaking_follow_the_schedule():
     assert [e.kind for e in events] == ["snapshot"]  # reset probability 0: it carries on
     with pytest.raises(ValueError, match="frozen"):
         league.choose_opponent(3)
+    with pytest.raises(ValueError, match="distinct opponents"):
+        league.record(main, np.array([3, 3]), 1.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="capacity"):
         LeagueConfig(capacity=4, main_agents=2, main_exploiters=1, league_exploiters=1)
 

@@ -146,6 +146,8 @@ class League:
         """Results of games of a against b, or against an array of distinct opponents (counts, or
         expected values for mixed strategies). Games of a learner against itself are not recorded."""
         b = np.atleast_1d(np.asarray(b, dtype=np.int64))
+        if len(np.unique(b)) != len(b):
+            raise ValueError(f"record takes distinct opponents per call (sum repeated games first), got {b.tolist()}")
         wins, draws, losses = (np.broadcast_to(np.asarray(v, dtype=np.float64), b.shape) for v in (wins, draws, losses))
         keep = (b != a) & ((wins + draws + losses) > 0)
         if not keep.any():
@@ -169,6 +171,7 @@ class League:
         else:
             targets = (self.of_role(Role.MAIN_AGENT) if member.role == Role.MAIN_EXPLOITER else self.snapshots)
             beats = bool(np.all(self.payoff.win_rate(learner, targets) >= config.exploiter_win_rate))
+            # At least two updates: a fresh exploiter's record is too thin to call it a winner.
             due = member.updates >= config.exploiter_max_updates or (beats and member.updates >= 2)
         if due and not self.full:
             snapshot = self._add(f"{member.name}@{self.update_count}", Role.SNAPSHOT, copy.deepcopy(params), learner)
