@@ -110,7 +110,8 @@ def staleness_frame(staleness: Any) -> pd.DataFrame:
                              "staleness_mean": _median(inner["staleness_mean"]),
                              "staleness_max": _median(inner.get("staleness_max"))})
     frame = pd.DataFrame(rows, columns=["receivers", "broadcast", "staleness_mean", "staleness_max"])
-    return frame.dropna(subset=["staleness_mean"]).drop_duplicates().reset_index(drop=True)
+    frame = frame.dropna(subset=["staleness_mean"]).drop_duplicates().reset_index(drop=True)
+    return frame.assign(source="benchmark")
 
 
 def scale_model_frame(scale_model: dict[str, Any]) -> pd.DataFrame:

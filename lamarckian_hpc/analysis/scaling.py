@@ -40,6 +40,14 @@ def run_cores(run: RunData) -> int | None:
     return int(actors) if isinstance(actors, int) else None
 
 
+def _series(run: RunData) -> str:
+    """Runs are compared only with runs of the same env, runtime and broadcast."""
+    env = run.config_value("env.id", "?")
+    if run.config_value("runtime.mode") == "serial":
+        return f"runs: {env}, serial"
+    return f"runs: {env}, {run.config_value('runtime.broadcast', 'flat')} broadcast"
+
+
 def scaling_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
     """One row per RL run with a known core count: mean sampled frames/s, staleness and CPU use."""
     rows = []
@@ -49,7 +57,7 @@ def scaling_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
             continue
         staleness_max = run.metric("staleness_max")["value"]
         rows.append({
-            "source": str(run.path), "series": f"runs: {run.config_value('env.id', '?')}", "cores": cores,
+            "source": str(run.path), "series": _series(run), "cores": cores,
             "broadcast": run.config_value("runtime.broadcast", "flat"),
             "steps_per_second": _mean_after_warmup(run, "env_frames_per_second"),
             "staleness_mean": _mean_after_warmup(run, "staleness_mean"),
@@ -102,10 +110,10 @@ def tree_vs_flat_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
     scaling = scaling_from_runs(runs)
     scaling = scaling[scaling["cores"] > 1].dropna(subset=["staleness_mean"])
     if scaling["broadcast"].nunique() < 2:
-        return pd.DataFrame(columns=["receivers", "broadcast", "staleness_mean", "staleness_max"])
+        return pd.DataFrame(columns=["receivers", "broadcast", "staleness_mean", "staleness_max", "source"])
     grouped = scaling.groupby(["cores", "broadcast"]).agg(staleness_mean=("staleness_mean", "mean"),
                                                           staleness_max=("staleness_max", "max"))
-    return grouped.reset_index().rename(columns={"cores": "receivers"})
+    return grouped.reset_index().rename(columns={"cores": "receivers"}).assign(source="runs")
 
 
 def plot_tree_vs_flat(broadcast: pd.DataFrame, staleness: pd.DataFrame, out_path: Path) -> FigureResult | None:
@@ -133,11 +141,12 @@ def plot_tree_vs_flat(broadcast: pd.DataFrame, staleness: pd.DataFrame, out_path
         data.append(broadcast.assign(panel="broadcast"))
     if not staleness.empty:
         axis = axes[axis_index]
-        for variant, rows in staleness.groupby("broadcast"):
+        staleness = staleness.assign(source=staleness.get("source", "benchmark")).fillna({"source": "benchmark"})
+        for (source, variant), rows in staleness.groupby(["source", "broadcast"]):
             rows = rows.sort_values("receivers")
-            axis.plot(rows["receivers"], rows["staleness_mean"], "o-", label=f"{variant}: mean")
+            axis.plot(rows["receivers"], rows["staleness_mean"], "o-", label=f"{variant} ({source}): mean")
             if rows["staleness_max"].notna().any():
-                axis.plot(rows["receivers"], rows["staleness_max"], "x:", label=f"{variant}: max")
+                axis.plot(rows["receivers"], rows["staleness_max"], "x:", label=f"{variant} ({source}): max")
         axis.set_xlabel("receivers")
         axis.set_ylabel("staleness (policy versions)")
         axis.grid(alpha=0.3)
