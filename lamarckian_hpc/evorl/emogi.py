@@ -32,6 +32,7 @@ from ..config.emogi import EMOGIConfig
 from ..ec import NSGA2, Coding, Description, non_dominated_fronts
 from ..envs import PongEnv
 from ..runtime.learner import load_weights
+from ..runtime.ray_setup import ensure_ray
 from ..runtime.trainer import SerialTrainer
 from .behaviour import Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms
 
@@ -179,16 +180,8 @@ class RayBackend:
     def __init__(self, config: EMOGIConfig) -> None:
         import ray
 
-        self.ray, self.started_ray = ray, False
-        if not ray.is_initialized():
-            common = {"include_dashboard": False, "logging_level": logging.WARNING}
-            if config.runtime.ray_address:
-                ray.init(address=config.runtime.ray_address, **common)
-            else:
-                # "local": a cluster of its own, never one that `ray start` left for /tmp/ray to point at.
-                ray.init(address="local", num_cpus=config.runtime.num_workers or os.cpu_count() or 1,
-                         object_store_memory=100 * 1024 * 1024, **common)
-                self.started_ray = True
+        self.ray = ray
+        self.started_ray = ensure_ray(config.runtime.ray_address, config.runtime.num_workers or os.cpu_count() or 1)
         self.task = ray.remote(num_cpus=1, max_retries=0)(train_and_evaluate)
         self.config_ref = ray.put(config)
         self.timeout_seconds = config.runtime.evaluation_timeout_seconds

@@ -9,10 +9,9 @@ interface either way.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -105,14 +104,10 @@ class RayHosts:
     def __init__(self, config: PBTConfig) -> None:
         import ray
 
-        self.ray, self.started_ray = ray, False
-        if not ray.is_initialized():
-            common: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
-            if config.runtime.ray_address:
-                ray.init(address=config.runtime.ray_address, **common)
-            else:
-                ray.init(address="local", **common)
-            self.started_ray = True
+        from ..runtime.ray_setup import ensure_ray
+
+        self.ray = ray
+        self.started_ray = ensure_ray(config.runtime.ray_address, os.cpu_count() or 1)
         population_size = config.algorithm.population_size
         num_workers = min(population_size, config.runtime.num_workers or os.cpu_count() or 1)
         cpus = ray.cluster_resources().get("CPU", 1.0)

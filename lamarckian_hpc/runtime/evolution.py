@@ -113,17 +113,10 @@ class RayEvaluator:
     def __init__(self, evaluator: Evaluator, config: EvolveConfig) -> None:
         import ray
 
+        from .ray_setup import ensure_ray
+
         self.ray = ray
-        self.started_ray = False
-        if not ray.is_initialized():
-            common = {"include_dashboard": False, "logging_level": logging.WARNING}
-            if config.runtime.ray_address:
-                ray.init(address=config.runtime.ray_address, **common)
-            else:
-                # "local": a fresh instance, never a cluster that another run started on this machine
-                ray.init(address="local", num_cpus=config.runtime.num_workers or os.cpu_count() or 1,
-                         object_store_memory=100 * 1024 * 1024, **common)
-                self.started_ray = True
+        self.started_ray = ensure_ray(config.runtime.ray_address, config.runtime.num_workers or os.cpu_count() or 1)
         self.task = ray.remote(num_cpus=1, max_retries=0)(evaluate_one)
         self.evaluator_ref = ray.put(evaluator)  # shipped to the object store once, not with every task
         self.delay_seconds = config.problem.evaluation_delay_seconds

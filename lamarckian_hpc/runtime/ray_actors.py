@@ -18,6 +18,7 @@ import ray
 from ..comm.relay import Relay, RelaySpec
 from ..config import RunConfig
 from .actor import ActorLoop
+from .ray_setup import ensure_ray
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +111,4 @@ def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequ
 
 def init_ray(config: RunConfig, num_cpus: int) -> bool:
     """Join `runtime.ray_address`, or start a local Ray with `num_cpus`; True when we started it."""
-    if ray.is_initialized():
-        return False
-    common = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True}
-    if config.runtime.ray_address is not None:
-        ray.init(address=config.runtime.ray_address, **common)
-        return False
-    ray.init(address="local", num_cpus=num_cpus, object_store_memory=100 * 1024 * 1024, **common)
-    return True
+    return ensure_ray(config.runtime.ray_address, num_cpus)
