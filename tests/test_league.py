@@ -144,6 +144,16 @@ def test_payoff_and_elo_round_trip_through_the_run_file(tmp_path):
     assert record.history_update.tolist() == [0, 1]
     with open_run(path) as run:  # the ordinary reader still sees the metrics beside /league
         assert run.metric("main_exploitability").value.tolist() == [0.25]
+    # The analysis package's league figures find the win rates, names and Elo history by name.
+    from lamarckian_hpc.analysis import elo_data, payoff_data
+    from lamarckian_hpc.analysis.loader import load_run
+
+    analysed = load_run(path)
+    frame = payoff_data(analysed)
+    assert frame.loc["main_0", "main_0@0"] == pytest.approx(3.5 / 5)
+    assert frame.loc["main_exploiter_0", "main_0"] == pytest.approx(0.0)
+    elo = elo_data(analysed)
+    assert set(elo["member"]) == set(record.names) and len(elo) == 2 * n - 1  # main_0@1 joined at the 2nd write
 
 
 def test_league_main_agent_exploitability_falls_while_self_play_cycles():

@@ -4,16 +4,21 @@ SWMR forbids creating datasets once writing has started (see `storage/run_file.p
 grows during the run. So everything is declared up front with a fixed capacity C
 (`league.capacity`), and a member's row is filled in when it joins:
 
-- `/league/members/name`            (C,) bytes (up to 64), "" for rows not yet used
+- `/league/member_names`            (C,) bytes (up to 64), "" for rows not yet used
 - `/league/members/role`            (C,) int8: 0 main agent, 1 main exploiter, 2 league exploiter, 3 snapshot
 - `/league/members/parent`          (C,) int64: for a snapshot, the learner it was taken from; else -1
 - `/league/members/created_update`  (C,) int64: league update count when it joined
 - `/league/members/count`           (1,) int64: rows in use
-- `/league/payoff/wins`, `draws`, `games`  (C, C) float64: discounted counts of row member against
-  column member (win rate = (wins + draws / 2) / games)
-- `/league/elo`                     (C,) float64: current Elo ratings
+- `/league/results/wins`, `draws`, `games`  (C, C) float64: discounted counts of row member against
+  column member
+- `/league/payoff`                  (C, C) float64: win rate (wins + draws / 2) / games of row
+  against column, 0.5 for pairs that never played, NaN in rows and columns not yet used
+- `/league/rating`                  (C,) float64: current Elo ratings
 - `/league/history/update`          (n,) int64 and `/league/history/elo` (n, C) float64: one row
-  per `write`, so Elo trajectories can be drawn; float NaN for members not yet in the league
+  per `write`, so Elo trajectories can be drawn; NaN for members not yet in the league
+
+The names are chosen so that `lamarckian_hpc.analysis` finds them by word (`member`, `payoff`,
+`elo`): the names, the win-rate matrix and the Elo history are each the first match.
 
 `LeagueRunWriter` is a `RunWriter` that creates this group in the same file: the group is made
 as soon as the file is opened, before the writer switches to SWMR mode. `read_league` opens a
@@ -43,15 +48,16 @@ def create_league_datasets(file: h5py.File, capacity: int) -> dict[str, h5py.Dat
     group.attrs["capacity"] = capacity
     square = (capacity, capacity)
     datasets = {
-        "members/name": group.create_dataset("members/name", shape=(capacity,), dtype=f"S{NAME_BYTES}"),
+        "member_names": group.create_dataset("member_names", shape=(capacity,), dtype=f"S{NAME_BYTES}"),
         "members/role": group.create_dataset("members/role", data=np.full(capacity, -1, np.int8)),
         "members/parent": group.create_dataset("members/parent", data=np.full(capacity, -1, np.int64)),
         "members/created_update": group.create_dataset("members/created_update", data=np.zeros(capacity, np.int64)),
         "members/count": group.create_dataset("members/count", data=np.zeros(1, np.int64)),
-        "payoff/wins": group.create_dataset("payoff/wins", data=np.zeros(square)),
-        "payoff/draws": group.create_dataset("payoff/draws", data=np.zeros(square)),
-        "payoff/games": group.create_dataset("payoff/games", data=np.zeros(square)),
-        "elo": group.create_dataset("elo", data=np.zeros(capacity)),
+        "results/wins": group.create_dataset("results/wins", data=np.zeros(square)),
+        "results/draws": group.create_dataset("results/draws", data=np.zeros(square)),
+        "results/games": group.create_dataset("results/games", data=np.zeros(square)),
+        "payoff": group.create_dataset("payoff", data=np.full(square, np.nan)),
+        "rating": group.create_dataset("rating", data=np.zeros(capacity)),
         "history/update": group.create_dataset("history/update", shape=(0,), maxshape=(None,),
                                                chunks=(HISTORY_CHUNK,), dtype=np.int64),
         "history/elo": group.create_dataset("history/elo", shape=(0, capacity), maxshape=(None, capacity),
@@ -62,7 +68,7 @@ def create_league_datasets(file: h5py.File, capacity: int) -> dict[str, h5py.Dat
 
 def write_league_state(datasets: dict[str, h5py.Dataset], league: League) -> None:
     """Overwrite the member table, payoff and Elo, and append one history row."""
-    capacity = datasets["elo"].shape[0]
+    capacity = datasets["rating"].shape[0]
     if league.config.capacity != capacity:
         raise ValueError(f"league.capacity={league.config.capacity} but the run file was made for {capacity}")
     count = len(league.members)
@@ -73,15 +79,20 @@ def write_league_state(datasets: dict[str, h5py.Dataset], league: League) -> Non
         names[member.index] = member.name.encode()[:NAME_BYTES]
         roles[member.index], parents[member.index] = int(member.role), member.parent
         created[member.index] = member.created_update
-    datasets["members/name"][:] = names
+    datasets["member_names"][:] = names
     datasets["members/role"][:] = roles
     datasets["members/parent"][:] = parents
     datasets["members/created_update"][:] = created
     datasets["members/count"][0] = count
-    datasets["payoff/wins"][:] = league.payoff.wins
-    datasets["payoff/draws"][:] = league.payoff.draws
-    datasets["payoff/games"][:] = league.payoff.games
-    datasets["elo"][:] = league.elo
+    payoff = league.payoff
+    datasets["results/wins"][:] = payoff.wins
+    datasets["results/draws"][:] = payoff.draws
+    datasets["results/games"][:] = payoff.games
+    win_rates = np.full((capacity, capacity), np.nan)
+    for member in range(count):
+        win_rates[member, :count] = payoff.win_rate(member, np.arange(count))
+    datasets["payoff"][:] = win_rates
+    datasets["rating"][:] = league.elo
     elo_row = np.full(capacity, np.nan)
     elo_row[:count] = league.elo[:count]
     for name, value in (("history/update", league.update_count), ("history/elo", elo_row)):
@@ -153,9 +164,9 @@ def read_league(path: str | Path) -> LeagueRecord:
         n = int(group["members/count"][0])
         rows = min(group["history/update"].shape[0], group["history/elo"].shape[0])
         return LeagueRecord(
-            names=[name.decode() for name in group["members/name"][:n]],
+            names=[name.decode() for name in group["member_names"][:n]],
             roles=group["members/role"][:n], parents=group["members/parent"][:n],
             created_update=group["members/created_update"][:n],
-            wins=group["payoff/wins"][:n, :n], draws=group["payoff/draws"][:n, :n],
-            games=group["payoff/games"][:n, :n], elo=group["elo"][:n],
+            wins=group["results/wins"][:n, :n], draws=group["results/draws"][:n, :n],
+            games=group["results/games"][:n, :n], elo=group["rating"][:n],
             history_update=group["history/update"][:rows], history_elo=group["history/elo"][:rows, :n])
