@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SCALES = ("small", "medium", "paper")
@@ -89,6 +91,10 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                 "algorithm.evaluation_episodes=2", "ppo.batch_size=1024"),
         _evolve("emogi_pong.yaml", "emogi_pong", "algorithm.generations=2"),
         _evolve("emogi_pong.yaml", "emogi_pong"))),
+    Experiment("league_rps", "League: payoff matrix and Elo over time (biased rock-paper-scissors)", _scaled(
+        ["python", "benchmarks/reproduce.py", "--league-run", "{out}/runs/league_rps.h5", "--updates", "600"],
+        ["python", "benchmarks/reproduce.py", "--league-run", "{out}/runs/league_rps.h5", "--updates", "3000"],
+        ["python", "benchmarks/reproduce.py", "--league-run", "{out}/runs/league_rps.h5", "--updates", "3000"])),
     Experiment("sampling", "Fig. 7: sampling throughput against actor processes (benchmark)", _scaled(
         ["python", "benchmarks/sampling.py", "--actors", "1", "2", "--envs", "CartPole-v1", "--frames", "20000",
          "--raw-frames", "10000", "--output", "{out}/sampling.json"],
@@ -126,6 +132,33 @@ def _measured_at(path: Path) -> str:
         return "unknown date"
     blocks = [result, *(value for value in result.values() if isinstance(value, dict))]
     return next((str(block[key]) for block in blocks for key in ("date", "time") if key in block), "unknown date")
+
+
+def league_run(path: Path, updates: int) -> None:
+    """A league run file: AlphaStar-style league training on biased rock-paper-scissors (the setting
+    of benchmarks/league_rps.py), its state written to /league every 20 rounds."""
+    from lamarckian_hpc.config import LeagueConfig
+    from lamarckian_hpc.league import Role
+    from lamarckian_hpc.league.matrix_game import (BIASED_ROCK_PAPER_SCISSORS, exploitability, league_training,
+                                                   softmax)
+    from lamarckian_hpc.league.store import LeagueRunWriter
+
+    config = LeagueConfig(capacity=128, snapshot_interval=20, exploiter_max_updates=40)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = LeagueRunWriter(path, {"league": config.model_dump(), "algorithm": {"name": "league"},
+                                    "problem": {"name": "biased_rock_paper_scissors"}},
+                             ["main_exploitability"], league_capacity=config.capacity)
+
+    def on_round(league, index: int) -> None:
+        if index % 20 == 19:
+            main = league.of_role(Role.MAIN_AGENT)[0]
+            value = exploitability(BIASED_ROCK_PAPER_SCISSORS, softmax(league.members[main].params))
+            writer.append("main_exploitability", value, env_frames=index + 1, policy_version=index + 1)
+            writer.write_league(league)
+
+    league_training(BIASED_ROCK_PAPER_SCISSORS, np.array([1.0, 0.0, -1.0]), updates, 0.1, config, seed=0,
+                    on_round=on_round)
+    writer.close()
 
 
 def experiment_environment() -> dict[str, str]:
@@ -206,7 +239,12 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="only write the report of what --out holds")
     parser.add_argument("--list", action="store_true", help="print the experiments and their commands, and exit")
     parser.add_argument("--count", action="store_true", help="print the number of experiments (array size), exit")
+    parser.add_argument("--league-run", type=Path, help=argparse.SUPPRESS)  # the league_rps experiment
+    parser.add_argument("--updates", type=int, default=600, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.league_run is not None:
+        league_run(args.league_run, args.updates)
+        return
     out = (args.out or ROOT / "runs" / f"reproduce-{args.scale}").resolve()
     if args.count:
         print(len(EXPERIMENTS))

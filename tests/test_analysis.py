@@ -68,6 +68,15 @@ def pbt_path(runs_dir: Path) -> Path:
     return runs_dir / "pbt_tiny.h5"
 
 
+@pytest.fixture(scope="module")
+def league_path(runs_dir: Path) -> Path:
+    """A real league run: the league's matrix-game trainer on biased rock-paper-scissors."""
+    path = runs_dir / "league_rps.h5"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reproduce.py"), "--league-run", str(path),
+                    "--updates", "200"], check=True, timeout=300)
+    return path
+
+
 def _rows(path: Path, metric: str) -> int:
     try:
         with open_run(path) as reader:
@@ -251,11 +260,29 @@ def test_runs_without_a_league_give_no_league_figures(ppo_path: Path, nsga2_path
         assert plot_payoff(run, tmp_path / "payoff.png") is None and plot_elo(run, tmp_path / "elo.png") is None
 
 
-def test_report_links_every_figure(ppo_path: Path, nsga2_path: Path, pbt_path: Path, live_and_killed: dict,
-                                   tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_league_payoff_and_elo_from_the_run_file(league_path: Path, tmp_path: Path) -> None:
+    run = load_run(league_path)
+    count = int(run.league["members/count"][0])
+    names = [name.decode() for name in run.league["member_names"][:count]]
+    payoff = payoff_data(run)
+    assert list(payoff.index) == names and payoff.shape == (count, count)
+    played = run.league["results/games"][:count, :count] > 0
+    np.testing.assert_allclose(payoff.to_numpy()[played], run.league["payoff"][:count, :count][played])
+    assert np.isnan(payoff.to_numpy()[~played]).all()
+    elo = elo_data(run)
+    main_agent = elo[elo["member"] == names[0]]
+    np.testing.assert_array_equal(main_agent["update"], run.league["history/update"])
+    np.testing.assert_allclose(main_agent["elo"], run.league["history/elo"][:, 0])
+    for figure in (plot_payoff(run, tmp_path / "payoff.png"), plot_elo(run, tmp_path / "elo.png")):
+        assert figure is not None
+        assert_png(figure.path)
+
+
+def test_report_links_every_figure(ppo_path: Path, nsga2_path: Path, pbt_path: Path, league_path: Path,
+                                   live_and_killed: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     folder = tmp_path / "results"
     folder.mkdir()
-    for path in (ppo_path, nsga2_path, pbt_path, live_and_killed["path"]):
+    for path in (ppo_path, nsga2_path, pbt_path, league_path, live_and_killed["path"]):
         shutil.copy(path, folder / path.name)
     for name in ("sampling", "broadcast", "vs_rllib", "nsga2_vs_pymoo", "scale_model"):
         shutil.copy(RESULTS / f"{name}.json", folder)
@@ -268,13 +295,13 @@ def test_report_links_every_figure(ppo_path: Path, nsga2_path: Path, pbt_path: P
     assert {"curve_episode_return_mean_frames.png", "curve_episode_return_mean_wall_time.png",
             "curve_best_return_frames.png", "curve_hypervolume_frames.png", "throughput_vs_cores.png",
             "staleness_vs_cores.png", "tree_vs_flat.png", "pareto_fronts.png", "lineage_nsga2_zdt1.png",
-            "hyperparameters_pbt_tiny.png", "scale_model.png"} <= names
+            "hyperparameters_pbt_tiny.png", "scale_model.png", "payoff_league_rps.png", "elo_league_rps.png"} <= names
     for figure in figures:
         assert f"](figures/{figure.name})" in report
         assert_png(figure, min_bytes=5_000)
     for name in ("ppo_serial", "nsga2_zdt1", "pbt_tiny", "ppo_killed"):
         assert f"## Run `{name}`" in report
-    assert "incomplete (killed or failed)" in report and "No run here has a `/league` group" in report
+    assert "incomplete (killed or failed)" in report and "No run here has a `/league` group" not in report
     assert "## Benchmark: Ours vs RLlib (PPO)" in report
 
 

@@ -19,6 +19,7 @@ PROGRESS_METRICS: dict[str, str] = {
     "best_normalized_score": "best normalized score (EMOGI)",
     "hypervolume": "hypervolume",
     "best_objective": "best objective",
+    "main_exploitability": "main agent's exploitability (league)",
 }
 X_AXES = {"env_frames": "env frames", "wall_time": "wall time (s)"}
 

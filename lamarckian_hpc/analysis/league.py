@@ -1,9 +1,12 @@
 """League figures: the payoff matrix between members and each member's Elo over time, drawn from
-a run's `/league` group (members, payoff over time, Elo). Runs without a league give no figure.
+a run's `/league` group (`lamarckian_hpc.league.store`). Runs without a league give no figure.
 
-The group's layout is read by name: a dataset whose path contains `payoff` ([n, n], or
-[time, n, n] of which the last slice is shown), one containing `elo` ([time, n] or [n]), and an
-optional `members` list of names."""
+The group is read by name, so older or partial layouts still draw: the first dataset whose path
+contains `payoff` ([C, C], or [time, C, C] of which the last slice is shown), the first containing
+`elo` ([time, C] or [C]) with `history/update` as its x axis when present, and `member_names`.
+The league declares C rows up front (SWMR cannot add datasets later); only the rows in use
+(`members/count`, or the non-empty names) are shown.
+"""
 
 from __future__ import annotations
 
@@ -20,21 +23,45 @@ def _find(league: dict[str, np.ndarray], word: str) -> np.ndarray | None:
     return next((np.asarray(values) for path, values in sorted(league.items()) if word in path.lower()), None)
 
 
-def member_names(league: dict[str, np.ndarray], count: int) -> list[str]:
+def _names(league: dict[str, np.ndarray]) -> list[str]:
     names = _find(league, "member")
-    if names is not None and names.ndim == 1 and len(names) >= count:
-        return [name.decode() if isinstance(name, bytes) else str(name) for name in names[:count]]
-    return [str(k) for k in range(count)]
+    if names is None or names.ndim != 1:
+        return []
+    return [name.decode() if isinstance(name, bytes) else str(name) for name in names]
+
+
+def members_in_use(league: dict[str, np.ndarray], capacity: int) -> int:
+    """Rows of the league's fixed-capacity tables that hold members."""
+    count = league.get("members/count")
+    if count is not None and np.size(count):
+        return min(int(np.ravel(count)[0]), capacity)
+    names = _names(league)
+    if names and any(names):
+        return min(max(k for k, name in enumerate(names) if name) + 1, capacity)
+    return capacity
+
+
+def member_names(league: dict[str, np.ndarray], count: int) -> list[str]:
+    names = _names(league)
+    return [names[k] if k < len(names) and names[k] else str(k) for k in range(count)]
 
 
 def payoff_data(run: RunData) -> pd.DataFrame:
-    """The latest payoff matrix, rows and columns named by member; empty without one."""
+    """The latest payoff matrix of the members in use, rows and columns named by member; empty
+    without one."""
     payoff = _find(run.league, "payoff")
     if payoff is None or payoff.ndim not in (2, 3) or payoff.size == 0:
         return pd.DataFrame()
     matrix = payoff[-1] if payoff.ndim == 3 else payoff
-    names = member_names(run.league, matrix.shape[0])
-    return pd.DataFrame(matrix, index=names, columns=member_names(run.league, matrix.shape[1]))
+    count = members_in_use(run.league, matrix.shape[0])
+    if count == 0:
+        return pd.DataFrame()
+    names = member_names(run.league, count)
+    matrix = np.array(matrix[:count, :count], dtype=float)
+    games = run.league.get("results/games")
+    if games is not None and np.shape(games) == np.shape(payoff[-1] if payoff.ndim == 3 else payoff):
+        matrix[np.asarray(games)[:count, :count] == 0] = np.nan  # never played: no win rate to show
+    return pd.DataFrame(matrix, index=names, columns=names)
 
 
 def plot_payoff(run: RunData, out_path: Path) -> FigureResult | None:
@@ -42,22 +69,27 @@ def plot_payoff(run: RunData, out_path: Path) -> FigureResult | None:
     if matrix.empty:
         return None
     figure, (axis,) = new_figure(width=5.5, height=5.0)
+    axis.set_facecolor("0.85")  # pairs that never played
     image = axis.imshow(matrix.to_numpy(float), cmap="RdBu", vmin=0.0, vmax=1.0)
-    axis.set_xticks(range(matrix.shape[1]), matrix.columns, rotation=90, fontsize="x-small")
-    axis.set_yticks(range(matrix.shape[0]), matrix.index, fontsize="x-small")
+    if len(matrix) <= 40:  # beyond that, names are unreadable
+        axis.set_xticks(range(matrix.shape[1]), matrix.columns, rotation=90, fontsize="x-small")
+        axis.set_yticks(range(matrix.shape[0]), matrix.index, fontsize="x-small")
     figure.colorbar(image, ax=axis, label="win rate of row against column")
     return save(figure, out_path, f"league payoff: {run.name}", matrix.reset_index(names="member"))
 
 
 def elo_data(run: RunData) -> pd.DataFrame:
-    """Long rows (step, member, elo); empty without Elo ratings."""
+    """Long rows (update, member, elo) for the members in use; a member's rows start when it
+    joined. Empty without Elo ratings."""
     elo = _find(run.league, "elo")
     if elo is None or elo.size == 0 or elo.ndim not in (1, 2):
-        return pd.DataFrame(columns=["step", "member", "elo"])
+        return pd.DataFrame(columns=["update", "member", "elo"])
     elo = elo[None, :] if elo.ndim == 1 else elo
-    names = member_names(run.league, elo.shape[1])
-    frame = pd.DataFrame(elo, columns=names).rename_axis("step").reset_index()
-    return frame.melt(id_vars="step", var_name="member", value_name="elo").dropna()
+    count = members_in_use(run.league, elo.shape[1])
+    updates = run.league.get("history/update")
+    x = np.asarray(updates) if updates is not None and len(updates) == len(elo) else np.arange(len(elo))
+    frame = pd.DataFrame(elo[:, :count], columns=member_names(run.league, count)).assign(update=x)
+    return frame.melt(id_vars="update", var_name="member", value_name="elo").dropna().reset_index(drop=True)
 
 
 def plot_elo(run: RunData, out_path: Path) -> FigureResult | None:
@@ -66,8 +98,8 @@ def plot_elo(run: RunData, out_path: Path) -> FigureResult | None:
         return None
     figure, (axis,) = new_figure()
     for member, rows in data.groupby("member", sort=False):
-        axis.plot(rows["step"], rows["elo"], label=str(member))
-    axis.set_xlabel("league step")
+        axis.plot(rows["update"], rows["elo"], label=str(member))
+    axis.set_xlabel("league update")
     axis.set_ylabel("Elo")
     axis.grid(alpha=0.3)
     if data["member"].nunique() <= 12:
