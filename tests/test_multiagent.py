@@ -16,7 +16,7 @@ from pettingzoo.classic import rps_v2
 from lamarckian_hpc.config import ModelConfig, MultiAgentConfig, PPOConfig
 from lamarckian_hpc.mdp import PolicyOutput, Sampler
 from lamarckian_hpc.multiagent import (MultiAgentTrainer, ParallelEnvMDP, PolicyMapping, fixed_mapping, one_hot,
-                                       policy_layers, random_mapping, round_robin_mapping)
+                                       policy_layers, random_mapping, round_robin_mapping, build_policy_models)
 
 
 class Crowd(ParallelEnv):
@@ -144,6 +144,13 @@ def test_built_in_mapping_functions():
     assert table("left", 3) == "main"
     with pytest.raises(KeyError, match="no policy in the mapping table"):
         table("right", 0)
+
+
+def test_shared_layers_must_exist_in_the_model():
+    space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    with pytest.raises(ValueError, match="multiagent.shared_layers: 3 exceeds the 2 layers"):
+        build_policy_models(["a", "b"], ["a", "b"], space, gym.spaces.Discrete(2),
+                            ModelConfig(policy_hidden_sizes=(8, 8)), shared_layers=3)
 
 
 def _trainer(policies, trained, shared_layers=0, mapping=None, steps=256, seed=0):
