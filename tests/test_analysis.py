@@ -250,6 +250,13 @@ def test_cpu_utilization_table_and_benchmark_tables() -> None:
                                               for summary in results["vs_rllib"]["summaries"]]
     side_by_side = benchmark_table("vs_rllib", results["vs_rllib"])
     assert {"ours", "RLlib", "ours / RLlib"} <= set(side_by_side["side"])
+    pbt_vs_tune = json.loads((RESULTS / "pbt_vs_tune.json").read_text())
+    pbt_table = benchmark_table("pbt_vs_tune", pbt_vs_tune).set_index("side")
+    for side, record in pbt_vs_tune["records"].items():
+        reached = [value for value in record.get("reached_seconds", []) if value is not None]
+        assert pbt_table.loc[side, "members_reached"] == len(reached)
+        if reached:
+            assert pbt_table.loc[side, "first_member_seconds"] == pytest.approx(min(reached))
 
 
 def test_runs_without_a_league_give_no_league_figures(ppo_path: Path, nsga2_path: Path, tmp_path: Path) -> None:

@@ -146,6 +146,20 @@ def nsga2_vs_pymoo_frame(comparison: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def pbt_vs_tune_frame(comparison: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/pbt_vs_tune.py: per side, when its first and median member reached the target."""
+    rows = []
+    for side, record in (comparison.get("records") or {}).items():
+        times = [value for value in record.get("reached_seconds", []) if isinstance(value, (int, float))]
+        everyone = [value if isinstance(value, (int, float)) else float("inf")
+                    for value in record.get("reached_seconds", [])]
+        middle = statistics.median(everyone) if everyone else None
+        rows.append({"side": side, "first_member_seconds": min(times) if times else None,
+                     "median_member_seconds": middle if middle is not None and middle != float("inf") else None,
+                     "members_reached": len(times), "members": len(everyone), "error": record.get("error")})
+    return pd.DataFrame(rows)
+
+
 def records_frame(result: Any) -> pd.DataFrame:
     """Any results file: the longest list of flat records in it, scalar fields only."""
     best: list[dict[str, Any]] = []
@@ -172,7 +186,8 @@ def records_frame(result: Any) -> pd.DataFrame:
 def benchmark_table(name: str, result: Any) -> pd.DataFrame:
     """The side-by-side table the report shows for one results file."""
     tables = {"sampling": sampling_frame, "broadcast": broadcast_frame, "staleness": staleness_frame,
-              "vs_rllib": vs_rllib_frame, "nsga2_vs_pymoo": nsga2_vs_pymoo_frame, "scale_model": scale_model_frame}
+              "vs_rllib": vs_rllib_frame, "nsga2_vs_pymoo": nsga2_vs_pymoo_frame, "scale_model": scale_model_frame,
+              "pbt_vs_tune": pbt_vs_tune_frame}
     try:
         frame = tables[name](result) if name in tables else records_frame(result)
     except (AttributeError, TypeError, KeyError, ValueError):
