@@ -1,5 +1,6 @@
 """Shared figure plumbing: matplotlib `Figure` objects drawn without pyplot, so no GUI backend or
-global figure state is involved (it works on a login node without a display, and in threads).
+global figure state is involved (it works on a login node without a display, and in threads), and
+a user's own pyplot backend (a notebook's, say) is left as it is.
 
 Every figure function returns a `FigureResult` with the data it plotted, so a test or a user can
 check a figure against the file it came from without reading pixels.

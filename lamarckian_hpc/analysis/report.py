@@ -15,21 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")  # before anything imports pyplot: no display on cluster nodes
-
-import pandas as pd  # noqa: E402
-
-from . import benchmarks as bench  # noqa: E402
-from .curves import PROGRESS_METRICS, plot_learning_curves, progress_metric  # noqa: E402
-from .evolution import is_pbt, plot_hyperparameters, plot_lineage, plot_pareto_fronts  # noqa: E402
-from .league import plot_elo, plot_payoff  # noqa: E402
-from .loader import RunData, RunFileError, find_run_files, load_run  # noqa: E402
-from .plotting import FigureResult  # noqa: E402
-from .scaling import (plot_scale_model, plot_staleness, plot_throughput, plot_tree_vs_flat,  # noqa: E402
-                      scaling_from_benchmark, scaling_from_runs, tree_vs_flat_from_runs)
-from .tables import cpu_utilization_table, markdown_table, run_summary  # noqa: E402
+from . import benchmarks as bench
+from .curves import PROGRESS_METRICS, plot_learning_curves, progress_metric
+from .evolution import is_pbt, plot_hyperparameters, plot_lineage, plot_pareto_fronts
+from .league import plot_elo, plot_payoff
+from .loader import RunData, RunFileError, find_run_files, load_run
+from .plotting import FigureResult
+from .scaling import (plot_scale_model, plot_staleness, plot_throughput, plot_tree_vs_flat, scaling_from_benchmark,
+                      scaling_from_runs, tree_vs_flat_from_runs)
+from .tables import cpu_utilization_table, markdown_table, run_summary
 
 REPORT_NAME = "report.md"
 BENCHMARK_TITLES = {
