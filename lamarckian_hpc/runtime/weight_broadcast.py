@@ -131,11 +131,18 @@ class WeightBroadcast:
         return self.plan.scheduling(self.plan.actor_nodes[actor_index])
 
     def relay_stats(self) -> dict[str, dict[str, Any]]:
-        """Forwarded versions, re-attachments and current parent of every live relay."""
+        """Forwarded versions, re-attachments and current parent of every relay that answers."""
         names = list(self.relays)
         replies = [self.relays[name].stats.remote() for name in names]
         ready, _ = ray.wait(replies, num_returns=len(replies), timeout=5.0)
-        return {name: ray.get(reply) for name, reply in zip(names, replies) if reply in ready}
+        stats = {}
+        for name, reply in zip(names, replies):
+            if reply in ready:
+                try:
+                    stats[name] = ray.get(reply)
+                except ray.exceptions.RayError:  # restarting after a failure: no stats this time
+                    pass
+        return stats
 
     def close(self) -> None:
         for relay in self.relays.values():
