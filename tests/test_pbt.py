@@ -100,10 +100,10 @@ def test_hyperparameter_intervals_are_checked():
 
 
 def test_pbt_ppo_on_cartpole_records_every_member_and_its_lineage(tmp_path):
-    """Four PPO learners on two Ray workers, 4 intervals of 2,048 frames each; the best member must
-    reach a mean return of 120 (here it scores about 200-230 after those 8,192 frames)."""
+    """Four PPO learners on two Ray workers, 3 intervals of 2,048 frames each; the best member must
+    reach a mean return of 120 (here it scored 176 after those 6,144 frames)."""
     status = main(["evolve", "configs/pbt_ppo_cartpole.yaml", f"storage.directory={tmp_path}", "storage.run_name=pbt",
-                   "runtime.num_workers=2", "algorithm.interval_env_frames=2048", "stop.total_env_frames=8192",
+                   "runtime.num_workers=2", "algorithm.interval_env_frames=2048", "stop.total_env_frames=6144",
                    "stop.target_return=null", "algorithm.truncation_fraction=0.5"])
     assert status == 0
     with open_run(tmp_path / "pbt.h5") as run:
@@ -113,7 +113,7 @@ def test_pbt_ppo_on_cartpole_records_every_member_and_its_lineage(tmp_path):
         columns = run.genome_columns()
         best = run.metric("best_return")
     assert names == ["learning_rate", "value_weight", "entropy_weight"]
-    intervals = 4
+    intervals = 3
     assert len(rows["id"]) == 4 * intervals and rows["generation"].tolist() == [g for g in range(intervals) for _ in range(4)]
     assert (rows["env_frames"].reshape(intervals, 4) == 2048 * np.arange(1, intervals + 1)[:, None]).all()
     assert (rows["wall_time"] > 0).all() and len(set(rows["worker"].tolist())) == 2
@@ -131,8 +131,9 @@ def test_pbt_ppo_on_cartpole_records_every_member_and_its_lineage(tmp_path):
         assert (ids[interval][kept] == ids[interval - 1][kept]).all()
         assert (parents[interval][kept] == parents[interval - 1][kept]).all()
     assert len(best) == intervals
-    print("best score per interval", rows["objectives"][:, 0].reshape(intervals, 4).max(axis=1))
-    assert np.nanmax(rows["objectives"][:, 0]) >= 120
+    best_score = np.nanmax(rows["objectives"][:, 0])
+    print(f"best score {best_score:.1f}")
+    assert best_score >= 120
 
 
 def test_every_pbt_config_field_is_in_the_readme():
