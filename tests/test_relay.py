@@ -195,6 +195,7 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
             tree = trainer.broadcast.tree
             assert tree is not None and tree.depth == 3 and tree.parent_of("sim3") == "sim1"
             assert len(set(trainer.broadcast.actor_addresses)) == 4  # one IPC endpoint per node
+            ray.get([actor.pid.remote() for actor in trainer.actors], timeout=120)  # all started, also when slow
             result = trainer.train()
             # Ray may still be restarting the killed relay when training ends (on a busy machine):
             # wait for it, answering its subscription as the learner does between updates.
