@@ -49,11 +49,13 @@ def main() -> None:
         "runtime.mode=ray", f"runtime.num_actors={args.actors}", "env.num_envs=2", "algorithm.batch_size=4096",
         "stop.target_return=null", "stop.total_env_steps=1000000000", f"stop.max_wall_seconds={seconds}"])
     samples: dict[str, list[tuple[float, float, int]]] = {}
-    last = {"metrics": {}, "sampled_at": -1e9}
+    last = {"metrics": {}, "sampled_at": -1e9, "all_up_at": None}
 
     class Sampler:
         def on_update_end(self, report) -> None:
             last["metrics"] = report.metrics
+            if last["all_up_at"] is None and len(trainer.actor_pids) == args.actors:
+                last["all_up_at"] = report.wall_time  # every actor process has connected
             if report.wall_time - last["sampled_at"] < args.sample_seconds:
                 return
             last["sampled_at"] = report.wall_time
@@ -74,7 +76,9 @@ def main() -> None:
         result = trainer.train()
     finally:
         trainer.close()
-    warm = seconds / 5
+    # Warm-up: the first fifth of the run, and at least until every actor has connected (each one
+    # adds its sockets to the learner's descriptors) plus 10 s.
+    warm = max(seconds / 5, (last["all_up_at"] or seconds) + 10)
     rows = []
     for name, series in sorted(samples.items()):
         after = [s for s in series if s[0] >= warm]
@@ -91,14 +95,15 @@ def main() -> None:
     for row in rows:
         print(f"{row['process']:<22} {row['rss_mb_start']:>12} {row['rss_mb_end']:>8} {row['rss_growth']:>8.2%} "
               f"{row['fds_start']:>9} {row['fds_end']:>5} {row['fd_growth']:>7.2%}")
-    summary = {"actors": args.actors, "minutes": args.minutes, "wall_seconds": round(time.monotonic() - started, 1),
+    summary = {"actors": args.actors, "minutes": args.minutes, "all_actors_connected_at": last["all_up_at"],
+               "measured_from_seconds": warm, "wall_seconds": round(time.monotonic() - started, 1),
                "env_frames": result.env_frames, "actor_restarts": trainer.actor_restarts,
                "worst_rss_growth": worst_rss, "worst_fd_growth": worst_fd, "lost_messages": lost,
                "malformed_messages": int(last["metrics"].get("malformed_messages", -1)),
                "target_met": worst_rss < 0.05 and worst_fd < 0.05 and lost == 0}
     print(json.dumps(summary, indent=2))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"summary": summary, "processes": rows}, indent=2))
+    RESULTS.write_text(json.dumps({"summary": summary, "processes": rows, "samples": samples}, indent=2))
     print(f"wrote {RESULTS}")
 
 
