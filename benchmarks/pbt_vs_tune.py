@@ -93,7 +93,7 @@ def run_tune(args: argparse.Namespace) -> dict:
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.tune.schedulers import PopulationBasedTraining
 
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
              object_store_memory=OBJECT_STORE_BYTES)
     ranges = {"lr": (1e-5, 0.1), "vf_loss_coeff": (0.01, 1.0), "entropy_coeff": (1e-4, 0.1)}
     config = (

@@ -152,7 +152,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     num_cores = os.cpu_count() or 1
-    ray.init(num_cpus=max(args.actors), include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address="local", num_cpus=max(args.actors), include_dashboard=False, logging_level=logging.WARNING,
              object_store_memory=100 * 1024 * 1024)
     rows = []
     try:

@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024, help="units of each of the two layers")
     parser.add_argument("--skip", type=int, default=2, help="first updates left out (start-up)")
     args = parser.parse_args()
-    ray.init(num_cpus=max(args.actors), include_dashboard=False, object_store_memory=100 * 1024 * 1024,
+    ray.init(address="local", num_cpus=max(args.actors), include_dashboard=False, object_store_memory=100 * 1024 * 1024,
              logging_level=logging.ERROR)
     rows = []
     print("| actors | nodes | broadcast | weights MB | updates | staleness mean | staleness max | s per update |")

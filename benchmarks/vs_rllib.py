@@ -215,7 +215,7 @@ def run_rllib(args: argparse.Namespace, progress: Progress) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
              object_store_memory=OBJECT_STORE_BYTES)
     config = (
         PPOConfig()

@@ -232,9 +232,9 @@ class DistributedTrainer:
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []
+        self.broadcast.close()  # kills the relays, so Ray must still be up
         if self.started_ray:
             ray.shutdown()
-        self.broadcast.close()
         self.receiver.close()
         stop_authenticator(self.context)
         self.context.term()
