@@ -164,7 +164,9 @@ def test_cancelled_job_makes_launch_fail_instead_of_hang(tmp_path):
     assert launch.finish(90) == 1
     assert time.monotonic() - cancelled < 60
     text = "".join(launch.output)
-    assert f"error: job {launch.job_id} ended CANCELLED" in text and "without a result" in text
+    # Either Slurm's cancellation is all the launcher sees, or the driver reported its SIGTERM first.
+    assert f"error: job {launch.job_id} ended CANCELLED" in text, text
+    assert "without a result" in text or "status -15" in text or "SIGTERM" in text, text
 
 
 def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_path):

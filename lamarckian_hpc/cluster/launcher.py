@@ -137,7 +137,14 @@ def _collect(job: submitit.Job, run_path: Path, state: JobState) -> LaunchResult
     try:
         outcome = job.task(0).result()
     except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as error:
-        raise LaunchError(f"job {job.job_id} failed: {_exception_line(str(error))}; "
+        # A cancelled job's driver may report its own end (SIGTERM) before Slurm has finished the
+        # job: wait briefly for the final state, so the message says the job was cancelled.
+        settle = time.monotonic() + 15
+        while not state.final and time.monotonic() < settle:
+            time.sleep(0.5)
+            state = job_state(job.job_id)
+        how = f"ended {state.state}" if state.final and state.state != "COMPLETED" else "failed"
+        raise LaunchError(f"job {job.job_id} {how}: {_exception_line(str(error))}; "
                           f"log: {job.task(0).paths.stderr}") from None
     return LaunchResult(job.job_id, "COMPLETED" if not state.final else state.state, run_path, outcome or {})
 
