@@ -18,14 +18,14 @@ from typing import Callable, Literal
 import numpy as np
 
 from .operators import tournament
-from .population import IdCounter, Population, orphans
+from .population import IdCounter, Population, PopulationView, orphans
 from .variation import Crossover, Mutation
 
 GAVariant = Literal["generational", "steady_state"]
 Initializer = Callable[[np.random.Generator, int], np.ndarray]
 
 
-class GA:
+class GA(PopulationView):
     def __init__(self, initialize: Initializer, population_size: int, rng: np.random.Generator, crossover: Crossover,
                  mutation: Mutation, variant: GAVariant = "generational", elite_count: int = 1,
                  tournament_size: int = 2, offspring_per_step: int = 2) -> None:
@@ -45,23 +45,6 @@ class GA:
         self._pending_parents: np.ndarray | None = None
         self.told_ids: np.ndarray | None = None  # lineage of the individuals told last
         self.told_parent_ids: np.ndarray | None = None
-
-    # the same read-only view of the population as NSGA2 gives
-    @property
-    def genomes(self) -> np.ndarray | None:
-        return None if self.population is None else self.population.genomes
-
-    @property
-    def objectives(self) -> np.ndarray | None:
-        return None if self.population is None else self.population.objectives
-
-    @property
-    def ids(self) -> np.ndarray | None:
-        return None if self.population is None else self.population.ids
-
-    @property
-    def parent_ids(self) -> np.ndarray | None:
-        return None if self.population is None else self.population.parent_ids
 
     @property
     def best(self) -> tuple[np.ndarray, float]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from .operators import crowded_tournament, polynomial_mutation, sbx
-from .population import IdCounter, Population, orphans
+from .population import IdCounter, Population, PopulationView, orphans
 from .ranking import rank_and_crowding
 
 
-class NSGA2:
+class NSGA2(PopulationView):
     def __init__(self, lower: np.ndarray, upper: np.ndarray, population_size: int, rng: np.random.Generator,
                  crossover_eta: float = 15.0, crossover_probability: float = 0.9, mutation_eta: float = 20.0) -> None:
         if population_size < 2 or population_size % 2:
@@ -27,25 +27,6 @@ class NSGA2:
         self._pending_parents: np.ndarray | None = None
         self.told_ids: np.ndarray | None = None
         self.told_parent_ids: np.ndarray | None = None
-
-    @property
-    def genomes(self) -> np.ndarray | None:
-        """[population_size, d] of the current population (None before the first tell)."""
-        return None if self.population is None else self.population.genomes
-
-    @property
-    def objectives(self) -> np.ndarray | None:
-        """[population_size, m]."""
-        return None if self.population is None else self.population.objectives
-
-    @property
-    def ids(self) -> np.ndarray | None:
-        return None if self.population is None else self.population.ids
-
-    @property
-    def parent_ids(self) -> np.ndarray | None:
-        """[population_size, 2]; -1 for members of the initial population."""
-        return None if self.population is None else self.population.parent_ids
 
     def _tournament(self, count: int) -> np.ndarray:
         assert self._rank is not None and self._crowding is not None

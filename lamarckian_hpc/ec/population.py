@@ -65,3 +65,29 @@ class IdCounter:
 def orphans(count: int) -> np.ndarray:
     """Parent ids of `count` members with no parents (an initial population), [count, 2]."""
     return np.full((count, 2), NO_PARENT, dtype=np.int64)
+
+
+class PopulationView:
+    """The read-only view of the current population that every ask/tell algorithm gives (None
+    before the first tell); the algorithm sets `self.population`."""
+
+    population: Population | None
+
+    @property
+    def genomes(self) -> np.ndarray | None:
+        """[population_size, d]."""
+        return None if self.population is None else self.population.genomes
+
+    @property
+    def objectives(self) -> np.ndarray | None:
+        """[population_size, m]."""
+        return None if self.population is None else self.population.objectives
+
+    @property
+    def ids(self) -> np.ndarray | None:
+        return None if self.population is None else self.population.ids
+
+    @property
+    def parent_ids(self) -> np.ndarray | None:
+        """[population_size, 2]; -1 for members of the initial population."""
+        return None if self.population is None else self.population.parent_ids
