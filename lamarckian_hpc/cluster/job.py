@@ -55,6 +55,7 @@ def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     """Rank 0's driver: resume when a checkpoint exists, else start the run."""
     from ..config import build_config
     from ..runtime.checkpoint import checkpoint_path
+    from ..runtime.node_watch import NodeWatch
     from ..runtime.training_run import run_training
 
     runtime = dict(spec.config.get("runtime", {}))
@@ -77,7 +78,10 @@ def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
         meta["config_file"] = spec.config_file
     print(f"{'resuming' if resume else 'starting'} {run_path} on {len(info.labels)} Ray nodes "
           f"(head {info.head_address})", flush=True)
-    result = run_training(config, run_path, resume=resume, meta=meta)
+    # Every node but the head (the driver runs there and is lost with it) is watched.
+    watch = NodeWatch({label: node_id for label, node_id in info.node_ids.items() if label != info.labels[0]},
+                      config.runtime.on_node_loss)
+    result = run_training(config, run_path, resume=resume, meta=meta, observers=(watch,))
     return {
         "run_path": str(run_path),
         "env_frames": result.env_frames,
@@ -89,6 +93,7 @@ def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
         "restart_count": slurm.restart_count if slurm else 0,
         "ray_nodes": len(info.node_ids),
         "hosts": meta["hosts"],
+        "lost_nodes": watch.lost,
     }
 
 

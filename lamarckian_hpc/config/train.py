@@ -149,6 +149,9 @@ class RuntimeConfig(Section):
     )
     key_folder: Path | None = Field(
         None, description="Folder for the job's keys, shared by all its nodes; default a private temp folder.")
+    on_node_loss: Literal["fail", "continue"] = Field(
+        "fail", description="When a node of a multi-node run is lost: fail stops with an error naming it, "
+                            "checkpoint saved for a resume; continue trains on with the actors of the nodes left.")
 
 
 class StopConfig(Section):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 from ..config import RunConfig
 from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .checkpoint import Checkpointer, checkpoint_path, load_checkpoint
+from .node_watch import NodeLostError
 from .observers import TrainObserver, TrainResult
 from .recording import MetricsRecorder
 
@@ -77,6 +78,11 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
         trainer.observers += [recorder, checkpointer, *observers]
         try:
             result = trainer.train()  # the recorder closes the file as completed when training ends
+        except NodeLostError:
+            # The learner lives on the head and is whole: save it, so that a resume redoes nothing.
+            checkpointer.save()
+            writer.close(completed=False)
+            raise
         except BaseException:
             writer.close(completed=False)
             raise

@@ -1,0 +1,72 @@
+"""Noticing that a node of a multi-node run is gone, and doing what `runtime.on_node_loss` says.
+
+A lost node (a crashed host, a killed slurmd and everything of the job on it) takes its Ray raylet
+and its actors with it. Ray's control store marks the node dead after its health checks fail (about
+15 s with Ray's defaults); the learner itself would only see fewer messages arrive. This observer
+asks Ray, at most once per `interval_seconds` after an update, which of the run's nodes are still
+alive, and then either stops the run with `NodeLostError` naming the node (`fail`: the learner's
+state is whole, so `run_training` saves a checkpoint first and a resume loses no update) or logs
+the loss once and lets training go on with the actors of the nodes left (`continue`: the learner
+already takes experience from whichever actors send it).
+
+It must not be used for the head node: the driver runs there and is lost with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Literal, Mapping
+
+from .observers import TrainResult, UpdateReport
+
+log = logging.getLogger(__name__)
+
+
+class NodeLostError(RuntimeError):
+    """A node of the run stopped answering; the message is one line that names it."""
+
+
+def dead_nodes(node_ids: Mapping[str, str]) -> list[str]:
+    """The labels among `node_ids` (label -> Ray node id) whose Ray node is no longer alive."""
+    import ray
+
+    alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
+    return [label for label, node_id in node_ids.items() if node_id not in alive]
+
+
+class NodeWatch:
+    """An observer of the training loop: checks the run's Ray nodes and acts on a lost one."""
+
+    def __init__(self, node_ids: Mapping[str, str], policy: Literal["fail", "continue"],
+                 interval_seconds: float = 1.0) -> None:
+        self.node_ids = dict(node_ids)
+        self.policy = policy
+        self.interval_seconds = interval_seconds
+        self.lost: list[str] = []
+        self.lost_at_version: dict[str, int] = {}
+        self.last_check = 0.0
+
+    def on_update_end(self, report: UpdateReport) -> None:
+        if time.monotonic() - self.last_check < self.interval_seconds:
+            return
+        self.last_check = time.monotonic()
+        newly = [label for label in dead_nodes(self.node_ids) if label not in self.lost]
+        if not newly:
+            return
+        self.lost += newly
+        self.lost_at_version.update({label: report.policy_version for label in newly})
+        names = ", ".join(newly)
+        if self.policy == "fail":
+            raise NodeLostError(
+                f"node {names} was lost at policy version {report.policy_version} "
+                f"({report.env_frames:,} frames): its Ray node stopped answering; the run stops "
+                f"(runtime.on_node_loss=fail) with a checkpoint to resume from")
+        left = len(self.node_ids) - len(self.lost)
+        log.warning("node %s was lost at policy version %d; training continues on the %d nodes left "
+                    "(runtime.on_node_loss=continue)", names, report.policy_version, left)
+        print(f"node {names} lost at policy version {report.policy_version}; continuing on {left} nodes",
+              flush=True)
+
+    def on_train_end(self, result: TrainResult) -> None:
+        pass

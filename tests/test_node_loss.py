@@ -1,0 +1,86 @@
+"""A node lost mid-job on the real Slurm test cluster (slurm/testcluster, 4 simulated nodes): its
+slurmd, step daemon, bootstrap task, Ray node and actors are killed at once, as a crashed host
+loses them (`cluster.node_loss`). With `runtime.on_node_loss=fail` the launch ends with one line
+naming the node, the run file stays readable, and `train --resume` continues it with no policy
+version written twice or skipped. The node is returned to service afterwards, whatever happened.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from lamarckian_hpc.runtime.checkpoint import load_checkpoint
+
+from test_discovery import require_slurm
+from test_slurm import Launch, _wait_until
+
+LOST = "node3"
+FOUR_NODES = ["--nodes", "4", "--cpus-per-node", "2", "--time", "10", "--object-store-mb", "100"]
+
+
+def _versions(run_path) -> np.ndarray:
+    from lamarckian_hpc.storage import open_run
+
+    with open_run(run_path) as run:
+        return np.asarray(run.metric("learning_rate").policy_version)
+
+
+def test_lost_node_ends_the_job_with_its_name_and_the_run_resumes(tmp_path):
+    require_slurm(4)
+    from lamarckian_hpc.cluster.node_loss import kill_node, restore_node
+    from lamarckian_hpc.storage import open_run
+
+    launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=300"], FOUR_NODES)
+    try:
+        checkpoint = launch.run_path.with_suffix(".ckpt")
+        _wait_until(checkpoint.is_file, 180, "the first checkpoint")
+        launch.wait_for(rf"job {launch.job_id}: .*policy version", 60)
+        killed = kill_node(LOST, launch.job_id)
+        assert killed.job_pids and killed.step_daemon_pids, killed
+        assert launch.finish(120) == 1
+        ended_after = time.monotonic() - killed.killed_at
+    finally:
+        subprocess.run(["scancel", launch.job_id], timeout=30)
+        restore_node(LOST)
+    errors = [line for line in launch.output if line.startswith("error:")]
+    assert len(errors) == 1, "".join(launch.output)
+    assert f"node {LOST} was lost at policy version" in errors[0], errors[0]
+    assert "runtime.on_node_loss=fail" in errors[0]
+    assert ended_after < 90, f"the launch ended {ended_after:.0f} s after the node was lost"
+
+    # The run file is readable and marked incomplete; the checkpoint saved at the loss covers every row.
+    with open_run(launch.run_path) as run:
+        assert not run.summary().closed_cleanly
+    before = _versions(launch.run_path)
+    saved = load_checkpoint(checkpoint)
+    assert before.size and saved.policy_version == before.max()
+    assert np.all(np.diff(before) > 0)
+
+    # `train --resume` continues it here (the job's Ray cluster is gone: a local one this time).
+    resumed = subprocess.run([sys.executable, "-m", "lamarckian_hpc", "train", "--resume", str(launch.run_path),
+                              "runtime.ray_address=null", "runtime.num_actors=1",
+                              f"stop.total_env_steps={saved.env_frames + 4096}", "stop.max_wall_seconds=null"],
+                             capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after = _versions(launch.run_path)
+    assert after.max() > saved.policy_version
+    assert np.array_equal(after, np.arange(1, after.max() + 1)), "a policy version written twice or skipped"
+    with open_run(launch.run_path) as run:
+        assert run.summary().closed_cleanly and run.meta["resumes"] == 1
+
+
+@pytest.fixture(autouse=True)
+def _all_nodes_back():
+    """Every test leaves the cluster with its four nodes up, even when it failed half way."""
+    yield
+    from lamarckian_hpc.cluster.scheduler import cluster_problem
+
+    if cluster_problem(1) is None:
+        from lamarckian_hpc.cluster.node_loss import restore_node
+
+        restore_node(LOST)
