@@ -5,6 +5,7 @@ and Gymnasium environments with discrete and continuous actions."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -514,3 +515,30 @@ def test_unknown_policy_id_names_the_known_ones() -> None:
     )
     with pytest.raises(KeyError, match="missing.*present"):
         sampler.tick()
+
+
+def test_tick_pauses_the_garbage_collector_for_itself_only() -> None:
+    """The collector is off during a tick, on again after it (after an error too), and a caller
+    that turned it off keeps it off."""
+    enabled_during_inference: list[bool] = []
+
+    def move_and_note(observations: np.ndarray) -> np.ndarray:
+        enabled_during_inference.append(gc.isenabled())
+        return always_move(observations)
+
+    sampler = Sampler([RaceMDP(("a",), finish=50)], lambda env_index, agent_id: FrozenPolicyController("p"),
+                      {"p": CountingPolicy(move_and_note)})
+    try:
+        assert gc.isenabled()
+        sampler.tick()
+        assert gc.isenabled() and enabled_during_inference == [False]
+        gc.disable()
+        sampler.tick()
+        assert not gc.isenabled() and enabled_during_inference == [False, False]
+    finally:
+        gc.enable()
+    sampler.policies = {}
+    with pytest.raises(KeyError, match="unknown policy id"):
+        sampler.tick()
+    assert gc.isenabled()
+    sampler.close()
