@@ -41,9 +41,10 @@ def run_path_for(config: RunConfig | EvolveConfig, config_file: str | None) -> P
     return path
 
 
-def _resumed_config(args: argparse.Namespace, model: type[ConfigT]) -> ConfigT:
+def _resumed_config(args: argparse.Namespace, model: type[ConfigT] | None) -> ConfigT:
     """The config a run file stored (`--resume RUN`), with the command line's overrides on top (a
-    longer budget, say). The positional config slot may hold the first override."""
+    longer budget, say). The positional config slot may hold the first override. Without `model`
+    (evolve), the stored `algorithm.name` chooses it."""
     overrides = [args.config, *args.overrides] if args.config is not None else list(args.overrides)
     if any("=" not in override for override in overrides):
         raise ConfigError("error: --resume continues a run with its own config; give overrides, not a file")
@@ -57,7 +58,13 @@ def _resumed_config(args: argparse.Namespace, model: type[ConfigT]) -> ConfigT:
             tree = reader.config
     except (OSError, KeyError, ValueError) as error:
         raise ConfigError(f"error: {run} is not a readable run file: {error}") from None
-    return apply_overrides(tree, overrides, f"{run} (resumed)", model)
+    if model is None:
+        from .config.evorl import EVORL_ALGORITHMS
+
+        algorithm = tree.get("algorithm") if isinstance(tree, dict) else None
+        name = algorithm.get("name") if isinstance(algorithm, dict) else None
+        model = EVORL_ALGORITHMS.get(str(name), EvolveConfig)  # type: ignore[assignment]
+    return apply_overrides(tree, overrides, f"{run} (resumed)", model)  # type: ignore[arg-type]
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -112,7 +119,7 @@ def _evolve_config(args: argparse.Namespace) -> Any:
     from .config.evorl import evolve_config_model
 
     if args.resume is not None:
-        return _resumed_config(args, EvolveConfig)
+        return _resumed_config(args, None)
     return load_config(args.config, args.overrides, evolve_config_model(args.config, args.overrides))
 
 
@@ -126,22 +133,23 @@ def evolve_command(args: argparse.Namespace) -> int:
         config = _evolve_config(args)
     except ConfigError as error:
         return _fail(str(error))
+    resume = args.resume is not None
+    path = Path(args.resume) if resume else run_path_for(config, args.config)
     if isinstance(config, PBTConfig):
         from .evorl.command import pbt_command
 
-        return pbt_command(config, run_path_for(config, args.config), args.config)
+        return pbt_command(config, path, args.config, resume)
     if isinstance(config, EMOGIConfig):
         from .evorl.emogi_command import emogi_command
 
-        return emogi_command(config, run_path_for(config, args.config), args.config)
+        return emogi_command(config, path, args.config, resume)
     if isinstance(config, GameTestingConfig):  # automated game testing (algorithm.name: wuji)
         from .games.testing_command import game_testing_command
 
-        return game_testing_command(config, run_path_for(config, args.config), args.config)  # type: ignore
+        return game_testing_command(config, path, args.config, resume)  # type: ignore
     from .runtime.evolution_run import EvolutionSetupError, run_evolution
     from .storage import StorageFullError
 
-    path = Path(args.resume) if args.resume is not None else run_path_for(config, args.config)
     console = Console(stderr=True)
     try:
         outcome = run_evolution(config, path, resume=args.resume is not None,
@@ -242,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     evolve = commands.add_parser("evolve", help="run an evolutionary algorithm from a config file")
     evolve.add_argument("config", nargs="?", help="YAML config file (see configs/nsga2_zdt1.yaml)")
     evolve.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
-    evolve.add_argument("--resume", metavar="RUN", help="continue this NSGA-II or GA run file where it stopped")
+    evolve.add_argument("--resume", metavar="RUN", help="continue this run file where it stopped (after its last "
+                        "generation, or a PBT run's last interval)")
     evolve.set_defaults(handler=evolve_command)
     inspect = commands.add_parser("inspect", help="summarise a run file")
     inspect.add_argument("run", help="the run's .h5 file")

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
-from scipy import stats
 
 from .population import NO_PARENT, IdCounter, Population
 
@@ -84,6 +83,14 @@ def truncation_sources(scores: np.ndarray, fraction: float, rng: np.random.Gener
     return sources
 
 
+def _welch_pvalue(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided p-value of Welch's t-test. scipy.stats is imported here, not at the top: it takes
+    over a second to import, and only the t-test exploit needs it."""
+    from scipy import stats
+
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
 def ttest_sources(samples: Sequence[np.ndarray], alpha: float, rng: np.random.Generator) -> np.ndarray:
     """Exploit by Welch's t-test: each slot compares its recent scores with those of one other slot
     drawn uniformly; it copies that slot when its mean is higher and Welch's t-test (unequal
@@ -100,7 +107,7 @@ def ttest_sources(samples: Sequence[np.ndarray], alpha: float, rng: np.random.Ge
         if np.ptp(mine) == 0 and np.ptp(theirs) == 0:
             sources[slot] = other  # both constant and different: the difference is certain
             continue
-        if stats.ttest_ind(theirs, mine, equal_var=False).pvalue < alpha:
+        if _welch_pvalue(theirs, mine) < alpha:
             sources[slot] = other
     return sources
 
@@ -157,6 +164,26 @@ class PBT:
         objective is the last score negated (minimised), the second parent is always NO_PARENT."""
         parents = np.stack([self.parent_ids, np.full(self.population_size, NO_PARENT)], axis=1)
         return Population(self.hyperparameters.copy(), -self.last_scores[:, None], self.ids.copy(), parents)
+
+    def state_dict(self) -> dict:
+        """Everything `tell` and `ask` depend on, as arrays, lists and numbers (for a checkpoint)."""
+        return {"ids": self.ids.copy(), "parent_ids": self.parent_ids.copy(), "next_id": self.id_counter.next_id,
+                "hyperparameters": self.hyperparameters.copy(), "scores": [list(map(float, s)) for s in self.scores],
+                "last_scores": self.last_scores.copy(), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue as the PBT whose `state_dict()` this is (same search space and size)."""
+        hyperparameters = np.asarray(state["hyperparameters"], float)
+        if hyperparameters.shape != self.hyperparameters.shape:
+            raise ValueError(f"a PBT state of shape {hyperparameters.shape} does not fit a population of "
+                             f"{self.population_size} over {len(self.space)} hyperparameters")
+        self.ids = np.asarray(state["ids"], np.int64).copy()
+        self.parent_ids = np.asarray(state["parent_ids"], np.int64).copy()
+        self.id_counter.next_id = int(state["next_id"])
+        self.hyperparameters = hyperparameters.copy()
+        self.scores = [list(map(float, s)) for s in state["scores"]]
+        self.last_scores = np.asarray(state["last_scores"], float).copy()
+        self.rng.bit_generator.state = state["rng"]
 
     def as_dicts(self) -> list[dict[str, float]]:
         return [dict(zip(self.names, map(float, row))) for row in self.hyperparameters]

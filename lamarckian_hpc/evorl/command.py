@@ -1,28 +1,51 @@
-"""`lamarckian-hpc evolve` for a PBT config: the run file, a line per interval, a result table."""
+"""`lamarckian-hpc evolve` for a PBT config: the run file, a line per interval, a result table; and
+`evolve --resume` of such a run from the checkpoint saved at the end of its last interval."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from ..config import PBTConfig
-from ..storage import RunWriter
-from .pbt_ppo import METRIC_NAMES, population_shape, progress_line, run_pbt
+from ..runtime.checkpoint import checkpoint_path, load_run_state
+from ..storage import RunWriter, continue_run_file
+from .pbt_ppo import CHECKPOINT_KIND, METRIC_NAMES, finished_reason, population_shape, progress_line, run_pbt
 
 
-def pbt_command(config: PBTConfig, path: Path, config_file: str | None) -> int:
+def pbt_command(config: PBTConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
+    """Run PBT into `path`; with `resume`, continue that run after its last saved interval."""
     console = Console(stderr=True)
-    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
-                       population_shape=population_shape(config))  # type: ignore[arg-type]
-    console.print(f"run file: {path}", highlight=False)
+    state = None
+    if resume:
+        try:
+            state = load_run_state(checkpoint_path(path), CHECKPOINT_KIND)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        reason = finished_reason(config, state)
+        if reason is not None:
+            print(f"error: {path} has nothing left to do ({reason}); resume it with a larger budget",
+                  file=sys.stderr)
+            return 2
+        # Rows of an interval after the checkpoint are dropped: the resumed run trains it again.
+        writer = continue_run_file(path, METRIC_NAMES, int(state["interval"]) - 1)
+        console.print(f"resuming {path} after interval {int(state['interval']) - 1}", highlight=False)
+    else:
+        writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
+                           population_shape=population_shape(config))  # type: ignore[arg-type]
+        console.print(f"run file: {path}", highlight=False)
     names = tuple(config.algorithm.hyperparameters)
     try:
-        result = run_pbt(config, writer, lambda report: console.print(progress_line(report, names), highlight=False, soft_wrap=True))
+        result = run_pbt(config, writer, lambda report: console.print(progress_line(report, names), highlight=False,
+                                                                      soft_wrap=True),
+                         checkpoint=checkpoint_path(path), resume=state)
     except KeyboardInterrupt:
         writer.close(completed=False)
-        console.print(f"interrupted; the population history up to now is in {path}")
+        console.print(f"interrupted; the run up to its last interval is in {path}; continue with: "
+                      f"lamarckian-hpc evolve --resume {path}")
         return 130
     except BaseException:
         writer.close(completed=False)

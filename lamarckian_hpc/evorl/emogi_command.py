@@ -3,6 +3,7 @@ the non-dominated policies' behaviour."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -48,7 +49,10 @@ def _individual_line(config: EMOGIConfig, console: Console) -> Callable[[int, in
     return report
 
 
-def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None) -> int:
+def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
+    if resume:
+        print("error: --resume of this algorithm is not supported yet", file=sys.stderr)
+        return 2
     console = Console(stderr=True)
     writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
                        population_shape=population_shape())  # type: ignore[arg-type]

@@ -51,6 +51,12 @@ class MemberHost:
     def load_state(self, slot: int, arrays: dict[str, np.ndarray]) -> None:
         self.members[slot].load_state(arrays)
 
+    def checkpoint(self, slot: int) -> dict:
+        return self.members[slot].checkpoint()
+
+    def restore(self, slot: int, state: dict) -> None:
+        self.members[slot].restore(state)
+
     def close(self) -> None:
         for member in self.members.values():
             member.close()
@@ -70,6 +76,10 @@ class HostPool(Protocol):
     def set_hyperparameters(self, values: list[dict[str, float]]) -> None: ...
 
     def copy(self, sources: np.ndarray) -> None: ...
+
+    def checkpoints(self) -> list[dict]: ...  # per slot, Member.checkpoint()
+
+    def restore(self, states: list[dict]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -93,6 +103,13 @@ class SerialHosts:
         for slot, source in enumerate(sources):
             if source >= 0:
                 self.host.load_state(slot, states[int(source)])
+
+    def checkpoints(self) -> list[dict]:
+        return [self.host.checkpoint(slot) for slot in sorted(self.host.members)]
+
+    def restore(self, states: list[dict]) -> None:
+        for slot, state in enumerate(states):
+            self.host.restore(slot, state)
 
     def close(self) -> None:
         self.host.close()
@@ -138,6 +155,12 @@ class RayHosts:
         self.ray.wait(list(states.values()), num_returns=len(states))
         self.ray.get([self.host_of[slot].load_state.remote(slot, states[int(source)])
                       for slot, source in enumerate(sources) if source >= 0])
+
+    def checkpoints(self) -> list[dict]:
+        return self.ray.get([self.host_of[slot].checkpoint.remote(slot) for slot in sorted(self.host_of)])
+
+    def restore(self, states: list[dict]) -> None:
+        self.ray.get([self.host_of[slot].restore.remote(slot, state) for slot, state in enumerate(states)])
 
     def close(self) -> None:
         try:

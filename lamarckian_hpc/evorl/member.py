@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import get_args
 
 import numpy as np
 import torch
 
 from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
+from ..config.evorl import SearchedHyperparameter
 from ..runtime.episodes import RecentEpisodes
 from ..runtime.learner import make_learner, steps_per_update
 from ..runtime.sampling import make_sampling_side, spaces_of
@@ -23,6 +25,8 @@ OPTIMIZER_PREFIX = "optimizer/"
 MODEL_PREFIX = "model/"
 EPISODE_RETURNS = "episodes/returns"
 EPISODE_LENGTHS = "episodes/lengths"
+#: The PPO fields PBT may search, all saved in a member's checkpoint.
+SEARCHED_NAMES: tuple[str, ...] = get_args(SearchedHyperparameter)
 
 
 def member_seed(seed: int, slot: int) -> int:
@@ -139,6 +143,27 @@ class Member:
         self.episodes.add(arrays[EPISODE_RETURNS].tolist(), arrays[EPISODE_LENGTHS].tolist())
         self.learner.version += 1
         self.sampling.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+
+    def checkpoint(self) -> dict:
+        """What this member carries across a resume, as arrays and numbers: `state()` (weights, Adam
+        moments, recent episodes), its policy version, env frames, episode count, whether it reached
+        the target, the learner's random generator and its searched hyperparameters. Environments
+        are not saved: a restored member starts fresh episodes, as `train --resume` does."""
+        return {"arrays": self.state(), "version": self.learner.version, "env_frames": self.env_frames,
+                "episodes_count": self.episodes.count, "reached": self.reached,
+                "rng": self.learner.rng.bit_generator.state,
+                "hyperparameters": self.hyperparameters(SEARCHED_NAMES)}
+
+    def restore(self, state: dict) -> None:
+        """Become the member whose `checkpoint()` this is."""
+        self.load_state(state["arrays"])
+        self.episodes.count = int(state["episodes_count"])
+        self.reached = bool(state["reached"])
+        self.learner.rng.bit_generator.state = state["rng"]
+        self.learner.version = int(state["version"])
+        self.sampling.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+        self.sampling.sampler.env_frames = int(state["env_frames"])
+        self.set_hyperparameters(state["hyperparameters"])
 
     def close(self) -> None:
         self.sampling.close()

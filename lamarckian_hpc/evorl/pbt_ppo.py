@@ -5,7 +5,9 @@ frames (in parallel on Ray workers, or one after another here), the population's
 the ask/tell `ec.pbt.PBT`, the slots it names copy the weights of better members (exploit) and
 train on with explored hyperparameters. Every interval, every member is a row of the run file's
 `/population` (id, parent id, hyperparameters by name, score, env frames, wall time, worker), so
-that the lineage and hyperparameter schedule of each policy can be rebuilt afterwards.
+that the lineage and hyperparameter schedule of each policy can be rebuilt afterwards. At the end
+of every interval the whole state (members, PBT, clock) is saved beside the run file, so that
+`evolve --resume` continues after the last finished interval.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
 from ..config import PBTConfig
 from ..ec.pbt import PBT, Hyperparameter
+from ..runtime.checkpoint import save_run_state
 from ..storage import RunWriter
 from .hosts import HostPool, RayHosts, SerialHosts
 from .member import IntervalResult
 
+#: The `kind` of a PBT run's checkpoint (`runtime.checkpoint.save_run_state`).
+CHECKPOINT_KIND = "pbt"
 #: Metrics of a PBT run, one row per interval.
 METRIC_NAMES: tuple[str, ...] = ("best_return", "median_return", "copies", "env_frames_per_second")
 
@@ -111,8 +117,13 @@ def make_hosts(config: PBTConfig) -> HostPool:
 
 def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
             on_interval: Callable[[IntervalReport], None] | None = None,
-            hosts: HostPool | None = None) -> PBTResult:
-    """Train the population until the stop rule holds; record every interval in `writer`."""
+            hosts: HostPool | None = None, checkpoint: Path | None = None,
+            resume: dict[str, Any] | None = None) -> PBTResult:
+    """Train the population until the stop rule holds; record every interval in `writer`.
+
+    With `checkpoint`, the state of the run is saved there at the end of every interval (after
+    the run file was flushed); with `resume` (such a saved state), the run continues after the
+    interval it was saved at, with the members, the PBT state and the clock as they were then."""
     stop, algorithm = config.stop, config.algorithm
     pbt = make_pbt(config)
     owns_hosts = hosts is None
@@ -121,12 +132,21 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
     size = algorithm.population_size
     reached_seconds: list[float | None] = [None] * size
     reached_frames: list[int | None] = [None] * size
-    interval = 0
+    interval, wall_before = 0, 0.0
     report: IntervalReport | None = None
     try:
+        if resume is not None:
+            pbt.load_state_dict(resume["pbt"])
+            hosts.restore(resume["members"])
+            interval, wall_before = int(resume["interval"]), float(resume["wall_time"])
+            reached_seconds, reached_frames = list(resume["reached_seconds"]), list(resume["reached_frames"])
+            if not resume["told"]:  # the saved interval ended the run before its exploit: a longer run does it now
+                sources = pbt.tell(resume["scores"], resume["samples"])
+                if (sources >= 0).any():
+                    hosts.copy(sources)
         hosts.set_hyperparameters(pbt.as_dicts())
-        start = time.monotonic()  # members exist and know their hyperparameters: training starts now
-        started_at = time.time()
+        start = time.monotonic() - wall_before  # members exist and know their hyperparameters: training starts now
+        started_at = time.time() - wall_before
         while True:
             round_start = time.monotonic() - start
             remaining = None if stop.max_wall_seconds is None else max(0.0, stop.max_wall_seconds - round_start)
@@ -142,8 +162,9 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
                 writer.append_population(_rows(report, pbt.names, hosts.workers))
             frames = sum(r.env_frames for r in results)
             done = _should_stop(config, results, reached_seconds, report.wall_time)
+            samples = [np.array(r.episode_returns, dtype=np.float64) for r in results]
             if not done:
-                sources = pbt.tell(report.scores, [np.array(r.episode_returns) for r in results])
+                sources = pbt.tell(report.scores, samples)
                 report.copies = int((sources >= 0).sum())
                 if report.copies:
                     hosts.copy(sources)
@@ -158,6 +179,12 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
                     "env_frames_per_second": frames / max(report.wall_time, 1e-9),
                 }, env_frames=frames, policy_version=interval, wall_time=report.wall_time)
                 writer.flush()
+            if checkpoint is not None:  # after the flush: the file holds every row the checkpoint covers
+                save_run_state(checkpoint, CHECKPOINT_KIND, {
+                    "interval": interval + 1, "wall_time": report.wall_time, "pbt": pbt.state_dict(),
+                    "members": hosts.checkpoints(), "reached_seconds": reached_seconds,
+                    "reached_frames": reached_frames, "told": not done, "scores": report.scores,
+                    "samples": samples})
             if on_interval is not None:
                 on_interval(report)
             interval += 1
@@ -170,6 +197,19 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
     best = report.best_slot()
     return PBTResult(interval, time.monotonic() - start, sum(r.env_frames for r in report.results),
                      float(report.scores[best]), int(report.ids[best]), reached_seconds, reached_frames, started_at)
+
+
+def finished_reason(config: PBTConfig, state: dict[str, Any]) -> str | None:
+    """Why a saved run has nothing left to do under `config` (its stop rule already holds), or None."""
+    stop = config.stop
+    if all(int(member["env_frames"]) >= stop.total_env_frames for member in state["members"]):
+        return f"every member has trained stop.total_env_frames={stop.total_env_frames:,} frames"
+    if stop.max_wall_seconds is not None and float(state["wall_time"]) >= stop.max_wall_seconds:
+        return f"the run has used stop.max_wall_seconds={stop.max_wall_seconds:g}"
+    reached = [seconds is not None for seconds in state["reached_seconds"]]
+    if stop.target_return is not None and (any(reached) if stop.until == "best" else all(reached)):
+        return f"stop.target_return={stop.target_return:g} was reached"
+    return None
 
 
 def _should_stop(config: PBTConfig, results: list[IntervalResult], reached_seconds: list[float | None],

@@ -27,7 +27,10 @@ def bugs_path(run_path: Path) -> Path:
     return run_path.with_suffix(".bugs.json")
 
 
-def game_testing_command(config: GameTestingConfig, path: Path, config_file: str | None) -> int:
+def game_testing_command(config: GameTestingConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
+    if resume:
+        print("error: --resume of this algorithm is not supported yet", file=sys.stderr)
+        return 2
     try:
         data = load_game_data(config.game.data)
         if config.game.planted_bugs:

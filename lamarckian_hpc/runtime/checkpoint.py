@@ -6,6 +6,10 @@ temporary name and renamed, so a kill mid-write leaves the previous checkpoint w
 with `weights_only=True`, so that loading a checkpoint cannot execute code. Before each checkpoint
 the run file is flushed: every metric row up to the checkpoint's policy version is on disk, and a
 resumed run keeps exactly those rows (`storage.continue_run_file`).
+
+Evolution runs (PBT+PPO, EMOGI, game testing) keep their state in the same kind of file, through
+`save_run_state` and `load_run_state`: a tree of dicts, lists, numbers and numpy arrays (stored as
+tensors, since `weights_only` loading refuses numpy objects), tagged with the algorithm's name.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from ..storage import RunWriter, StorageFullError, ensure_free_space
@@ -75,13 +80,12 @@ class TrainingCheckpoint:
                                 self.reached_at)
 
 
-def save_checkpoint(path: str | Path, checkpoint: TrainingCheckpoint, reserve_bytes: int = 0) -> None:
+def _write_atomically(path: Path, payload: dict[str, Any], reserve_bytes: int) -> None:
     """Write atomically: a kill or a full disk mid-write leaves the previous checkpoint in place."""
-    path = Path(path)
     ensure_free_space(path, reserve_bytes, "checkpoint")
     temporary = path.with_name(path.name + ".writing")
     try:
-        torch.save({"format": CHECKPOINT_FORMAT, **asdict(checkpoint)}, temporary)
+        torch.save({"format": CHECKPOINT_FORMAT, **payload}, temporary)
         os.chmod(temporary, 0o600)
     except OSError as error:
         temporary.unlink(missing_ok=True)
@@ -89,18 +93,66 @@ def save_checkpoint(path: str | Path, checkpoint: TrainingCheckpoint, reserve_by
     os.replace(temporary, path)
 
 
-def load_checkpoint(path: str | Path) -> TrainingCheckpoint:
-    """Read a checkpoint; a missing, foreign or damaged file is a ValueError naming it."""
-    path = Path(path)
+def _read(path: Path, missing: str) -> dict[str, Any]:
+    """A checkpoint's payload; a missing, foreign or damaged file is a ValueError naming it."""
     if not path.is_file():
-        raise ValueError(f"no checkpoint at {path}: the run saved none (storage.checkpoint_interval_seconds)")
+        raise ValueError(f"no checkpoint at {path}: {missing}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several kinds for truncated or foreign files
         raise ValueError(f"checkpoint {path} cannot be read: {error}") from None
     if not isinstance(state, dict) or state.pop("format", None) != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a checkpoint of this version (format {CHECKPOINT_FORMAT})")
+    return state
+
+
+def save_checkpoint(path: str | Path, checkpoint: TrainingCheckpoint, reserve_bytes: int = 0) -> None:
+    _write_atomically(Path(path), asdict(checkpoint), reserve_bytes)
+
+
+def load_checkpoint(path: str | Path) -> TrainingCheckpoint:
+    state = _read(Path(path), "the run saved none (storage.checkpoint_interval_seconds)")
+    if "kind" in state:
+        raise ValueError(f"{path} is the checkpoint of a {state['kind']} run, not of a training run")
     return TrainingCheckpoint(**state)
+
+
+def _storable(tree: Any) -> Any:
+    """numpy arrays and scalars as tensors and Python numbers, the rest of the tree as it is."""
+    if isinstance(tree, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(tree).copy())
+    if isinstance(tree, np.generic):
+        return tree.item()
+    if isinstance(tree, dict):
+        return {key: _storable(value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_storable(value) for value in tree)
+    return tree
+
+
+def _arrays(tree: Any) -> Any:
+    """The inverse of `_storable`: every tensor back to a numpy array."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numpy()
+    if isinstance(tree, dict):
+        return {key: _arrays(value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_arrays(value) for value in tree)
+    return tree
+
+
+def save_run_state(path: str | Path, kind: str, state: dict[str, Any], reserve_bytes: int = 0) -> None:
+    """Save an evolution run's state (`kind`: its algorithm) atomically; arrays become tensors."""
+    _write_atomically(Path(path), {"kind": kind, "state": _storable(state)}, reserve_bytes)
+
+
+def load_run_state(path: str | Path, kind: str) -> dict[str, Any]:
+    """The state `save_run_state` saved for `kind`, tensors back as numpy arrays; a missing or
+    foreign checkpoint is a ValueError naming it."""
+    payload = _read(Path(path), "the run finished no interval or generation before it stopped")
+    if payload.get("kind") != kind:
+        raise ValueError(f"{path} is not the checkpoint of a {kind} run")
+    return _arrays(payload["state"])
 
 
 class Checkpointable(Protocol):
