@@ -272,3 +272,38 @@ def test_a_nonfinite_loss_skips_its_step_and_is_counted():
     assert diagnostics[NONFINITE_STEPS] == 0 and np.isfinite(diagnostics["loss_policy"])
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_adam_steps_exactly_as_torch_adam_and_shares_its_state_layout():
+    """The learners' Adam gives bitwise the parameters torch.optim.Adam gives, and a state saved by
+    either continues in the other (checkpoints written before the change still load)."""
+    from lamarckian_hpc.rl.adam import Adam
+
+    def trained(optimizer_class: type, steps: int, model: ActorCritic | None = None, state: dict | None = None):
+        model = model or _cartpole_model()
+        optimizer = optimizer_class(model.parameters(), lr=3e-3, eps=1e-5)
+        if state is not None:
+            optimizer.load_state_dict(state)
+        batch = _random_batch(model)
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            ppo_loss(model, batch, PPOConfig())[0].backward()
+            optimizer.step()
+        return model, optimizer
+
+    reference, reference_optimizer = trained(torch.optim.Adam, 30)
+    ours, our_optimizer = trained(Adam, 30)
+    assert all(torch.equal(a, b) for a, b in zip(reference.parameters(), ours.parameters()))
+    assert our_optimizer.state_dict()["state"].keys() == reference_optimizer.state_dict()["state"].keys()
+
+    def continued(optimizer_class: type, source: ActorCritic, state: dict) -> ActorCritic:
+        model = _cartpole_model()
+        model.load_state_dict(source.state_dict())
+        return trained(optimizer_class, 5, model, state)[0]
+
+    torch_then_ours = continued(Adam, reference, reference_optimizer.state_dict())
+    ours_then_torch = continued(torch.optim.Adam, ours, our_optimizer.state_dict())
+    torch_only = continued(torch.optim.Adam, reference, reference_optimizer.state_dict())
+    for a, b, c in zip(torch_only.parameters(), torch_then_ours.parameters(), ours_then_torch.parameters()):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert not torch.equal(next(torch_only.parameters()), next(reference.parameters()))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .adam import Adam
+
 #: Diagnostic: minibatch steps skipped because their loss or gradients were not finite.
 NONFINITE_STEPS = "nonfinite_steps"
 
@@ -19,9 +21,12 @@ class GuardedSteps:
     """Optimizer steps over an update's minibatches, and the mean of each loss part over the
     steps that were taken."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | Adam, max_grad_norm: float) -> None:
         self.model, self.optimizer, self.max_grad_norm = model, optimizer, max_grad_norm
-        self.sums: dict[str, float] = {}
+        # Listed once: walking the module tree for every step is a visible cost for a small network.
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        self.names: tuple[str, ...] | None = None
+        self.sums: Tensor | None = None  # the loss parts summed as one tensor, read once at the end
         self.taken = 0
         self.skipped = 0
 
@@ -32,17 +37,21 @@ class GuardedSteps:
             self.skipped += 1
             return False
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm, foreach=True)
         if not bool(torch.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped += 1
             return False
         self.optimizer.step()
-        for name, value in parts.items():
-            self.sums[name] = self.sums.get(name, 0.0) + float(value.detach())
+        if self.names is None:
+            self.names = tuple(parts)
+        values = torch.stack([value.detach() for value in parts.values()]).double()
+        self.sums = values if self.sums is None else self.sums + values
         self.taken += 1
         return True
 
     def diagnostics(self) -> dict[str, float]:
-        means = {name: total / self.taken for name, total in self.sums.items()} if self.taken else {}
+        means: dict[str, float] = {}
+        if self.taken and self.names is not None and self.sums is not None:
+            means = {name: total / self.taken for name, total in zip(self.names, self.sums.tolist())}
         return {**means, NONFINITE_STEPS: float(self.skipped)}

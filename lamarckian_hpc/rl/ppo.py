@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ..config import PPOConfig
 from ..models import ActorCritic
+from .adam import Adam
 from .optim import GuardedSteps
 
 
@@ -61,8 +62,9 @@ def ppo_loss(model: ActorCritic, batch: RolloutBatch, config: PPOConfig) -> tupl
     total = config.policy_weight * policy + config.value_weight * critic - config.entropy_weight * entropy_mean
     with torch.no_grad():
         log_ratio = log_probs - batch.old_log_probs
-        approx_kl = ((log_ratio.exp() - 1) - log_ratio).mean()
-        clip_fraction = ((log_ratio.exp() - 1.0).abs() > config.clip_range).float().mean()
+        ratio_minus_one = log_ratio.exp() - 1.0
+        approx_kl = (ratio_minus_one - log_ratio).mean()
+        clip_fraction = (ratio_minus_one.abs() > config.clip_range).float().mean()
     parts = {"loss_policy": policy, "loss_value": critic, "entropy": entropy_mean,
              "approx_kl": approx_kl, "clip_fraction": clip_fraction}
     return total, parts
@@ -70,7 +72,7 @@ def ppo_loss(model: ActorCritic, batch: RolloutBatch, config: PPOConfig) -> tupl
 
 def ppo_update(
     model: ActorCritic,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | Adam,
     batch: RolloutBatch,
     config: PPOConfig,
     rng: np.random.Generator,

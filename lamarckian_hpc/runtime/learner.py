@@ -19,6 +19,7 @@ from ..mdp import ExperienceBatch
 from ..models import ActorCritic
 from ..models.q_network import QNetwork
 from ..rl import build_rollout_batch, ppo_update
+from ..rl.adam import Adam
 from ..rl.dqn import dqn_loss, linear_epsilon
 from ..rl.impala import impala_update
 from ..rl.optim import NONFINITE_STEPS, GuardedSteps
@@ -77,7 +78,8 @@ class _LearnerBase:
         self.rng = np.random.default_rng(config.seed)
         self.device = select_device(config.runtime.device)
         self.model = build_model(config, observation_space, action_space).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.algorithm.learning_rate, eps=1e-5)
+        # torch.optim.Adam's update, without the torch._dynamo import every torch optimizer makes (seconds).
+        self.optimizer = Adam(self.model.parameters(), lr=config.algorithm.learning_rate, eps=1e-5)
         self.version = 0
 
     def learning_rate(self, env_frames: int) -> float:
