@@ -76,10 +76,11 @@ class FrozenPolicyController(Controller):
         self.policy_id = policy_id
 
     async def run(self, agent: AgentHandle) -> None:
+        act, policy_id = agent.act, self.policy_id  # bound once: this loop is hot
         observation = agent.observation()
         while True:
-            _, outcome = await agent.act(self.policy_id, observation)
-            if outcome.done:
+            _, outcome = await act(policy_id, observation)
+            if outcome.terminated or outcome.truncated:
                 return None
             observation = outcome.observation
 
