@@ -21,6 +21,9 @@ class MultiAgentConfig(Section):
         "random", description="Built-in policy-mapping function used when none is passed in code.")
     shared_layers: int = Field(
         0, ge=0, description="Leading policy layers shared by all trained policies (0: none shared).")
+    centralized_critic: bool = Field(
+        False, description="Critics also read a global state (env state() or all observations); policies act "
+                           "on their own observation.")
 
     @model_validator(mode="after")
     def _known_policies(self) -> MultiAgentConfig:
@@ -29,6 +32,8 @@ class MultiAgentConfig(Section):
         unknown = set(self.policies_to_train or ()) - set(self.policies)
         if unknown:
             raise ValueError(f"policies_to_train: {sorted(unknown)} not in policies {list(self.policies)}")
+        if self.centralized_critic and not self.trained:
+            raise ValueError("centralized_critic: no policy is trained, so no critic would use the global state")
         return self
 
     @property

@@ -1,5 +1,10 @@
 """The policy and critic PPO trains, after the paper's Table III: the critic sits on top of the
-policy's hidden layers (shared bottom) unless `share_trunk` is off, LeakyReLU by default."""
+policy's hidden layers (shared bottom) unless `share_trunk` is off, LeakyReLU by default.
+
+A centralised critic (MAPPO, RLlib's centralized-critic example) is the case `global_state_size`
+> 0: every row is [own observation | global state], the policy reads only the own part, so an
+agent can act from its own observation alone, and the critic reads all of it during training. Its
+trunk is then always its own (`share_trunk` does not apply: the critic's rows are wider)."""
 
 from __future__ import annotations
 
@@ -29,13 +34,22 @@ def _encoder(observation_space: gym.Space, config: ModelConfig) -> tuple[nn.Modu
 class ActorCritic(nn.Module):
     """`act` for sampling (no critic, no graph), `evaluate` for the loss."""
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: ModelConfig) -> None:
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: ModelConfig,
+                 global_state_size: int = 0) -> None:
         super().__init__()
+        if global_state_size and (config.kind != "mlp" or len(observation_space.shape) != 1):
+            raise ValueError("multiagent.centralized_critic: needs vector observations and model.kind='mlp', "
+                             f"got model.kind={config.kind!r} and observations of shape {observation_space.shape}")
         self.trunk, features = _encoder(observation_space, config)
-        if config.share_trunk:
-            self.critic_trunk: nn.Module | None = None
-            critic_in = features
-        else:
+        #: Width of the own observation when rows also carry a global state; None otherwise.
+        self.local_size: int | None = None
+        self.critic_trunk: nn.Module | None = None
+        critic_in = features
+        if global_state_size:  # the critic cannot share the trunk: it reads wider rows
+            self.local_size = int(observation_space.shape[0])
+            critic_space = gym.spaces.Box(-np.inf, np.inf, (self.local_size + global_state_size,), np.float32)
+            self.critic_trunk, critic_in = _encoder(critic_space, config)
+        elif not config.share_trunk:
             self.critic_trunk, critic_in = _encoder(observation_space, config)
         self.critic = nn.Sequential(
             fully_connected(critic_in, config.critic_hidden_sizes, config.activation),
@@ -48,9 +62,13 @@ class ActorCritic(nn.Module):
         else:
             raise ValueError(f"unsupported action space {action_space}; supported: Discrete, Box")
 
+    def own(self, observations: torch.Tensor) -> torch.Tensor:
+        """What the policy reads: the own observation (rows without a global state pass unchanged)."""
+        return observations if self.local_size is None else observations[..., : self.local_size]
+
     def act(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions and their log-probabilities."""
-        return self.head.sample(self.trunk(observations))
+        return self.head.sample(self.trunk(self.own(observations)))
 
     def value(self, observations: torch.Tensor) -> torch.Tensor:
         features = self.trunk(observations) if self.critic_trunk is None else self.critic_trunk(observations)
@@ -58,7 +76,7 @@ class ActorCritic(nn.Module):
 
     def evaluate(self, observations: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropy of `actions`, and state values, in one pass over the trunk."""
-        features = self.trunk(observations)
+        features = self.trunk(self.own(observations))
         log_probs, entropy = self.head.log_prob_entropy(features, actions)
         critic_features = features if self.critic_trunk is None else self.critic_trunk(observations)
         return log_probs, entropy, self.critic(critic_features).squeeze(-1)

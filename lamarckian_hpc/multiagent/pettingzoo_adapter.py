@@ -6,6 +6,7 @@ interface directly: the present agents are `env.agents`, a tick is one `step` wi
 actions of all of them, and an agent that vanished from `env.agents` without being terminated or
 truncated gets a truncated final outcome, so its controller ends. The adapter does not import
 pettingzoo: any object with the parallel API works (`reset`, `step`, `agents`, the space methods).
+`global_state` is what a centralised critic reads (see `global_state.py`).
 """
 
 from __future__ import annotations
@@ -41,10 +42,15 @@ class ParallelEnvMDP(MDP):
         self.transform = observation_transform or (lambda obs: np.asarray(obs, dtype=np.float32))
         self._observations: dict[AgentId, np.ndarray] = {}
         self._agents: list[AgentId] = []
+        #: Agents with an observation from the latest reset or step (the others are absent there).
+        self._observed: set[AgentId] = set()
+        self._env_has_state: bool | None = None  # unknown until the first call of global_state
+        self._state_layout: list[tuple[AgentId, int]] = []  # (agent, observation size) of the concatenation
 
     def reset(self, seed: int | None = None) -> None:
         observations, _ = self.env.reset(seed=seed)
         self._observations = {agent: self.transform(obs) for agent, obs in observations.items()}
+        self._observed = set(observations)
         self._agents = list(self.env.agents)
         self.pending_actions.clear()
 
@@ -63,6 +69,7 @@ class ParallelEnvMDP(MDP):
         observations, rewards, terminations, truncations, infos = self.env.step(actions)
         for agent, obs in observations.items():
             self._observations[agent] = self.transform(obs)
+        self._observed = set(observations)
         remaining = set(self.env.agents)
         outcomes: dict[AgentId, StepOutcome] = {}
         for agent in acting:
@@ -72,6 +79,30 @@ class ParallelEnvMDP(MDP):
                                           truncated, infos.get(agent))
         self._agents = [agent for agent in self.env.agents if not (terminations.get(agent) or truncations.get(agent))]
         return outcomes
+
+    def global_state(self) -> np.ndarray:
+        """The env's `state()` when it implements one; otherwise the observations of all
+        `possible_agents` in that fixed order, zeros for an agent without one at this step."""
+        if self._env_has_state is None and not callable(getattr(self.env, "state", None)):
+            self._env_has_state = False
+        if self._env_has_state is not False:
+            try:
+                state = np.asarray(self.env.state(), dtype=np.float32).ravel()
+                self._env_has_state = True
+                return state
+            except NotImplementedError:  # PettingZoo's default state()
+                self._env_has_state = False
+        if not self._state_layout:
+            self._state_layout = [(agent, gym.spaces.flatdim(self.env.observation_space(agent)))
+                                  for agent in self.env.possible_agents]
+        parts = []
+        for agent, size in self._state_layout:
+            observation = np.ravel(self._observations[agent]) if agent in self._observed else np.zeros(size, np.float32)
+            if observation.size != size:
+                raise ValueError(f"global state: agent {agent!r} observes {observation.size} floats after the "
+                                 f"observation transform, but its space flattens to {size}")
+            parts.append(observation)
+        return np.concatenate(parts)
 
     def observation_space(self, agent_id: AgentId) -> gym.Space:
         return self.env.observation_space(agent_id)

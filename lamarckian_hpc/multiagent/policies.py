@@ -29,8 +29,9 @@ def policy_layers(model: ActorCritic) -> torch.nn.Sequential:
 
 def build_policy_models(policy_ids: Iterable[str], trained: Iterable[str], observation_space: gym.Space,
                         action_space: gym.Space, model: ModelConfig, shared_layers: int = 0,
-                        seed: int = 0) -> dict[str, ActorCritic]:
-    """One ActorCritic per policy id, each with its own initial weights (seeded per position)."""
+                        seed: int = 0, global_state_size: int = 0) -> dict[str, ActorCritic]:
+    """One ActorCritic per policy id, each with its own initial weights (seeded per position);
+    `global_state_size` > 0 gives every one a centralised critic (see models/actor_critic.py)."""
     ids, trained_set = list(policy_ids), set(trained)
     trained_ids = [pid for pid in ids if pid in trained_set]
     if shared_layers and model.kind != "mlp":
@@ -41,7 +42,7 @@ def build_policy_models(policy_ids: Iterable[str], trained: Iterable[str], obser
     models: dict[str, ActorCritic] = {}
     for index, policy_id in enumerate(ids):
         torch.manual_seed(seed * 1009 + index)
-        models[policy_id] = ActorCritic(observation_space, action_space, model)
+        models[policy_id] = ActorCritic(observation_space, action_space, model, global_state_size)
     if shared_layers and trained_ids:
         owner = policy_layers(models[trained_ids[0]])
         for policy_id in trained_ids[1:]:

@@ -4,7 +4,9 @@ Every MDP of the process is stepped by one Sampler, so each tick makes one batch
 policy over all agents of all MDPs. Agents are bound to policies by a `PolicyMapping` when they
 appear. Each trained policy gathers `ppo.batch_size` steps in its own buffer and is updated as
 soon as it has them; policies that are rarely mapped simply update less often. Frozen policies act
-and are never updated (their parameters do not even require gradients).
+and are never updated (their parameters do not even require gradients). With
+`multiagent.centralized_critic` every MDP is wrapped in a `GlobalStateMDP`, so that recorded
+observations carry the global state the critics read, and GAE uses those centralised values.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from ..config import ModelConfig, MultiAgentConfig, PPOConfig
 from ..mdp import MDP, EpisodeResult, ExperienceBuffer, Sampler
 from ..runtime.inference import TorchPolicy
+from .global_state import GlobalStateMDP
 from .mapping import PolicyMapping, PolicyMappingFn, random_mapping, round_robin_mapping
 from .policies import MultiPolicyLearner, build_policy_models
 
@@ -56,7 +59,13 @@ class MultiAgentTrainer:
             first = mdps[0]
             first.reset(seed=seed)
             spaces = default_spaces(first)
-        self.models = build_policy_models(config.policies, trained, *spaces, model, config.shared_layers, seed)
+        global_state_size = 0
+        if config.centralized_critic:
+            mdps = [GlobalStateMDP(mdp) for mdp in mdps]
+            mdps[0].reset(seed=seed)
+            global_state_size = mdps[0].state_size
+        self.models = build_policy_models(config.policies, trained, *spaces, model, config.shared_layers, seed,
+                                          global_state_size)
         self.learner = MultiPolicyLearner(self.models, trained, ppo, seed)
         self.experiences = {pid: ExperienceBuffer() for pid in trained}
         self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences)
