@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 from pettingzoo import ParallelEnv
+from pettingzoo.classic import rps_v2
 from test_multiagent import Crowd
 
 from lamarckian_hpc.config import ConfigError, ModelConfig, MultiAgentConfig, PPOConfig
 from lamarckian_hpc.config.loading import build_config
 from lamarckian_hpc.mdp import GymMDP
-from lamarckian_hpc.multiagent import GlobalStateMDP, MultiAgentTrainer, ParallelEnvMDP, fixed_mapping
+from lamarckian_hpc.multiagent import GlobalStateMDP, MultiAgentTrainer, ParallelEnvMDP, fixed_mapping, one_hot
 
 TARGETS = 3
 
@@ -25,8 +26,9 @@ TARGETS = 3
 class Match(ParallelEnv):
     """Two agents, `length` steps. Each step each agent privately sees a target (one-hot of 3); the
     team reward, paid to both, is 1 when both play their own target and 0 otherwise, so each
-    agent's reward hinges on what the other one sees and does. `with_state` adds `state()`: both
-    targets and the clock, which a centralised critic then reads instead of the observations."""
+    agent's reward hinges on what the other one sees and does. `with_state` adds a state (both
+    targets and the clock, with its `state_space`), which a centralised critic then reads instead
+    of the observations."""
 
     metadata = {"name": "match_v0"}
 
@@ -37,6 +39,8 @@ class Match(ParallelEnv):
         self.rng = np.random.default_rng(0)
         self.targets = np.zeros(2, dtype=np.int64)
         self.clock = 0
+        if with_state:
+            self.state_space = gym.spaces.Box(0.0, 1.0, (2 * TARGETS + 1,), np.float32)
 
     def observation_space(self, agent):
         return gym.spaces.Box(0.0, 1.0, (TARGETS,), np.float32)
@@ -49,8 +53,6 @@ class Match(ParallelEnv):
         return {agent: np.eye(TARGETS, dtype=np.float32)[self.targets[k]] for k, agent in enumerate(self.possible_agents)}
 
     def state(self):
-        if not self.with_state:
-            return super().state()
         return np.concatenate([np.eye(TARGETS, dtype=np.float32)[self.targets].ravel(), [self.clock / self.length]])
 
     def reset(self, seed=None, options=None):
@@ -137,6 +139,12 @@ def test_global_state_is_env_state_or_all_observations_with_absent_agents_zeroed
     state = outcomes["a0"].observation[3:].reshape(4, 3)  # after tick 3: a0, a1, a2 and a3 are present
     np.testing.assert_array_equal(state[:, 0], [0, 1, 2, 3])
     np.testing.assert_array_equal(state[:, 1], 3 / 8)
+
+    # PettingZoo's rock-paper-scissors has no state_space (its `state` is not the state() method).
+    space = rps_v2.parallel_env().observation_space("player_0")
+    rps = GlobalStateMDP(ParallelEnvMDP(rps_v2.parallel_env(), one_hot(space)))
+    rps.reset(seed=0)
+    assert rps.state_size == 2 * space.n
 
 
 def test_a_centralised_critic_learns_the_cooperative_game():

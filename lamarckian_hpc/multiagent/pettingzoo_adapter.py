@@ -44,7 +44,7 @@ class ParallelEnvMDP(MDP):
         self._agents: list[AgentId] = []
         #: Agents with an observation from the latest reset or step (the others are absent there).
         self._observed: set[AgentId] = set()
-        self._env_has_state: bool | None = None  # unknown until the first call of global_state
+        self._env_has_state: bool | None = None  # looked up at the first call of global_state
         self._state_layout: list[tuple[AgentId, int]] = []  # (agent, observation size) of the concatenation
 
     def reset(self, seed: int | None = None) -> None:
@@ -81,17 +81,13 @@ class ParallelEnvMDP(MDP):
         return outcomes
 
     def global_state(self) -> np.ndarray:
-        """The env's `state()` when it implements one; otherwise the observations of all
-        `possible_agents` in that fixed order, zeros for an agent without one at this step."""
-        if self._env_has_state is None and not callable(getattr(self.env, "state", None)):
-            self._env_has_state = False
-        if self._env_has_state is not False:
-            try:
-                state = np.asarray(self.env.state(), dtype=np.float32).ravel()
-                self._env_has_state = True
-                return state
-            except NotImplementedError:  # PettingZoo's default state()
-                self._env_has_state = False
+        """The env's `state()` when it has a `state_space` (PettingZoo's mark of an env with a
+        state); otherwise the observations of all `possible_agents` in that fixed order, zeros for an
+        agent without one at this step."""
+        if self._env_has_state is None:
+            self._env_has_state = hasattr(self.env, "state_space")
+        if self._env_has_state:
+            return np.asarray(self.env.state(), dtype=np.float32).ravel()
         if not self._state_layout:
             self._state_layout = [(agent, gym.spaces.flatdim(self.env.observation_space(agent)))
                                   for agent in self.env.possible_agents]
