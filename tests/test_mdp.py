@@ -32,6 +32,7 @@ from lamarckian_hpc.mdp import (
     StepOutcome,
     TrainingController,
 )
+from lamarckian_hpc.mdp.collector import collector_paused
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.runtime import TorchPolicy
 
@@ -542,3 +543,8 @@ def test_tick_pauses_the_garbage_collector_for_itself_only() -> None:
         sampler.tick()
     assert gc.isenabled()
     sampler.close()
+    with collector_paused():
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pause does not end the outer one
+    assert gc.isenabled()

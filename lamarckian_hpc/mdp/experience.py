@@ -21,6 +21,7 @@ import numpy as np
 
 from .agent import Decision
 from .base import StepOutcome
+from .collector import collector_paused
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,10 @@ class ExperienceBuffer:
 
     def take(self) -> ExperienceBatch:
         """Everything recorded so far; open fragments are cut and go on empty."""
+        with collector_paused():  # cutting thousands of open fragments makes five lists each
+            return self._take()
+
+    def _take(self) -> ExperienceBatch:
         closed = self._closed
         for fragment in self._open:
             if fragment.rewards:
