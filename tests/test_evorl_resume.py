@@ -118,3 +118,111 @@ def test_killed_pbt_run_resumes_on_ray_after_its_last_interval(tmp_path, capsys)
     assert main(["evolve", "--resume", str(run), f"stop.total_env_frames={512 * total}"]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and "larger budget" in lines[0], lines
+
+
+def _history(path: Path) -> tuple[dict[str, np.ndarray], dict, np.ndarray]:
+    with open_run(path) as reader:
+        assert reader.closed_cleanly
+        return reader.population(), dict(reader.meta), reader.metric(reader.metric_names()[0]).policy_version
+
+
+EMOGI_TINY = ["env.num_envs=2", "env.kwargs={points_to_win: 2}", "model.policy_hidden_sizes=[16]", "ppo.batch_size=256",
+              "ppo.num_epochs=1", "algorithm.population_size=2", "algorithm.initial_env_frames=256",
+              "algorithm.offspring_env_frames=256", "algorithm.evaluation_episodes=1", "runtime.mode=serial"]
+
+
+def test_emogi_resumes_to_the_history_and_policies_of_an_uninterrupted_run(tmp_path, capsys):
+    """Two generations, resumed to three, then resumed from the checkpoint of generation two again
+    (as after a kill between writing generation three's rows and its checkpoint) to four: the run
+    file ends as a straight four-generation run's, every generation once, with the same policies."""
+    from lamarckian_hpc.ec import NSGA2
+    from lamarckian_hpc.evorl.emogi import result_of
+    from lamarckian_hpc.evorl.emogi_command import CHECKPOINT_KIND
+    from lamarckian_hpc.evorl.emogi_store import read_results
+
+    config_file = str(ROOT / "configs" / "emogi_pong.yaml")
+    common = [config_file, *EMOGI_TINY, f"storage.directory={tmp_path}"]
+    assert main(["evolve", *common, "algorithm.generations=4", "storage.run_name=straight"]) == 0
+    assert main(["evolve", *common, "algorithm.generations=2", "storage.run_name=resumed"]) == 0
+    run = tmp_path / "resumed.h5"
+    checkpoint = checkpoint_path(run)
+    after_two = checkpoint.read_bytes()
+
+    # The saved state is the run's: its policies are those the finished run stored, and NSGA-II's
+    # state survives a load.
+    saved = load_run_state(checkpoint, CHECKPOINT_KIND)
+    assert saved["generations"] == 2
+    stored = read_results(run).policies
+    restored = result_of(saved)
+    assert restored.policies.keys() == stored.keys() == {0, 1, 2, 3}
+    for identifier, weights in stored.items():
+        for name, array in weights.items():
+            np.testing.assert_array_equal(restored.policies[identifier][name], array)
+    nsga = NSGA2(np.zeros(2), np.ones(2), 2, np.random.default_rng(99))
+    nsga.load_state_dict(saved["nsga"])
+    again = nsga.state_dict()
+    assert again["next_id"] == saved["nsga"]["next_id"] == 4 and again["rng"] == saved["nsga"]["rng"]
+    for key, array in saved["nsga"]["population"].items():
+        np.testing.assert_array_equal(again["population"][key], array, err_msg=key)
+
+    assert main(["evolve", "--resume", str(run), "algorithm.generations=3"]) == 0
+    checkpoint.write_bytes(after_two)
+    assert main(["evolve", "--resume", str(run), "algorithm.generations=4"]) == 0
+    straight, _, _ = _history(tmp_path / "straight.h5")
+    history, meta, versions = _history(run)
+    assert meta["resumes"] == 2 and meta["resumed_through_version"] == 1
+    np.testing.assert_array_equal(versions, np.arange(4))
+    np.testing.assert_array_equal(history["generation"], np.repeat(np.arange(4), 2))
+    for column in ("id", "parent_ids", "genome", "objectives", "env_frames"):
+        np.testing.assert_array_equal(history[column], straight[column], err_msg=column)
+    policies, straight_policies = read_results(run).policies, read_results(tmp_path / "straight.h5").policies
+    assert policies.keys() == straight_policies.keys() == set(range(8))
+    for identifier, weights in straight_policies.items():
+        for name, array in weights.items():
+            np.testing.assert_array_equal(policies[identifier][name], array)
+
+    capsys.readouterr()
+    assert main(["evolve", "--resume", str(run), "algorithm.generations=4"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "larger budget" in lines[0], lines
+
+
+def test_game_testing_search_resumes_to_the_history_and_bugs_of_an_uninterrupted_run(tmp_path, capsys):
+    """60 episodes, resumed to 100, then resumed from the 60-episode checkpoint again to 120: the
+    run file and the bug reports are those of a straight 120-episode search."""
+    import json
+
+    from lamarckian_hpc.games.testing_command import CHECKPOINT_KIND
+
+    common = [str(ROOT / "configs" / "game_testing.yaml"), "algorithm.compare_random=false",
+              f"storage.directory={tmp_path}", "storage.checkpoint_interval_seconds=0.000001"]
+    assert main(["evolve", *common, "algorithm.episodes=120", "storage.run_name=straight"]) == 0
+    assert main(["evolve", *common, "algorithm.episodes=60", "storage.run_name=resumed"]) == 0
+    run = tmp_path / "resumed.h5"
+    checkpoint = checkpoint_path(run)
+    after_sixty = checkpoint.read_bytes()
+    saved = load_run_state(checkpoint, CHECKPOINT_KIND)
+    history, _, _ = _history(run)
+    last = history["generation"] == saved["generation"]
+    assert saved["episodes"] == 60 and saved["generation"] == 2
+    np.testing.assert_array_equal(saved["population"]["ids"], history["id"][last])
+    np.testing.assert_array_equal(saved["population"]["genomes"], history["genome"][last])
+
+    assert main(["evolve", "--resume", str(run), "algorithm.episodes=100"]) == 0
+    checkpoint.write_bytes(after_sixty)
+    assert main(["evolve", "--resume", str(run), "algorithm.episodes=120"]) == 0
+    straight, _, straight_versions = _history(tmp_path / "straight.h5")
+    history, meta, versions = _history(run)
+    assert meta["resumes"] == 2 and meta["resumed_through_version"] == 2
+    np.testing.assert_array_equal(versions, straight_versions)
+    np.testing.assert_array_equal(versions, np.arange(6))
+    for column in ("generation", "id", "parent_ids", "genome", "objectives"):
+        np.testing.assert_array_equal(history[column], straight[column], err_msg=column)
+    bugs = json.loads((tmp_path / "resumed.bugs.json").read_text())
+    assert bugs["episodes"] == 120 and bugs["bugs"] == json.loads((tmp_path / "straight.bugs.json").read_text())["bugs"]
+    assert bugs["distinct_states"] == json.loads((tmp_path / "straight.bugs.json").read_text())["distinct_states"]
+
+    capsys.readouterr()
+    assert main(["evolve", "--resume", str(run), "algorithm.episodes=120"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "larger budget" in lines[0], lines

@@ -65,6 +65,27 @@ class NSGA2(PopulationView):
                                                        self.mutation_eta)
         return offspring
 
+    def state_dict(self) -> dict:
+        """The population, its ranks and crowding, the next id and the generator, as arrays and
+        numbers (for a checkpoint between a tell and the next ask)."""
+        population = self.population
+        return {"next_id": self.counter.next_id, "rng": self.rng.bit_generator.state,
+                "population": None if population is None else {
+                    "genomes": population.genomes, "objectives": population.objectives, "ids": population.ids,
+                    "parent_ids": population.parent_ids, "rank": self._rank, "crowding": self._crowding}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue as the NSGA-II whose `state_dict()` this is (same bounds and size)."""
+        self.counter.next_id = int(state["next_id"])
+        self.rng.bit_generator.state = state["rng"]
+        saved = state["population"]
+        self.population = None if saved is None else Population(
+            np.asarray(saved["genomes"], float), np.asarray(saved["objectives"], float),
+            np.asarray(saved["ids"], np.int64), np.asarray(saved["parent_ids"], np.int64))
+        self._rank = None if saved is None else np.asarray(saved["rank"])
+        self._crowding = None if saved is None else np.asarray(saved["crowding"], float)
+        self._pending_parents = None
+
     def tell(self, genomes: np.ndarray, objectives: np.ndarray) -> None:
         """Objectives [n, m] of the genomes from `ask`; keeps the best population_size of parents and offspring."""
         parents = self._pending_parents if self._pending_parents is not None else orphans(len(genomes))

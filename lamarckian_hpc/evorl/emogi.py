@@ -34,7 +34,7 @@ from ..envs import PongEnv
 from ..runtime.learner import load_weights
 from ..runtime.ray_setup import ensure_ray
 from ..runtime.trainer import SerialTrainer
-from .behaviour import Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms
+from .behaviour import BEHAVIOUR_NAMES, Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms
 
 log = logging.getLogger(__name__)
 
@@ -262,22 +262,59 @@ def individual_seed(seed: int, generation: int, index: int) -> int:
     return seed * 100_003 + generation * 1_009 + index
 
 
+def _individual_state(member: Individual) -> dict:
+    return {"generation": member.generation, "id": member.id, "parent_ids": list(member.parent_ids),
+            "genome": member.genome, "objectives": member.objectives, "env_frames": member.env_frames,
+            "behaviour": None if member.behaviour is None else member.behaviour.as_row(),
+            "wall_time": float(member.wall_time), "worker": member.worker}
+
+
+def _individual(state: dict) -> Individual:
+    behaviour = state["behaviour"]
+    return Individual(int(state["generation"]), int(state["id"]), tuple(int(p) for p in state["parent_ids"]),
+                      np.asarray(state["genome"], float), np.asarray(state["objectives"], float),
+                      None if behaviour is None else Behaviour(**dict(zip(BEHAVIOUR_NAMES, map(float, behaviour)))), int(state["env_frames"]),
+                      float(state["wall_time"]), int(state["worker"]))
+
+
+def run_state(generations: int, nsga: NSGA2, result: EMOGIResult) -> dict:
+    """What a resumed run needs after `generations` complete generations, as arrays and numbers:
+    NSGA-II's state, every policy's weights, the history and the current front."""
+    return {"generations": generations, "nsga": nsga.state_dict(), "policies": result.policies,
+            "history": [_individual_state(member) for member in result.history],
+            "population_ids": result.population_ids, "front_ids": result.front_ids, "wall_time": result.wall_time}
+
+
+def result_of(state: dict) -> EMOGIResult:
+    """The result so far of a run whose `run_state` this is."""
+    return EMOGIResult([_individual(member) for member in state["history"]],
+                       {int(k): dict(weights) for k, weights in state["policies"].items()},
+                       np.asarray(state["population_ids"], np.int64), np.asarray(state["front_ids"], np.int64),
+                       float(state["wall_time"]))
+
+
 def run_emogi(config: EMOGIConfig, on_generation: Callable[[GenerationReport], None] | None = None,
               backend: Backend | None = None, on_individual: Callable[[int, int, IndividualResult | None], None]
-              | None = None) -> EMOGIResult:
+              | None = None, on_state: Callable[[dict], None] | None = None,
+              resume: dict | None = None) -> EMOGIResult:
     """Evolve `algorithm.generations` generations; the result holds every policy's history and
     weights and the final non-dominated set. `on_individual(generation, index, result)` hears of
-    each policy as soon as it is trained and measured."""
+    each policy as soon as it is trained and measured; `on_state` gets the `run_state` after every
+    generation (after `on_generation`, which records it), and `resume`, such a state, continues
+    that run with the next generation."""
     spec = config.algorithm
     low, high = spec.weight_bounds
     nsga = NSGA2(np.full(2, low), np.full(2, high), spec.population_size, np.random.default_rng(config.seed),
                  spec.crossover_eta, spec.crossover_probability, spec.mutation_eta)
+    result, first = EMOGIResult(), 0
+    if resume is not None:
+        nsga.load_state_dict(resume["nsga"])
+        result, first = result_of(resume), int(resume["generations"])
     owns_backend = backend is None
     backend = make_backend(config) if backend is None else backend
-    result = EMOGIResult()
-    start = time.monotonic()
+    start = time.monotonic() - result.wall_time
     try:
-        for generation in range(spec.generations):
+        for generation in range(first, spec.generations):
             genomes = nsga.ask()
             # NSGA-II names each offspring's parents at ask time; the first parent's policy is inherited.
             parents = np.asarray(nsga._pending_parents)
@@ -311,6 +348,8 @@ def run_emogi(config: EMOGIConfig, on_generation: Callable[[GenerationReport], N
             if on_generation is not None:
                 on_generation(GenerationReport(generation, individuals, result.front_ids,
                                                sum(o is None for o in outcomes), result.wall_time))
+            if on_state is not None:
+                on_state(run_state(generation + 1, nsga, result))
     finally:
         if owns_backend:
             backend.close()

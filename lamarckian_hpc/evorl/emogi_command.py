@@ -1,5 +1,6 @@
 """`lamarckian-hpc evolve` for an EMOGI config: the run file, a line per generation, and a table of
-the non-dominated policies' behaviour."""
+the non-dominated policies' behaviour. Every generation's state (NSGA-II, the policies' weights, the
+history) is saved beside the run file, so that `evolve --resume` continues after the last one."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.emogi import EMOGIConfig
-from ..storage import RunWriter
-from .emogi import EMOGIResult, IndividualResult, run_emogi
+from ..runtime.checkpoint import checkpoint_path, load_run_state, save_run_state
+from ..storage import MEGABYTE, RunWriter, continue_run_file
+from .emogi import EMOGIResult, IndividualResult, result_of, run_emogi
 from .emogi_store import METRIC_NAMES, EMOGIRecorder, population_shape, write_results
+
+#: The `kind` of an EMOGI run's checkpoint (`runtime.checkpoint.save_run_state`).
+CHECKPOINT_KIND = "emogi"
 
 
 def front_table(result: EMOGIResult) -> Table:
@@ -50,19 +55,42 @@ def _individual_line(config: EMOGIConfig, console: Console) -> Callable[[int, in
 
 
 def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
-    if resume:
-        print("error: --resume of this algorithm is not supported yet", file=sys.stderr)
-        return 2
+    """Run EMOGI into `path`; with `resume`, continue that run after its last saved generation."""
     console = Console(stderr=True)
-    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
-                       population_shape=population_shape())  # type: ignore[arg-type]
-    console.print(f"run file: {path}", highlight=False)
+    state = None
+    if resume:
+        try:
+            state = load_run_state(checkpoint_path(path), CHECKPOINT_KIND)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        done = int(state["generations"])
+        if done >= config.algorithm.generations:
+            print(f"error: {path} has nothing left to do (all algorithm.generations={config.algorithm.generations} "
+                  "are done); resume it with a larger budget", file=sys.stderr)
+            return 2
+        # Rows of a generation after the checkpoint are dropped: the resumed run evaluates it again.
+        writer = continue_run_file(path, METRIC_NAMES, done - 1)
+        console.print(f"resuming {path} after generation {done}", highlight=False)
+    else:
+        writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
+                           population_shape=population_shape())  # type: ignore[arg-type]
+        console.print(f"run file: {path}", highlight=False)
     recorder = EMOGIRecorder(writer, config, lambda line: console.print(line, highlight=False))
+    if state is not None:
+        recorder.continue_from(result_of(state))
+    reserve = int(config.storage.min_free_megabytes * MEGABYTE)
+
+    def save(run_state: dict) -> None:  # after the recorder flushed the generation's rows
+        save_run_state(checkpoint_path(path), CHECKPOINT_KIND, run_state, reserve)
+
     try:
-        result = run_emogi(config, recorder, on_individual=_individual_line(config, console))
+        result = run_emogi(config, recorder, on_individual=_individual_line(config, console), on_state=save,
+                           resume=state)
     except KeyboardInterrupt:
         writer.close(completed=False)
-        console.print(f"interrupted; the population history up to now is in {path}")
+        console.print(f"interrupted; the run up to its last generation is in {path}; continue with: "
+                      f"lamarckian-hpc evolve --resume {path}")
         return 130
     except BaseException:
         writer.close(completed=False)

@@ -43,6 +43,11 @@ class EMOGIRecorder:
         self.behaviours: dict[int, np.ndarray] = {}
         self._last = 0.0
 
+    def continue_from(self, result: EMOGIResult) -> None:
+        """Go on after the generations of `result` (a resumed run's): its behaviours and clock."""
+        self.behaviours = {m.id: m.behaviour.as_row() for m in result.history if m.behaviour is not None}
+        self._last = result.wall_time
+
     def __call__(self, report: GenerationReport) -> None:
         members = report.individuals
         self.writer.append_population({

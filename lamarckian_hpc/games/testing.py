@@ -12,7 +12,8 @@ visited, recomputed for parents and offspring every generation as the counts gro
 Every bug symptom a battle reports (crash, negative damage, health above maximum, stuck battle) is
 recorded the first time it appears, with the seed and the actions that led to it; `replay` plays
 them again. `random_play` spends the same episode budget on uniformly random actions, the
-baseline the search is compared with."""
+baseline the search is compared with. The search's whole state can be saved after any generation and
+the search resumed from it (`on_state`, `resume`), for `evolve --resume`."""
 
 from __future__ import annotations
 
@@ -135,32 +136,74 @@ def _mutate(genomes: np.ndarray, rng: np.random.Generator, rate: float) -> np.nd
     return mutated
 
 
+def _search_state(generation: int, rng: np.random.Generator, population: dict[str, np.ndarray], next_id: int,
+                  result: SearchResult, archive: StateArchive) -> dict:
+    """What a resumed search needs after `generation` was selected, as arrays, lists and numbers."""
+    return {"generation": generation, "rng": rng.bit_generator.state, "population": dict(population),
+            "next_id": next_id, "episodes": result.episodes, "distinct_states": result.distinct_states,
+            "best_win": result.best_win, "bugs": [report.to_json_dict() for report in result.bugs.values()],
+            "history": [dict(entry) for entry in result.history], "archive_keys": list(archive.counts),
+            "archive_counts": list(archive.counts.values()), "archive_states": archive.states}
+
+
+def _restore(state: dict, rng: np.random.Generator, result: SearchResult, archive: StateArchive) -> None:
+    rng.bit_generator.state = state["rng"]
+    result.episodes, result.distinct_states = int(state["episodes"]), int(state["distinct_states"])
+    result.best_win = float(state["best_win"])
+    result.bugs = {report["symptom"]: BugReport(**{**report, "actions": tuple(report["actions"])})
+                   for report in state["bugs"]}
+    result.history = [dict(entry) for entry in state["history"]]
+    archive.counts = Counter(dict(zip((tuple(key) for key in state["archive_keys"]), state["archive_counts"])))
+    archive.states = int(state["archive_states"])
+
+
 def search(data: GameData, episodes: int, population_size: int = 20, seed: int = 0,
            crossover_probability: float = 0.9, mutation_rate: float | None = None,
-           on_generation: Callable[[int, SearchResult], None] | None = None) -> SearchResult:
-    """NSGA-II over (win score, novelty), both maximised, until `episodes` episodes were played."""
+           on_generation: Callable[[int, SearchResult], None] | None = None,
+           on_state: Callable[[dict], None] | None = None, resume: dict | None = None) -> SearchResult:
+    """NSGA-II over (win score, novelty), both maximised, until `episodes` episodes were played.
+
+    `on_state` gets the search's state after every generation's selection (after `on_generation`);
+    `resume`, such a state, continues that search with the next generation's offspring. The
+    survivors' episodes are played again rather than saved: an episode is a pure function of its
+    genome, and replaying does not count towards the budget or the state archive."""
     rng = np.random.default_rng(seed)
     length = data.testing.max_decisions
     rate = 2.0 / length if mutation_rate is None else mutation_rate
     result = SearchResult()
     recorder = _Recorder(data, seed, result)
-    genomes = rng.integers(0, NUM_ACTIONS, size=(min(population_size, episodes), length))
-    ids = np.arange(len(genomes))
-    parents = np.full((len(genomes), 2), -1)
-    played = [recorder.play(genome) for genome in genomes]
-    next_id, generation = len(genomes), 0
+    if resume is None:
+        genomes = rng.integers(0, NUM_ACTIONS, size=(min(population_size, episodes), length))
+        ids = np.arange(len(genomes))
+        parents = np.full((len(genomes), 2), -1)
+        played = [recorder.play(genome) for genome in genomes]
+        next_id, generation = len(genomes), 0
+    else:
+        _restore(resume, rng, result, recorder.archive)
+        saved = resume["population"]
+        genomes, ids, parents = saved["genomes"], saved["ids"], saved["parent_ids"]
+        rank, crowding = saved["rank"], saved["crowding"]
+        played = [play(data, seed, genome) for genome in genomes]
+        next_id, generation = int(resume["next_id"]), int(resume["generation"])
+    selected = resume is not None  # a resumed population was selected before it was saved
     while True:
-        wins = np.array([win_score(episode) for episode in played])
-        novelty = np.array([recorder.archive.novelty(episode.signatures) for episode in played])
-        objectives = -np.column_stack([wins, novelty])
-        rank, crowding = rank_and_crowding(objectives)
-        keep = np.lexsort((-crowding, rank))[:population_size]
-        genomes, objectives, ids, parents = genomes[keep], objectives[keep], ids[keep], parents[keep]
-        played, rank, crowding = [played[i] for i in keep], rank[keep], crowding[keep]
-        result.history.append({"generation": generation, "genomes": genomes, "objectives": objectives, "ids": ids,
-                               "parent_ids": parents})
-        if on_generation is not None:
-            on_generation(generation, result)
+        if not selected:
+            wins = np.array([win_score(episode) for episode in played])
+            novelty = np.array([recorder.archive.novelty(episode.signatures) for episode in played])
+            objectives = -np.column_stack([wins, novelty])
+            rank, crowding = rank_and_crowding(objectives)
+            keep = np.lexsort((-crowding, rank))[:population_size]
+            genomes, objectives, ids, parents = genomes[keep], objectives[keep], ids[keep], parents[keep]
+            played, rank, crowding = [played[i] for i in keep], rank[keep], crowding[keep]
+            result.history.append({"generation": generation, "genomes": genomes, "objectives": objectives,
+                                   "ids": ids, "parent_ids": parents})
+            if on_generation is not None:
+                on_generation(generation, result)
+            if on_state is not None:
+                on_state(_search_state(generation, rng, {"genomes": genomes, "ids": ids, "parent_ids": parents,
+                                                         "rank": rank, "crowding": crowding},
+                                       next_id, result, recorder.archive))
+        selected = False
         budget = episodes - result.episodes
         if budget <= 0:
             return result

@@ -2,7 +2,10 @@
 writes every generation of policies to the run file (genome = the action sequence, objectives =
 negated win score and novelty), writes the bug reports beside it as `<run>.bugs.json` (seed and
 actions of each, and whether it replayed), and prints them beside what random play found with the
-same budget. Kept apart from `games.testing` so that the search itself needs neither h5py nor rich."""
+same budget. The search's state is saved beside the run file every
+storage.checkpoint_interval_seconds and at the end, so that `evolve --resume` continues after the
+last saved generation. Kept apart from `games.testing` so that the search itself needs neither
+h5py nor rich."""
 
 from __future__ import annotations
 
@@ -16,11 +19,14 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.game_testing import GameTestingConfig
-from ..storage import RunWriter
+from ..runtime.checkpoint import checkpoint_path, load_run_state, save_run_state
+from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .data import GameDataError, load_game_data
 from .testing import SearchResult, random_play, replay, search
 
 METRIC_NAMES = ("bugs_found", "distinct_states", "best_win", "generation_seconds")
+#: The `kind` of a game testing run's checkpoint (`runtime.checkpoint.save_run_state`).
+CHECKPOINT_KIND = "wuji"
 
 
 def bugs_path(run_path: Path) -> Path:
@@ -28,9 +34,7 @@ def bugs_path(run_path: Path) -> Path:
 
 
 def game_testing_command(config: GameTestingConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
-    if resume:
-        print("error: --resume of this algorithm is not supported yet", file=sys.stderr)
-        return 2
+    """Run the search into `path`; with `resume`, continue that run after its last saved generation."""
     try:
         data = load_game_data(config.game.data)
         if config.game.planted_bugs:
@@ -40,10 +44,26 @@ def game_testing_command(config: GameTestingConfig, path: Path, config_file: str
         return 2
     console = Console(stderr=True)
     spec = config.algorithm
-    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
-                       population_shape=(data.testing.max_decisions, 2))
-    console.print(f"run file: {path}", highlight=False)
-    start = last = time.monotonic()
+    state = None
+    if resume:
+        try:
+            state = load_run_state(checkpoint_path(path), CHECKPOINT_KIND)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        if int(state["episodes"]) >= spec.episodes:
+            print(f"error: {path} has nothing left to do (algorithm.episodes={spec.episodes} are played); resume it "
+                  "with a larger budget", file=sys.stderr)
+            return 2
+        # Rows of a generation after the checkpoint are dropped: the resumed search plays it again.
+        writer = continue_run_file(path, METRIC_NAMES, int(state["generation"]))
+        console.print(f"resuming {path} after generation {int(state['generation'])}", highlight=False)
+    else:
+        writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
+                           population_shape=(data.testing.max_decisions, 2))
+        console.print(f"run file: {path}", highlight=False)
+    start = last = time.monotonic() - (0.0 if state is None else float(state["wall_time"]))
+    saved = time.monotonic()
 
     def record(generation: int, result: SearchResult) -> None:
         nonlocal last
@@ -60,9 +80,20 @@ def game_testing_command(config: GameTestingConfig, path: Path, config_file: str
         writer.flush_if_due(config.storage.metrics_interval_seconds)
         last = now
 
+    def save(search_state: dict) -> None:
+        """Every storage.checkpoint_interval_seconds and after the last generation, once its rows are on disk."""
+        nonlocal saved
+        interval = config.storage.checkpoint_interval_seconds
+        due = interval is not None and time.monotonic() - saved >= interval
+        if due or int(search_state["episodes"]) >= spec.episodes:
+            writer.flush()
+            save_run_state(checkpoint_path(path), CHECKPOINT_KIND, {**search_state, "wall_time": last - start},
+                           int(config.storage.min_free_megabytes * MEGABYTE))
+            saved = time.monotonic()
+
     try:
         found = search(data, spec.episodes, spec.population_size, config.seed, spec.crossover_probability,
-                       spec.mutation_rate, on_generation=record)
+                       spec.mutation_rate, on_generation=record, on_state=save, resume=state)
     except BaseException:
         writer.close(completed=False)
         raise
