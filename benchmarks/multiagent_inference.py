@@ -80,7 +80,8 @@ class CrowdMDP(MDP):
         return len(self.pending_actions) == self.num_agents
 
     def tick(self) -> dict[int, StepOutcome]:
-        actions = np.fromiter(self.pending_actions.values(), np.int64, self.num_agents)
+        # In agent order: the sampler fills pending_actions policy by policy, not agent by agent.
+        actions = np.fromiter(map(self.pending_actions.__getitem__, self.ids), np.int64, self.num_agents)
         # A new array each tick, not an in-place update: recorded observations must not change later.
         self.positions = self.positions * np.float32(0.9) + (actions[:, None] - 0.5).astype(np.float32) * 0.1
         self.rows = rows = list(self.positions)
