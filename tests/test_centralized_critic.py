@@ -110,8 +110,13 @@ def test_critic_reads_the_global_state_and_the_policy_only_its_own_observation()
     wide_actions, wide_log_probs = model.act(wide)
     assert torch.equal(local_actions, wide_actions) and torch.equal(local_log_probs, wide_log_probs)
     # What PPO records (steps and bootstraps) carries the global state, so GAE uses centralised values.
-    trainer.step()
-    assert trainer.learner.versions["a"] == 1
+    for _ in range(12):
+        trainer.sampler.tick()
+    batch = trainer.experiences["a"].take()
+    assert batch.observations.shape[1] == batch.bootstrap_observations.shape[1] == 3 * TARGETS
+    np.testing.assert_array_equal(batch.observations[:, :TARGETS], batch.observations[:, TARGETS:2 * TARGETS])
+    assert not np.array_equal(batch.observations[:, :TARGETS], batch.observations[:, 2 * TARGETS:])  # b's targets
+    assert np.isfinite(list(trainer.learner.update("a", batch).values())).all()
     trainer.close()
 
 
