@@ -149,3 +149,55 @@ def test_every_pbt_config_field_is_in_the_readme():
     assert set(PBTConfig.model_fields) == {"seed", "env", "model", "ppo", "algorithm", "runtime", "stop", "storage"}
     missing = [path for path in paths + ["ppo.batch_size"] if f"`{path}`" not in readme]
     assert not missing, f"README's PBT reference lacks {missing}"
+
+
+TINY = ["env.num_envs=4", "ppo.num_epochs=2", "model.policy_hidden_sizes=[16]", "algorithm.interval_env_frames=512",
+        "algorithm.truncation_fraction=0.5", "stop.target_return=null", "stop.total_env_frames=1536"]
+
+
+def _history(overrides: list[str]) -> list:
+    """Per interval: every member's score, id and hyperparameters."""
+    from lamarckian_hpc.evorl import run_pbt
+
+    config = load_config("configs/pbt_ppo_cartpole.yaml", TINY + overrides, PBTConfig)
+    history: list = []
+    run_pbt(config, on_interval=lambda report: history.append((report.scores.tolist(), report.ids.tolist(),
+                                                                report.hyperparameters)))
+    return history
+
+
+def test_forked_workers_train_as_this_process_does_and_end_with_the_run():
+    """One forked worker holding the whole population trains it bitwise as the serial layout does
+    (same members, same order, so the same random streams), with copies and explores going over the
+    pipes; two workers train two slots each in their own processes, move checkpoints (128-bit
+    generator states included) both ways, and are gone after close."""
+    import os
+
+    from lamarckian_hpc.evorl.pbt_ppo import make_hosts
+
+    serial = _history(["runtime.mode=serial"])
+    forked = _history(["runtime.mode=fork", "runtime.num_workers=1"])
+    assert forked == serial and len(serial) == 3
+
+    config = load_config("configs/pbt_ppo_cartpole.yaml", TINY + ["runtime.mode=fork", "runtime.num_workers=2"],
+                         PBTConfig)
+    hosts = make_hosts(config)
+    try:
+        assert len(set(hosts.workers.values())) == 2 and os.getpid() not in hosts.workers.values()
+        results = hosts.train_interval(512, False, None)
+        assert [r.slot for r in results] == [0, 1, 2, 3] and all(r.env_frames == 512 for r in results)
+        saved = hosts.checkpoints()
+        hosts.copy(np.array([-1, 0, -1, 2]))  # slot 1 becomes slot 0, slot 3 becomes slot 2
+        copied = hosts.checkpoints()
+        for name, array in saved[0]["arrays"].items():
+            if name.startswith("model/"):
+                np.testing.assert_array_equal(copied[1]["arrays"][name], array)
+        hosts.restore(saved)
+        restored = hosts.checkpoints()
+        assert [s["rng"] for s in restored] == [s["rng"] for s in saved] and saved[0]["rng"]["state"]["state"] > 2**64
+        for before, after in zip(saved, restored):
+            for name, array in before["arrays"].items():
+                np.testing.assert_array_equal(after["arrays"][name], array, err_msg=name)
+    finally:
+        hosts.close()
+    assert all(not process.is_alive() for process in hosts.processes)

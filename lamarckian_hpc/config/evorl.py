@@ -77,7 +77,9 @@ class PBTAlgorithmConfig(Section):
 
 
 class PBTRuntimeConfig(Section):
-    mode: Literal["ray", "serial"] = Field("ray", description="ray: members on Ray worker processes; serial: here.")
+    mode: Literal["ray", "fork", "serial"] = Field(
+        "ray", description="ray: members on Ray worker processes; fork: on processes forked from this one (one "
+                           "machine, no Ray start-up); serial: all in this process.")
     num_workers: int | None = Field(None, ge=1, description="Worker processes sharing the members; default one per core.")
     ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
     torch_threads: int = Field(1, ge=1, le=256, description="Torch threads of every process that trains members.")

@@ -112,7 +112,13 @@ def _rows(report: IntervalReport, names: tuple[str, ...], workers: dict[int, int
 
 
 def make_hosts(config: PBTConfig) -> HostPool:
-    return SerialHosts(config) if config.runtime.mode == "serial" else RayHosts(config)
+    if config.runtime.mode == "serial":
+        return SerialHosts(config)
+    if config.runtime.mode == "fork":
+        from .fork_hosts import ForkHosts
+
+        return ForkHosts(config)
+    return RayHosts(config)
 
 
 def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
