@@ -16,7 +16,9 @@ from types import TracebackType
 
 class collector_paused:  # noqa: N801 (used like a function: `with collector_paused():`)
     """Context manager: the collector is off inside and back on after, errors included. Nested or
-    under a caller that turned the collector off itself, it changes nothing."""
+    under a caller that turned the collector off itself, it changes nothing. The switch is global
+    and not coordinated between threads: a pause in one thread may end while another's goes on,
+    which only lets the collector run earlier."""
 
     __slots__ = ("_resume",)
 
