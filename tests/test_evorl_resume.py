@@ -114,10 +114,13 @@ def test_killed_pbt_run_resumes_on_ray_after_its_last_interval(tmp_path, capsys)
     assert ids.max() >= saved["pbt"]["next_id"] - 1
     assert len(set(rows["worker"][4 * done:].tolist())) == 2  # the resumed intervals ran on two Ray workers
 
-    # Nothing left to do under the same budget: one clear line.
-    assert main(["evolve", "--resume", str(run), f"stop.total_env_frames={512 * total}"]) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "larger budget" in lines[0], lines
+    # Nothing left to do under the same budget, or another population: one clear line each.
+    capsys.readouterr()
+    for override, words in ((f"stop.total_env_frames={512 * total}", "larger budget"),
+                            ("algorithm.population_size=6", "algorithm.population_size")):
+        assert main(["evolve", "--resume", str(run), f"stop.total_env_frames={512 * (total + 1)}", override]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and words in lines[0], lines
 
 
 def _history(path: Path) -> tuple[dict[str, np.ndarray], dict, np.ndarray]:

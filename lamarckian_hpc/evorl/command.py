@@ -12,7 +12,8 @@ from rich.table import Table
 from ..config import PBTConfig
 from ..runtime.checkpoint import checkpoint_path, load_run_state
 from ..storage import RunWriter, continue_run_file
-from .pbt_ppo import CHECKPOINT_KIND, METRIC_NAMES, finished_reason, population_shape, progress_line, run_pbt
+from .pbt_ppo import (CHECKPOINT_KIND, METRIC_NAMES, finished_reason, mismatch, population_shape, progress_line,
+                      run_pbt)
 
 
 def pbt_command(config: PBTConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
@@ -24,6 +25,10 @@ def pbt_command(config: PBTConfig, path: Path, config_file: str | None, resume: 
             state = load_run_state(checkpoint_path(path), CHECKPOINT_KIND)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
+            return 2
+        problem = mismatch(config, state)
+        if problem is not None:
+            print(f"error: {path} cannot be resumed: {problem}", file=sys.stderr)
             return 2
         reason = finished_reason(config, state)
         if reason is not None:

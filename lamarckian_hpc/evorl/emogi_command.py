@@ -65,6 +65,11 @@ def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resu
             print(f"error: {error}", file=sys.stderr)
             return 2
         done = int(state["generations"])
+        saved_size = len(state["population_ids"])
+        if saved_size != config.algorithm.population_size:
+            print(f"error: {path} cannot be resumed: algorithm.population_size is {config.algorithm.population_size}, "
+                  f"the saved run's population has {saved_size}", file=sys.stderr)
+            return 2
         if done >= config.algorithm.generations:
             print(f"error: {path} has nothing left to do (all algorithm.generations={config.algorithm.generations} "
                   "are done); resume it with a larger budget", file=sys.stderr)

@@ -205,6 +205,16 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
                      float(report.scores[best]), int(report.ids[best]), reached_seconds, reached_frames, started_at)
 
 
+def mismatch(config: PBTConfig, state: dict[str, Any]) -> str | None:
+    """Why a saved run cannot continue under `config` (a changed population or search space), or None."""
+    size, names = config.algorithm.population_size, list(config.algorithm.hyperparameters)
+    if len(state["members"]) != size:
+        return f"algorithm.population_size is {size}, the saved run has {len(state['members'])} members"
+    if np.shape(state["pbt"]["hyperparameters"])[1] != len(names):
+        return f"algorithm.hyperparameters {names} are not the saved run's searched hyperparameters"
+    return None
+
+
 def finished_reason(config: PBTConfig, state: dict[str, Any]) -> str | None:
     """Why a saved run has nothing left to do under `config` (its stop rule already holds), or None."""
     stop = config.stop

@@ -52,8 +52,8 @@ def game_testing_command(config: GameTestingConfig, path: Path, config_file: str
             print(f"error: {error}", file=sys.stderr)
             return 2
         if int(state["episodes"]) >= spec.episodes:
-            print(f"error: {path} has nothing left to do (algorithm.episodes={spec.episodes} are played); resume it "
-                  "with a larger budget", file=sys.stderr)
+            print(f"error: {path} has nothing left to do (it played {int(state['episodes'])} episodes, "
+                  f"algorithm.episodes={spec.episodes}); resume it with a larger budget", file=sys.stderr)
             return 2
         # Rows of a generation after the checkpoint are dropped: the resumed search plays it again.
         writer = continue_run_file(path, METRIC_NAMES, int(state["generation"]))
