@@ -61,16 +61,30 @@ def _assert_lineage(ids: np.ndarray, parents: np.ndarray) -> None:
 
 
 def test_killed_pbt_run_resumes_on_ray_after_its_last_interval(tmp_path, capsys):
-    """A serial PBT run is SIGKILLed after its second interval's checkpoint; the restored members and
-    PBT state equal the saved ones, and `evolve --resume` (on two Ray workers) trains two intervals
-    more, with every interval in the run file once."""
+    """A serial PBT run is SIGKILLed one interval after a checkpoint that is then put back (as after
+    a kill between an interval's rows and its checkpoint); the restored members and PBT state equal
+    the saved ones, and `evolve --resume` (on two Ray workers) drops the rows past the checkpoint and
+    trains two intervals more, with every interval in the run file once."""
     run = tmp_path / "runs" / "pbt.h5"
     checkpoint = checkpoint_path(run)
+    snapshot = tmp_path / "snapshot.ckpt"
+
+    def one_interval_past_a_snapshot() -> bool:
+        if not snapshot.exists():
+            data = checkpoint.read_bytes()
+            if load_run_state(checkpoint, PBT_KIND)["interval"] >= 2:
+                snapshot.write_bytes(data)
+            return False
+        return load_run_state(checkpoint, PBT_KIND)["interval"] > load_run_state(snapshot, PBT_KIND)["interval"]
+
     _kill_after([sys.executable, "-m", "lamarckian_hpc", "evolve", str(ROOT / "configs" / "pbt_ppo_cartpole.yaml"),
                  *PBT_TINY, "runtime.mode=serial", "stop.total_env_frames=100000", "storage.run_name=pbt"],
-                tmp_path, lambda: load_run_state(checkpoint, PBT_KIND)["interval"] >= 2)
+                tmp_path, one_interval_past_a_snapshot)
+    checkpoint.write_bytes(snapshot.read_bytes())
     saved = load_run_state(checkpoint, PBT_KIND)
-    done = int(saved["interval"])  # intervals finished before the kill
+    done = int(saved["interval"])  # intervals the checkpoint covers
+    with open_run(run) as reader:
+        assert reader.population()["generation"].max() >= done, "rows past the checkpoint to drop"
 
     # The restored state is the saved one: members (weights, Adam moments, counters, hyperparameters) and PBT.
     config = load_config(ROOT / "configs" / "pbt_ppo_cartpole.yaml", [*PBT_TINY, "runtime.mode=serial"],
