@@ -1,5 +1,5 @@
-"""Adam, step for step what `torch.optim.Adam` does with its defaults (no weight decay, no AMSGrad,
-single-tensor path), written out so that building a learner does not import `torch._dynamo`.
+"""Adam, step for step what `torch.optim.Adam(foreach=True)` does with its defaults (no weight
+decay, no AMSGrad), written out so that building a learner does not import `torch._dynamo`.
 
 Every `torch.optim.Optimizer` imports `torch._dynamo` when it is built and when it first steps;
 that import takes about as long as importing torch itself (2 to 7 s here), and a process that
@@ -50,26 +50,33 @@ class Adam:
 
     @torch.no_grad()
     def step(self) -> None:
-        """One Adam step for every parameter that has a gradient (the others keep their moments)."""
+        """One Adam step for every parameter that has a gradient (the others keep their moments):
+        torch's multi-tensor ("foreach") update, a handful of calls for all parameters at once."""
         group = self.param_groups[0]
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        for param in self._params:
-            grad = param.grad
-            if grad is None:
-                continue
-            state = self.state.get(param)
-            if state is None:
-                state = self.state[param] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param),
-                                             "exp_avg_sq": torch.zeros_like(param)}
-            step_t, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
-            step_t += 1
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            step = step_t.item()
-            bias_correction1 = 1 - beta1**step
-            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-            param.addcdiv_(exp_avg, denom, value=-(lr / bias_correction1))
+        params = [param for param in self._params if param.grad is not None]
+        if not params:
+            return
+        for param in params:
+            if param not in self.state:
+                self.state[param] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param),
+                                     "exp_avg_sq": torch.zeros_like(param)}
+        states = [self.state[param] for param in params]
+        grads = [param.grad for param in params]
+        steps = [state["step"] for state in states]
+        exp_avgs = [state["exp_avg"] for state in states]
+        exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+        torch._foreach_add_(steps, 1.0)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        counts = [step.item() for step in steps]
+        step_sizes = [(lr / (1 - beta1**count)) * -1 for count in counts]
+        bias_correction2_sqrt = [(1 - beta2**count) ** 0.5 for count in counts]
+        denominators = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denominators, bias_correction2_sqrt)
+        torch._foreach_add_(denominators, eps)
+        torch._foreach_addcdiv_(params, exp_avgs, denominators, step_sizes)
 
     def state_dict(self) -> dict[str, Any]:
         """torch's layout: per-parameter state keyed by the parameter's index, groups without tensors."""
