@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..config import PBTConfig
 from ..runtime.checkpoint import checkpoint_path, load_run_state
-from ..storage import RunWriter, continue_run_file
+from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
 from .pbt_ppo import (CHECKPOINT_KIND, METRIC_NAMES, finished_reason, mismatch, population_shape, progress_line,
                       run_pbt)
 
@@ -46,12 +46,17 @@ def pbt_command(config: PBTConfig, path: Path, config_file: str | None, resume: 
     try:
         result = run_pbt(config, writer, lambda report: console.print(progress_line(report, names), highlight=False,
                                                                       soft_wrap=True),
-                         checkpoint=checkpoint_path(path), resume=state)
+                         checkpoint=checkpoint_path(path), resume=state,
+                         reserve_bytes=int(config.storage.min_free_megabytes * MEGABYTE))
     except KeyboardInterrupt:
         writer.close(completed=False)
         console.print(f"interrupted; the run up to its last interval is in {path}; continue with: "
                       f"lamarckian-hpc evolve --resume {path}")
         return 130
+    except StorageFullError as error:
+        writer.close(completed=False)
+        print(f"error: {error}; continue later with: lamarckian-hpc evolve --resume {path}", file=sys.stderr)
+        return 1
     except BaseException:
         writer.close(completed=False)
         raise

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..config.emogi import EMOGIConfig
 from ..runtime.checkpoint import checkpoint_path, load_run_state, save_run_state
-from ..storage import MEGABYTE, RunWriter, continue_run_file
+from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
 from .emogi import EMOGIResult, IndividualResult, result_of, run_emogi
 from .emogi_store import METRIC_NAMES, EMOGIRecorder, population_shape, write_results
 
@@ -97,6 +97,10 @@ def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resu
         console.print(f"interrupted; the run up to its last generation is in {path}; continue with: "
                       f"lamarckian-hpc evolve --resume {path}")
         return 130
+    except StorageFullError as error:
+        writer.close(completed=False)
+        print(f"error: {error}; continue later with: lamarckian-hpc evolve --resume {path}", file=sys.stderr)
+        return 1
     except BaseException:
         writer.close(completed=False)
         raise

@@ -124,12 +124,13 @@ def make_hosts(config: PBTConfig) -> HostPool:
 def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
             on_interval: Callable[[IntervalReport], None] | None = None,
             hosts: HostPool | None = None, checkpoint: Path | None = None,
-            resume: dict[str, Any] | None = None) -> PBTResult:
+            resume: dict[str, Any] | None = None, reserve_bytes: int = 0) -> PBTResult:
     """Train the population until the stop rule holds; record every interval in `writer`.
 
     With `checkpoint`, the state of the run is saved there at the end of every interval (after
     the run file was flushed); with `resume` (such a saved state), the run continues after the
-    interval it was saved at, with the members, the PBT state and the clock as they were then."""
+    interval it was saved at, with the members, the PBT state and the clock as they were then.
+    A checkpoint that would leave less than `reserve_bytes` free raises StorageFullError."""
     stop, algorithm = config.stop, config.algorithm
     pbt = make_pbt(config)
     owns_hosts = hosts is None
@@ -190,7 +191,7 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
                     "interval": interval + 1, "wall_time": report.wall_time, "pbt": pbt.state_dict(),
                     "members": hosts.checkpoints(), "reached_seconds": reached_seconds,
                     "reached_frames": reached_frames, "told": not done, "scores": report.scores,
-                    "samples": samples})
+                    "samples": samples}, reserve_bytes)
             if on_interval is not None:
                 on_interval(report)
             interval += 1

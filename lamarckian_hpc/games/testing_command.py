@@ -20,7 +20,7 @@ from rich.table import Table
 
 from ..config.game_testing import GameTestingConfig
 from ..runtime.checkpoint import checkpoint_path, load_run_state, save_run_state
-from ..storage import MEGABYTE, RunWriter, continue_run_file
+from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
 from .data import GameDataError, load_game_data
 from .testing import SearchResult, random_play, replay, search
 
@@ -94,6 +94,10 @@ def game_testing_command(config: GameTestingConfig, path: Path, config_file: str
     try:
         found = search(data, spec.episodes, spec.population_size, config.seed, spec.crossover_probability,
                        spec.mutation_rate, on_generation=record, on_state=save, resume=state)
+    except StorageFullError as error:
+        writer.close(completed=False)
+        print(f"error: {error}; continue later with: lamarckian-hpc evolve --resume {path}", file=sys.stderr)
+        return 1
     except BaseException:
         writer.close(completed=False)
         raise
