@@ -93,7 +93,8 @@ def test_killed_pbt_run_resumes_on_ray_after_its_last_interval(tmp_path, capsys)
     try:
         hosts.restore(saved["members"])
         for restored, member in zip(hosts.checkpoints(), saved["members"]):
-            assert restored["version"] == member["version"] and restored["env_frames"] == member["env_frames"] == 512 * done
+            assert restored["version"] == member["version"]
+            assert restored["env_frames"] == member["env_frames"] == 512 * done
             assert restored["hyperparameters"] == member["hyperparameters"]
             assert restored["rng"] == member["rng"] and restored["episodes_count"] == member["episodes_count"]
             assert restored["arrays"].keys() == member["arrays"].keys()

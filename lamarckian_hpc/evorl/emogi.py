@@ -270,10 +270,11 @@ def _individual_state(member: Individual) -> dict:
 
 
 def _individual(state: dict) -> Individual:
-    behaviour = state["behaviour"]
-    return Individual(int(state["generation"]), int(state["id"]), tuple(int(p) for p in state["parent_ids"]),
-                      np.asarray(state["genome"], float), np.asarray(state["objectives"], float),
-                      None if behaviour is None else Behaviour(**dict(zip(BEHAVIOUR_NAMES, map(float, behaviour)))), int(state["env_frames"]),
+    row = state["behaviour"]
+    behaviour = None if row is None else Behaviour(**dict(zip(BEHAVIOUR_NAMES, map(float, row))))
+    first, second = (int(parent) for parent in state["parent_ids"])
+    return Individual(int(state["generation"]), int(state["id"]), (first, second), np.asarray(state["genome"], float),
+                      np.asarray(state["objectives"], float), behaviour, int(state["env_frames"]),
                       float(state["wall_time"]), int(state["worker"]))
 
 
