@@ -2,6 +2,7 @@
 
     python benchmarks/faults.py                      # all faults, short runs (a few minutes here)
     python benchmarks/faults.py --actor-kill-seconds 180 --only actor_kill
+    python benchmarks/faults.py --only node_loss node_loss_continue   # on the Slurm test cluster
 
 Each fault is injected for real: SIGKILL of processes (actors, a relay, the learner, a writer in
 the middle of flushing), an environment that raises, and, when a Slurm test cluster is running, a
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.storage import open_run  # noqa: E402
+from node_loss import node_loss_continue, node_loss_fail  # noqa: E402  (benchmarks/node_loss.py)
 
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "faults.json"
@@ -241,25 +243,35 @@ def raising_env(steps: int) -> dict:
             "detail": {"env_frames": result.env_frames, "recent_return_mean": result.recent_return_mean}}
 
 
-FAULTS = {"actor_kill", "relay_kill", "learner_kill", "writer_kill", "raising_env"}
+FAULTS = {"actor_kill", "relay_kill", "learner_kill", "writer_kill", "raising_env", "node_loss",
+          "node_loss_continue"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", choices=sorted(FAULTS), default=sorted(FAULTS))
+    parser.add_argument("--only", nargs="*", choices=sorted(FAULTS), default=None,
+                        help="faults to inject (default all; node_loss only where the Slurm test cluster answers)")
     parser.add_argument("--actor-kill-seconds", type=float, default=60.0)
     parser.add_argument("--actor-kill-interval", type=float, default=10.0)
     parser.add_argument("--num-actors", type=int, default=4)
     parser.add_argument("--writer-kills", type=int, default=20)
     parser.add_argument("--env-steps", type=int, default=60_000)
     args = parser.parse_args()
+    if args.only is None:
+        from lamarckian_hpc.cluster.scheduler import cluster_problem
+
+        args.only = sorted(FAULTS)
+        if (problem := cluster_problem(4)) is not None:
+            print(f"not injecting node_loss, node_loss_continue: {problem}", flush=True)
+            args.only = [name for name in args.only if not name.startswith("node_loss")]
     rows = []
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
         runs = {"actor_kill": lambda: actor_kills(args.actor_kill_seconds, args.actor_kill_interval, args.num_actors),
                 "relay_kill": relay_kill, "learner_kill": lambda: learner_kill_and_resume(folder),
                 "writer_kill": lambda: writer_kills(folder, args.writer_kills),
-                "raising_env": lambda: raising_env(args.env_steps)}
+                "raising_env": lambda: raising_env(args.env_steps),
+                "node_loss": lambda: node_loss_fail(folder), "node_loss_continue": lambda: node_loss_continue(folder)}
         for name in sorted(args.only):
             print(f"injecting: {name} ...", flush=True)
             rows.append({"name": name, **runs[name]()})

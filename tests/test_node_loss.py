@@ -2,7 +2,9 @@
 slurmd, step daemon, bootstrap task, Ray node and actors are killed at once, as a crashed host
 loses them (`cluster.node_loss`). With `runtime.on_node_loss=fail` the launch ends with one line
 naming the node, the run file stays readable, and `train --resume` continues it with no policy
-version written twice or skipped. The node is returned to service afterwards, whatever happened.
+version written twice or skipped. With `continue` the job outlives Slurm marking the node DOWN and
+keeps updating with the other nodes' actors. The node is returned to service afterwards, whatever
+happened.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def _versions(run_path) -> np.ndarray:
 
 def test_lost_node_ends_the_job_with_its_name_and_the_run_resumes(tmp_path):
     require_slurm(4)
-    from lamarckian_hpc.cluster.node_loss import kill_node, restore_node
+    from lamarckian_hpc.cluster.node_loss import kill_node, remove_job_leftovers, restore_node
     from lamarckian_hpc.storage import open_run
 
     launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=300"], FOUR_NODES)
@@ -47,6 +49,7 @@ def test_lost_node_ends_the_job_with_its_name_and_the_run_resumes(tmp_path):
     finally:
         subprocess.run(["scancel", launch.job_id], timeout=30)
         restore_node(LOST)
+        remove_job_leftovers(launch.job_id)
     errors = [line for line in launch.output if line.startswith("error:")]
     assert len(errors) == 1, "".join(launch.output)
     assert f"node {LOST} was lost at policy version" in errors[0], errors[0]
@@ -72,6 +75,35 @@ def test_lost_node_ends_the_job_with_its_name_and_the_run_resumes(tmp_path):
     assert np.array_equal(after, np.arange(1, after.max() + 1)), "a policy version written twice or skipped"
     with open_run(launch.run_path) as run:
         assert run.summary().closed_cleanly and run.meta["resumes"] == 1
+
+
+def test_with_continue_training_goes_on_with_the_nodes_left(tmp_path):
+    """Slurm marks the node DOWN only after SlurmdTimeout (60 s here); the job, submitted with
+    --no-kill, outlives that, and the learner keeps updating with the other three nodes' actors."""
+    require_slurm(4)
+    from lamarckian_hpc.cluster.node_loss import kill_node, node_state, remove_job_leftovers, restore_node
+    from lamarckian_hpc.storage import open_run
+
+    launch = Launch(tmp_path, ["runtime.num_actors=4", "runtime.on_node_loss=continue", "stop.max_wall_seconds=150"],
+                    FOUR_NODES)
+    try:
+        _wait_until(launch.run_path.with_suffix(".ckpt").is_file, 180, "the first checkpoint")
+        launch.wait_for(rf"job {launch.job_id}: .*policy version", 60)
+        kill_node(LOST, launch.job_id)
+        _wait_until(lambda: "DOWN" in node_state(LOST), 120, f"Slurm to mark {LOST} DOWN")
+        at_down = _versions(launch.run_path).max()
+        assert launch.finish(240) == 0, "".join(launch.output)
+    finally:
+        subprocess.run(["scancel", launch.job_id], timeout=30)
+        restore_node(LOST)
+        remove_job_leftovers(launch.job_id)
+    text = "".join(launch.output)
+    assert f"lost {LOST} and went on without them" in text, text
+    versions = _versions(launch.run_path)
+    assert versions.max() > at_down + 5, f"only {versions.max() - at_down} updates after {LOST} was marked DOWN"
+    assert np.array_equal(versions, np.arange(1, versions.max() + 1)), "a policy version written twice or skipped"
+    with open_run(launch.run_path) as run:
+        assert run.summary().closed_cleanly
 
 
 @pytest.fixture(autouse=True)

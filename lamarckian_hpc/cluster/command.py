@@ -77,6 +77,7 @@ def launch_command(args: argparse.Namespace) -> int:
         return _fail(f"stopped following job {job.job_id}; it keeps running (scancel {job.job_id} ends it)", 130)
     result = outcome.result
     print(f"job {job.job_id} completed: {result.get('env_frames', 0):,} frames, {result.get('updates', 0)} updates, "
-          f"{result.get('ray_nodes', 0)} Ray nodes, requeued {result.get('restart_count', 0)} times")
+          f"{result.get('ray_nodes', 0)} Ray nodes, requeued {result.get('restart_count', 0)} times"
+          + (f", lost {', '.join(result['lost_nodes'])} and went on without them" if result.get("lost_nodes") else ""))
     print(run_path)
     return 0

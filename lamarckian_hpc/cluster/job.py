@@ -79,8 +79,7 @@ def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     print(f"{'resuming' if resume else 'starting'} {run_path} on {len(info.labels)} Ray nodes "
           f"(head {info.head_address})", flush=True)
     # Every node but the head (the driver runs there and is lost with it) is watched.
-    watch = NodeWatch({label: node_id for label, node_id in info.node_ids.items() if label != info.labels[0]},
-                      config.runtime.on_node_loss)
+    watch = NodeWatch(info.node_ids, config.runtime.on_node_loss, head=info.labels[0])
     result = run_training(config, run_path, resume=resume, meta=meta, observers=(watch,))
     return {
         "run_path": str(run_path),

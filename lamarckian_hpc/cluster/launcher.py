@@ -42,8 +42,12 @@ class LaunchResult:
     result: dict[str, Any]
 
 
-def make_executor(launch: LaunchConfig) -> submitit.SlurmExecutor:
-    """A Slurm executor for one bootstrap task per node, MPI through PMI2 for discovery."""
+def make_executor(launch: LaunchConfig, survive_node_loss: bool = False) -> submitit.SlurmExecutor:
+    """A Slurm executor for one bootstrap task per node, MPI through PMI2 for discovery.
+
+    `survive_node_loss` (`runtime.on_node_loss=continue`) submits with `--no-kill`, job and step:
+    Slurm then keeps the job running when one of its nodes fails instead of ending it NODE_FAIL.
+    """
     launch.folder.mkdir(parents=True, exist_ok=True)
     executor = submitit.SlurmExecutor(folder=launch.folder / "%j", max_num_timeout=launch.max_requeues)
     parameters: dict[str, Any] = {
@@ -51,8 +55,10 @@ def make_executor(launch: LaunchConfig) -> submitit.SlurmExecutor:
         "time": launch.time_minutes, "job_name": launch.job_name,
         "signal_delay_s": launch.signal_delay_seconds,
         # --kill-on-bad-exit: a bootstrap task that dies ends the job instead of leaving it waiting.
-        "srun_args": ["--mpi=pmi2", "--kill-on-bad-exit=1"],
+        "srun_args": ["--mpi=pmi2", "--kill-on-bad-exit=1", *(["--no-kill"] if survive_node_loss else [])],
     }
+    if survive_node_loss:
+        parameters["additional_parameters"] = {"no_kill": True}
     optional = {"partition": launch.partition, "account": launch.account, "exclude": launch.exclude,
                 "constraint": launch.constraint}
     parameters.update({key: value for key, value in optional.items() if value is not None})
@@ -67,7 +73,7 @@ def submit(config: RunConfig, config_file: str, run_path: Path, launch: LaunchCo
                         run_path=str(run_path.resolve()), log_dir=str((launch.folder / "%j").resolve()),
                         ray_object_store_mb=launch.ray_object_store_mb)
     run_path.parent.mkdir(parents=True, exist_ok=True)
-    executor = make_executor(launch)
+    executor = make_executor(launch, survive_node_loss=config.runtime.on_node_loss == "continue")
     job = executor.submit(TrainJob(), spec)
     return job
 

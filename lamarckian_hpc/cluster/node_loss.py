@@ -131,3 +131,18 @@ def restore_node(node: str, timeout_seconds: float = 90.0) -> None:
             raise RuntimeError(f"{node} is {state} {timeout_seconds:.0f} s after its slurmd was restarted; "
                                f"see {TESTCLUSTER_DIR}/nodes/{node}/slurmd.log")
         time.sleep(0.5)
+
+
+def remove_job_leftovers(job_id: str, temp_root: str = "/tmp") -> list[str]:
+    """Once the job has ended: the Ray temp dirs its lost node could not remove (a real node's
+    /tmp goes with the node; here all nodes share one), and any process still naming them."""
+    import glob
+    import shutil
+
+    from .ray_cluster import _kill_processes_mentioning
+
+    removed = glob.glob(os.path.join(temp_root, f"lhr-{job_id}-*"))
+    for folder in removed:
+        _kill_processes_mentioning(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    return removed

@@ -45,6 +45,12 @@ RAY_PORT_OPTIONS = ("port", "node-manager-port", "object-manager-port", "metrics
                     "dashboard-port")
 NODE_RESOURCE_PREFIX = "node:"  # custom resource `node:<slurm node name>` on each Ray node
 POLL_SECONDS = 0.1
+# A rank that waits for the head's release gives up once the head's GCS port has refused
+# connections for this long: the head is gone, or one of the ranks that relay the release is (a
+# lost node), and waiting longer would keep the job alive for nothing.
+HEAD_GONE_SECONDS = 10.0
+HEAD_CHECK_SECONDS = 2.0
+FAILED_BARRIER_SECONDS = 3.0
 
 
 class RayClusterError(RuntimeError):
@@ -166,14 +172,37 @@ def wait_for_port(host: str, port: int, timeout_seconds: float, process: RayNode
     raise RayClusterError(f"the Ray head did not listen on {host}:{port} within {timeout_seconds:.0f} s")
 
 
-def wait_request(request: Any, timeout_seconds: float | None) -> bool:
-    """Poll a non-blocking MPI request with sleeps (no spinning); False on timeout."""
+def wait_request(request: Any, timeout_seconds: float | None, give_up: Callable[[], bool] | None = None) -> bool:
+    """Poll a non-blocking MPI request with sleeps (no spinning); False on timeout, or as soon as
+    `give_up()` (asked every HEAD_CHECK_SECONDS) says so."""
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+    next_check = time.monotonic() + HEAD_CHECK_SECONDS
     while not request.Test():
         if deadline is not None and time.monotonic() > deadline:
             return False
+        if give_up is not None and time.monotonic() >= next_check:
+            if give_up():
+                return False
+            next_check = time.monotonic() + HEAD_CHECK_SECONDS
         time.sleep(POLL_SECONDS)
     return True
+
+
+class HeadGone:
+    """True once the head's GCS port has not accepted a connection for HEAD_GONE_SECONDS."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.failing_since: float | None = None
+
+    def __call__(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=HEAD_CHECK_SECONDS):
+                self.failing_since = None
+                return False
+        except OSError:
+            self.failing_since = self.failing_since or time.monotonic()
+            return time.monotonic() - self.failing_since >= HEAD_GONE_SECONDS
 
 
 def _ray_env(token: str, settings: RaySettings) -> dict[str, str]:
@@ -255,17 +284,24 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
     assert process is not None
     release = np.zeros(1, dtype=np.int8)
     if rank != 0:
-        try:
-            wait_request(comm.Ibcast(release, root=0), None)  # until the driver is done
+        released = False
+        try:  # until the driver is done, or the head is gone without a word
+            released = wait_request(comm.Ibcast(release, root=0), None, HeadGone(head.address, head.free_ports[0]))
         finally:
             process.stop(settings.stop_timeout_seconds)
-            wait_request(comm.Ibarrier(), settings.stop_timeout_seconds + 10)  # the head goes last
+            if released:
+                wait_request(comm.Ibarrier(), settings.stop_timeout_seconds + 10)  # the head goes last
         return None
+    # After a failure (a lost node among them) the head does not wait long for the others to stop
+    # first: a rank that is gone never reaches the barrier, and the error should reach the user.
+    barrier_seconds = FAILED_BARRIER_SECONDS
     try:
-        return _drive(driver, layout, labels, head_address, env, settings, process)
+        result = _drive(driver, layout, labels, head_address, env, settings, process)
+        barrier_seconds = settings.stop_timeout_seconds + 10
+        return result
     finally:
         if wait_request(comm.Ibcast(release, root=0), settings.stop_timeout_seconds):
-            wait_request(comm.Ibarrier(), settings.stop_timeout_seconds + 10)
+            wait_request(comm.Ibarrier(), barrier_seconds)
         process.stop(settings.stop_timeout_seconds)
 
 

@@ -36,11 +36,12 @@ def dead_nodes(node_ids: Mapping[str, str]) -> list[str]:
 
 
 class NodeWatch:
-    """An observer of the training loop: checks the run's Ray nodes and acts on a lost one."""
+    """An observer of the training loop: checks the run's Ray nodes but the head (label -> Ray
+    node id) and acts on a lost one."""
 
-    def __init__(self, node_ids: Mapping[str, str], policy: Literal["fail", "continue"],
+    def __init__(self, node_ids: Mapping[str, str], policy: Literal["fail", "continue"], head: str,
                  interval_seconds: float = 1.0) -> None:
-        self.node_ids = dict(node_ids)
+        self.node_ids = {label: node_id for label, node_id in node_ids.items() if label != head}
         self.policy = policy
         self.interval_seconds = interval_seconds
         self.lost: list[str] = []
@@ -62,11 +63,9 @@ class NodeWatch:
                 f"node {names} was lost at policy version {report.policy_version} "
                 f"({report.env_frames:,} frames): its Ray node stopped answering; the run stops "
                 f"(runtime.on_node_loss=fail) with a checkpoint to resume from")
-        left = len(self.node_ids) - len(self.lost)
+        left = len(self.node_ids) + 1 - len(self.lost)
         log.warning("node %s was lost at policy version %d; training continues on the %d nodes left "
                     "(runtime.on_node_loss=continue)", names, report.policy_version, left)
-        print(f"node {names} lost at policy version {report.policy_version}; continuing on {left} nodes",
-              flush=True)
 
     def on_train_end(self, result: TrainResult) -> None:
         pass
