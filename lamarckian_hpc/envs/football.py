@@ -11,6 +11,8 @@ is registered either way, and making it without the extra fails with that hint.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import warnings
 from typing import Any
 
@@ -27,8 +29,9 @@ REPRESENTATION_SIZES = {"simple115v2": 115, "simple115": 115}
 def football_available() -> bool:
     """True when the gfootball engine and its old gym can be imported."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # old gym announces on import that it is unmaintained
+        # Old gym prints on import that it is unmaintained; that is known and pinned on purpose.
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
             import gfootball.env  # noqa: F401
     except Exception:  # a half-built engine raises more than ImportError
         return False
