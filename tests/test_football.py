@@ -48,6 +48,18 @@ def test_registered_id_gives_flat_observations_and_nineteen_actions():
         env.close()
 
 
+def test_full_game_scenario_steps():
+    env = FootballEnv("11_vs_11_easy_stochastic")
+    try:
+        observation, _ = env.reset(seed=0)
+        for _ in range(20):
+            observation, reward, terminated, truncated, _ = env.step(RIGHT)
+            assert not (terminated or truncated)  # a full game lasts 3,000 steps
+    finally:
+        env.close()
+    assert observation.shape == (115,) and np.isfinite(observation).all()
+
+
 def test_same_seed_same_episode():
     rng = np.random.default_rng(0)
     actions = rng.integers(0, 19, 400).tolist()
