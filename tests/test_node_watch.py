@@ -52,7 +52,15 @@ def _serial(tmp_path: Path, *overrides: str):
 def test_the_policy_is_checked():
     with pytest.raises(ConfigError, match=r"runtime.on_node_loss: Input should be 'fail' or 'continue'"):
         load_config(CONFIG, ["runtime.on_node_loss=ignore"])
+    with pytest.raises(ConfigError, match=r"runtime: on_node_loss: continue needs sampling=async"):
+        load_config(CONFIG, ["runtime.on_node_loss=continue", "runtime.sampling=sync"])
     assert load_config(CONFIG, []).runtime.on_node_loss == "fail"
+
+
+def test_a_learner_that_waits_for_experience_still_notices(lost_node):
+    """While no update comes (a lost actor's share of a synchronous batch), the trainer calls on_wait."""
+    with pytest.raises(NodeLostError, match=r"^node node2 was lost at policy version 3 \(4,096 frames\)"):
+        NodeWatch(lost_node, "fail", head="node1").on_wait(3, 4096)
 
 
 def test_fail_stops_with_the_node_name_and_a_checkpoint_a_resume_continues(lost_node, tmp_path):

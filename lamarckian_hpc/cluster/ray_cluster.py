@@ -11,7 +11,9 @@ it kills every Ray process of the user on the host, other jobs' included. Each n
 session is killed outright if that takes too long.
 
 Waiting ranks poll non-blocking MPI requests with a sleep: MPICH's blocking calls spin, which on
-a shared node would take cores from the actors.
+a shared node would take cores from the actors. They also stop once the head's Ray node has not
+answered for a while: the release is broadcast through other ranks, and a lost node among them
+would otherwise leave the ranks below it waiting for ever.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ POLL_SECONDS = 0.1
 # lost node), and waiting longer would keep the job alive for nothing.
 HEAD_GONE_SECONDS = 10.0
 HEAD_CHECK_SECONDS = 2.0
-FAILED_BARRIER_SECONDS = 3.0
+FAILED_WAIT_SECONDS = 3.0
 
 
 class RayClusterError(RuntimeError):
@@ -292,15 +294,16 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
             if released:
                 wait_request(comm.Ibarrier(), settings.stop_timeout_seconds + 10)  # the head goes last
         return None
-    # After a failure (a lost node among them) the head does not wait long for the others to stop
-    # first: a rank that is gone never reaches the barrier, and the error should reach the user.
-    barrier_seconds = FAILED_BARRIER_SECONDS
+    # After a failure (a lost node among them) the head does not wait long for the others: a rank
+    # that is gone never takes the release or reaches the barrier, the ones left stop by themselves
+    # once the head is gone (HeadGone), and the error should reach the user.
+    release_seconds, barrier_seconds = FAILED_WAIT_SECONDS, FAILED_WAIT_SECONDS
     try:
         result = _drive(driver, layout, labels, head_address, env, settings, process)
-        barrier_seconds = settings.stop_timeout_seconds + 10
+        release_seconds, barrier_seconds = settings.stop_timeout_seconds, settings.stop_timeout_seconds + 10
         return result
     finally:
-        if wait_request(comm.Ibcast(release, root=0), settings.stop_timeout_seconds):
+        if wait_request(comm.Ibcast(release, root=0), release_seconds):
             wait_request(comm.Ibarrier(), barrier_seconds)
         process.stop(settings.stop_timeout_seconds)
 

@@ -153,6 +153,13 @@ class RuntimeConfig(Section):
         "fail", description="When a node of a multi-node run is lost: fail stops with an error naming it, "
                             "checkpoint saved for a resume; continue trains on with the actors of the nodes left.")
 
+    @model_validator(mode="after")
+    def _continue_needs_async(self) -> RuntimeConfig:
+        if self.on_node_loss == "continue" and self.sampling == "sync":
+            raise ValueError("on_node_loss: continue needs sampling=async (in sync sampling every actor sends "
+                             "a fixed share of each batch, so the lost actors' shares would be waited for ever)")
+        return self
+
 
 class StopConfig(Section):
     total_env_steps: int = Field(300_000, ge=1, description="Env frames after which training stops.")

@@ -42,6 +42,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "lost_messages",
 )
 RECEIVE_POLL_MS = 50
+WAIT_CHECK_SECONDS = 1.0
 
 
 def job_keys(config: RunConfig) -> tuple[RunConfig, JobKeys | None, str | None]:
@@ -86,6 +87,7 @@ class DistributedTrainer:
         self.env_frames = 0
         self.batch_steps = steps_per_update(config)
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
+        self.last_wait_check = time.monotonic()
 
     @property
     def actor_restarts(self) -> int:
@@ -99,6 +101,7 @@ class DistributedTrainer:
         self.publisher.serve_joins()
         message = self.receiver.receive(RECEIVE_POLL_MS)
         if message is None:
+            self._while_waiting()
             return None
         if message.kind == HELLO:
             index = int(message.meta.get("actor_index", -1))
@@ -112,6 +115,18 @@ class DistributedTrainer:
             self.receiver.malformed += 1
             log.error("dropped a %s message from %s: %s", message.kind, message.sender, error)
             return None
+
+    def _while_waiting(self) -> None:
+        """Nothing arrived: let observers that look outside the loop (`on_wait`, e.g. the node watch)
+        look now, at most once a second, since no update may come to call them (a lost actor's
+        share of a synchronous batch never arrives)."""
+        if time.monotonic() - self.last_wait_check < WAIT_CHECK_SECONDS:
+            return
+        self.last_wait_check = time.monotonic()
+        for observer in self.observers:
+            on_wait = getattr(observer, "on_wait", None)
+            if on_wait is not None:
+                on_wait(self.learner.version, self.env_frames)
 
     def _check_sequence(self, item: ActorExperience) -> None:
         """Count messages that never arrived: a gap in an actor process's numbering."""

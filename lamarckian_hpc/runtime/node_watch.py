@@ -3,11 +3,12 @@
 A lost node (a crashed host, a killed slurmd and everything of the job on it) takes its Ray raylet
 and its actors with it. Ray's control store marks the node dead after its health checks fail (about
 15 s with Ray's defaults); the learner itself would only see fewer messages arrive. This observer
-asks Ray, at most once per `interval_seconds` after an update, which of the run's nodes are still
-alive, and then either stops the run with `NodeLostError` naming the node (`fail`: the learner's
-state is whole, so `run_training` saves a checkpoint first and a resume loses no update) or logs
-the loss once and lets training go on with the actors of the nodes left (`continue`: the learner
-already takes experience from whichever actors send it).
+asks Ray which of the run's nodes are still alive, at most once per `interval_seconds`, after an
+update or while the distributed learner waits for experience (`on_wait`), and then either stops
+the run with `NodeLostError` naming the node (`fail`: the learner's state is whole, so
+`run_training` saves a checkpoint first and a resume loses no update) or logs the loss once and
+lets training go on with the actors of the nodes left (`continue`: the learner already takes
+experience from whichever actors send it; asynchronous sampling only, see `RuntimeConfig`).
 
 It must not be used for the head node: the driver runs there and is lost with it.
 """
@@ -49,6 +50,13 @@ class NodeWatch:
         self.last_check = 0.0
 
     def on_update_end(self, report: UpdateReport) -> None:
+        self.check(report.policy_version, report.env_frames)
+
+    def on_wait(self, policy_version: int, env_frames: int) -> None:
+        """Called by the distributed trainer while no experience arrives (no update may come)."""
+        self.check(policy_version, env_frames)
+
+    def check(self, policy_version: int, env_frames: int) -> None:
         if time.monotonic() - self.last_check < self.interval_seconds:
             return
         self.last_check = time.monotonic()
@@ -56,16 +64,15 @@ class NodeWatch:
         if not newly:
             return
         self.lost += newly
-        self.lost_at_version.update({label: report.policy_version for label in newly})
+        self.lost_at_version.update({label: policy_version for label in newly})
         names = ", ".join(newly)
         if self.policy == "fail":
             raise NodeLostError(
-                f"node {names} was lost at policy version {report.policy_version} "
-                f"({report.env_frames:,} frames): its Ray node stopped answering; the run stops "
-                f"(runtime.on_node_loss=fail) with a checkpoint to resume from")
+                f"node {names} was lost at policy version {policy_version} ({env_frames:,} frames): its Ray "
+                f"node stopped answering; the run stops (runtime.on_node_loss=fail) with a checkpoint to resume from")
         left = len(self.node_ids) + 1 - len(self.lost)
         log.warning("node %s was lost at policy version %d; training continues on the %d nodes left "
-                    "(runtime.on_node_loss=continue)", names, report.policy_version, left)
+                    "(runtime.on_node_loss=continue)", names, policy_version, left)
 
     def on_train_end(self, result: TrainResult) -> None:
         pass
