@@ -1,12 +1,12 @@
 """PBT+PPO against Ray Tune's PopulationBasedTraining with RLlib's PPO, on the same machine, in one run.
 
-Sides (`--sides`, each run in a subprocess of its own that starts its own Ray and prints one JSON
-line, one after another):
+Sides (`--sides`, each run in a subprocess of its own that prints one JSON line, one after another):
 
-- `ours`: `lamarckian-hpc`'s PBT+PPO (`configs/pbt_ppo_cartpole.yaml`): population 4, every member
-  trained on `--workers` Ray worker processes, exploit by truncation (bottom quarter copies the top
-  quarter) and explore by perturbation (x0.8 / x1.2, or a fresh draw with probability 0.25) every
-  4,096 env frames per member.
+- `ours`: `lamarckian-hpc`'s PBT+PPO (`configs/pbt_ppo_cartpole.yaml`): population 4, the members
+  trained on `--workers` worker processes (the config's `runtime.mode`, processes forked from the
+  side's own; `--mode ray` for Ray workers, `--mode serial` for one process), exploit by truncation
+  (bottom quarter copies the top quarter) and explore by perturbation (x0.8 / x1.2, or a fresh draw
+  with probability 0.25) every 4,096 env frames per member.
 - `independent`: the same population, same seed and initial hyperparameters, with exploit "none"
   (no copies, no explore), run until every member reached the target (or the cap): the
   baseline of the speedup figure, the median member's time to the target.
@@ -23,11 +23,11 @@ one torch thread (OMP/MKL threads 1), and Ray's workers run at normal priority o
 (`RAY_worker_niceness=0`; Ray's default, nice 15, starves them on a machine shared with other
 work). Each Tune trial asks for half a CPU (`num_cpus_per_learner=0.5`, `num_cpus_for_main_process=0.5`)
 so that all four trials run at once on two cores, as our four members do; Tune's PBT runs in its
-default asynchronous mode. Times count from the start of the side's process (imports, Ray start
-and building the learners included); a side that has not reached the target by `--cap-seconds`
+default asynchronous mode. Times count from the start of the side's process (imports, starting
+Ray or the workers and building the learners included); a side that has not reached the target by `--cap-seconds`
 is stopped and reported as '>cap'.
 
-    python benchmarks/pbt_vs_tune.py [--sides ours independent tune] [--cap-seconds 900]
+    python benchmarks/pbt_vs_tune.py [--sides ours independent tune] [--cap-seconds 900] [--mode fork]
 
 Prints Markdown tables and writes benchmarks/results/pbt_vs_tune.json.
 """
@@ -75,6 +75,8 @@ def run_ours(args: argparse.Namespace, independent: bool) -> dict:
 
     overrides = [f"seed={args.seed}", f"runtime.num_workers={args.workers}", f"stop.max_wall_seconds={args.cap_seconds}",
                  f"stop.target_return={TARGET}", f"algorithm.population_size={POPULATION}"]
+    if args.mode is not None:
+        overrides.append(f"runtime.mode={args.mode}")
     if independent:
         overrides += ["algorithm.exploit=none", "stop.until=all"]
     config = load_config(CONFIG, overrides, PBTConfig)
@@ -159,6 +161,8 @@ def run_side(args: argparse.Namespace) -> None:
 def run_child(args: argparse.Namespace, side: str) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--seed", str(args.seed),
                "--workers", str(args.workers), "--cap-seconds", str(args.cap_seconds)]
+    if args.mode is not None:
+        command += ["--mode", args.mode]
     started = time.monotonic()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, **SINGLE_THREAD}, start_new_session=True)
@@ -198,7 +202,9 @@ def shown(value: float | None, cap: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
-    parser.add_argument("--workers", type=int, default=2, help="our Ray worker processes sharing the members")
+    parser.add_argument("--workers", type=int, default=2, help="our worker processes sharing the members")
+    parser.add_argument("--mode", choices=("ray", "fork", "serial"),
+                        help="where our members train (runtime.mode); default: the config's")
     parser.add_argument("--cap-seconds", type=float, default=900.0, help="a side is stopped after this")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -239,7 +245,8 @@ def main() -> None:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
         "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "settings": {"workers": args.workers, "cap_seconds": cap, "seed": args.seed, "population": POPULATION,
+        "load_average": os.getloadavg(),
+        "settings": {"workers": args.workers, "mode": args.mode, "cap_seconds": cap, "seed": args.seed, "population": POPULATION,
                      "batch": BATCH, "minibatch": MINIBATCH, "epochs": EPOCHS, "interval_frames": INTERVAL_FRAMES},
         "summary": summary, "records": records,
     }, indent=2))

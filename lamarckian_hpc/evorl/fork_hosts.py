@@ -14,8 +14,10 @@ for one machine only; a run across machines uses Ray.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import multiprocessing
 import os
+import signal
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -78,7 +80,9 @@ def _receive(connection: Connection) -> tuple[str, Any]:
 
 
 def _serve(config: PBTConfig, slots: list[int], connection: Connection) -> None:
-    """A worker: build the members, then answer requests until `close` (or the driver is gone)."""
+    """A worker: build the members, then answer requests until `close` (or the driver is gone).
+    Ctrl-C is the driver's to handle: it closes the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         host = MemberHost(config, slots)
     except Exception as error:  # the driver raises it with the worker's message
@@ -117,13 +121,19 @@ class ForkHosts:
         self.slots = assign_slots(population_size, num_workers)
         self.connections: list[Connection] = []
         self.processes = []
-        for slots in self.slots:
-            parent_end, child_end = context.Pipe(duplex=True)
-            process = context.Process(target=_serve, args=(config, slots, child_end), daemon=True)
-            process.start()
-            child_end.close()
-            self.connections.append(parent_end)
-            self.processes.append(process)
+        # What the driver imported moves out of the collector's reach before the forks: a worker's
+        # collections then neither walk those objects again nor copy their pages by touching them.
+        gc.freeze()
+        try:
+            for slots in self.slots:
+                parent_end, child_end = context.Pipe(duplex=True)
+                process = context.Process(target=_serve, args=(config, slots, child_end), daemon=True)
+                process.start()
+                child_end.close()
+                self.connections.append(parent_end)
+                self.processes.append(process)
+        finally:
+            gc.unfreeze()
         self.host_of = {slot: host for host, slots in enumerate(self.slots) for slot in slots}
         try:
             pids = self._gather([self._ask(host, "pid", None) for host in range(num_workers)])
