@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config import PBTConfig
-from ..runtime.checkpoint import checkpoint_path, load_run_state
-from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
+from ..runtime.checkpoint import checkpoint_path
+from ..runtime.resumable_run import load_resume_state, run_closing
+from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .pbt_ppo import (CHECKPOINT_KIND, METRIC_NAMES, finished_reason, mismatch, population_shape, progress_line,
                       run_pbt)
 
@@ -21,10 +22,8 @@ def pbt_command(config: PBTConfig, path: Path, config_file: str | None, resume: 
     console = Console(stderr=True)
     state = None
     if resume:
-        try:
-            state = load_run_state(checkpoint_path(path), CHECKPOINT_KIND)
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
+        state = load_resume_state(path, CHECKPOINT_KIND)
+        if state is None:
             return 2
         problem = mismatch(config, state)
         if problem is not None:
@@ -43,24 +42,12 @@ def pbt_command(config: PBTConfig, path: Path, config_file: str | None, resume: 
                            population_shape=population_shape(config))  # type: ignore[arg-type]
         console.print(f"run file: {path}", highlight=False)
     names = tuple(config.algorithm.hyperparameters)
-    try:
-        result = run_pbt(config, writer, lambda report: console.print(progress_line(report, names), highlight=False,
-                                                                      soft_wrap=True),
-                         checkpoint=checkpoint_path(path), resume=state,
-                         reserve_bytes=int(config.storage.min_free_megabytes * MEGABYTE))
-    except KeyboardInterrupt:
-        writer.close(completed=False)
-        console.print(f"interrupted; the run up to its last interval is in {path}; continue with: "
-                      f"lamarckian-hpc evolve --resume {path}")
-        return 130
-    except StorageFullError as error:
-        writer.close(completed=False)
-        print(f"error: {error}; continue later with: lamarckian-hpc evolve --resume {path}", file=sys.stderr)
-        return 1
-    except BaseException:
-        writer.close(completed=False)
-        raise
-    writer.close()
+    result = run_closing(writer, path, lambda: run_pbt(
+        config, writer, lambda report: console.print(progress_line(report, names), highlight=False, soft_wrap=True),
+        checkpoint=checkpoint_path(path), resume=state, reserve_bytes=int(config.storage.min_free_megabytes * MEGABYTE)),
+        interrupted_after="interval")
+    if isinstance(result, int):
+        return result
     table = Table(title="result", show_header=False)
     table.add_row("population", str(config.algorithm.population_size))
     table.add_row("intervals", str(result.intervals))

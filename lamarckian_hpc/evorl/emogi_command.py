@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.emogi import EMOGIConfig
-from ..runtime.checkpoint import checkpoint_path, load_run_state, save_run_state
-from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
+from ..runtime.checkpoint import checkpoint_path, save_run_state
+from ..runtime.resumable_run import load_resume_state, run_closing
+from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .emogi import EMOGIResult, IndividualResult, result_of, run_emogi
 from .emogi_store import METRIC_NAMES, EMOGIRecorder, population_shape, write_results
 
@@ -59,10 +60,8 @@ def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resu
     console = Console(stderr=True)
     state = None
     if resume:
-        try:
-            state = load_run_state(checkpoint_path(path), CHECKPOINT_KIND)
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
+        state = load_resume_state(path, CHECKPOINT_KIND)
+        if state is None:
             return 2
         done = int(state["generations"])
         saved_size = len(state["population_ids"])
@@ -89,22 +88,11 @@ def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resu
     def save(run_state: dict) -> None:  # after the recorder flushed the generation's rows
         save_run_state(checkpoint_path(path), CHECKPOINT_KIND, run_state, reserve)
 
-    try:
-        result = run_emogi(config, recorder, on_individual=_individual_line(config, console), on_state=save,
-                           resume=state)
-    except KeyboardInterrupt:
-        writer.close(completed=False)
-        console.print(f"interrupted; the run up to its last generation is in {path}; continue with: "
-                      f"lamarckian-hpc evolve --resume {path}")
-        return 130
-    except StorageFullError as error:
-        writer.close(completed=False)
-        print(f"error: {error}; continue later with: lamarckian-hpc evolve --resume {path}", file=sys.stderr)
-        return 1
-    except BaseException:
-        writer.close(completed=False)
-        raise
-    writer.close()
+    result = run_closing(writer, path, lambda: run_emogi(config, recorder, on_individual=_individual_line(config, console),
+                                                         on_state=save, resume=state),
+                         interrupted_after="generation")
+    if isinstance(result, int):
+        return result
     write_results(path, result)
     Console().print(front_table(result))
     frames = sum(member.env_frames for member in result.history)

@@ -19,8 +19,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.game_testing import GameTestingConfig
-from ..runtime.checkpoint import checkpoint_path, load_run_state, save_run_state
-from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
+from ..runtime.checkpoint import checkpoint_path, save_run_state
+from ..runtime.resumable_run import load_resume_state, run_closing
+from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .data import GameDataError, load_game_data
 from .testing import SearchResult, random_play, replay, search
 
@@ -46,10 +47,8 @@ def game_testing_command(config: GameTestingConfig, path: Path, config_file: str
     spec = config.algorithm
     state = None
     if resume:
-        try:
-            state = load_run_state(checkpoint_path(path), CHECKPOINT_KIND)
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
+        state = load_resume_state(path, CHECKPOINT_KIND)
+        if state is None:
             return 2
         if int(state["episodes"]) >= spec.episodes:
             print(f"error: {path} has nothing left to do (it played {int(state['episodes'])} episodes, "
@@ -91,17 +90,11 @@ def game_testing_command(config: GameTestingConfig, path: Path, config_file: str
                            int(config.storage.min_free_megabytes * MEGABYTE))
             saved = time.monotonic()
 
-    try:
-        found = search(data, spec.episodes, spec.population_size, config.seed, spec.crossover_probability,
-                       spec.mutation_rate, on_generation=record, on_state=save, resume=state)
-    except StorageFullError as error:
-        writer.close(completed=False)
-        print(f"error: {error}; continue later with: lamarckian-hpc evolve --resume {path}", file=sys.stderr)
-        return 1
-    except BaseException:
-        writer.close(completed=False)
-        raise
-    writer.close()
+    found = run_closing(writer, path, lambda: search(data, spec.episodes, spec.population_size, config.seed,
+                                                     spec.crossover_probability, spec.mutation_rate,
+                                                     on_generation=record, on_state=save, resume=state))
+    if isinstance(found, int):
+        return found
     search_seconds = time.monotonic() - start
     baseline = random_play(data, spec.episodes, config.seed) if spec.compare_random else None
     reports = [{**report.to_json_dict(), "replays": replay(data, report).symptom == report.symptom}
