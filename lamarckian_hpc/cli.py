@@ -1,7 +1,8 @@
 """`lamarckian-hpc`: train a run from a config, and inspect the file a run wrote.
 
 User mistakes (a bad config, a missing file) end with one line on stderr and exit status 2;
-tracebacks are kept for bugs.
+tracebacks are kept for bugs. `key.path=value` overrides may stand anywhere after the subcommand,
+before or after its options.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def train_command(args: argparse.Namespace) -> int:
         return _fail(str(error))
     # Heavy imports only once the config is known to be good.
     from .progress import ConsoleProgress
+    from .runtime.actor_watch import RunStalledError
     from .runtime.training_run import TrainingSetupError, run_training
     from .storage import StorageFullError
 
@@ -94,6 +96,9 @@ def train_command(args: argparse.Namespace) -> int:
         return 130
     except TrainingSetupError as error:
         return _fail(f"error: {error}")
+    except RunStalledError as error:
+        print(f"error: {error}; the metrics up to now are in {path}", file=sys.stderr)
+        return 1
     except StorageFullError as error:
         print(f"error: {error}; continue later with: lamarckian-hpc train --resume {path}", file=sys.stderr)
         return 1
@@ -209,6 +214,11 @@ def inspect_command(args: argparse.Namespace) -> int:
     console.print(f"[bold]{path}[/bold]  ({status})")
     console.print(f"env frames {summary.env_frames:,}   wall time {summary.wall_time_seconds:.1f} s   "
                   f"package {summary.meta.get('package_version')}   host {summary.meta.get('hostname')}")
+    per_host = summary.meta.get("actors_connected_per_host")
+    if isinstance(per_host, dict):
+        hosts = ", ".join(f"{host} {count}" for host, count in per_host.items())
+        console.print(f"actors connected {summary.meta.get('actors_connected', sum(per_host.values()))} "
+                      f"on {len(per_host)} host(s): {hosts}", highlight=False)
     config_table = Table("config", "value", title="config")
     for key, value in _flatten(summary.config):
         config_table.add_row(key, str(value))
@@ -218,6 +228,21 @@ def inspect_command(args: argparse.Namespace) -> int:
         last = summary.last_values.get(name)
         metrics_table.add_row(name, "n/a" if last is None else f"{last:.6g}", str(summary.counts[name]))
     console.print(metrics_table)
+    return 0
+
+
+def config_show_command(args: argparse.Namespace) -> int:
+    """Print the config a run would use: the file, the overrides and every default, as YAML that
+    `train` or `evolve` accepts again."""
+    import yaml
+
+    from .config.evorl import config_model
+
+    try:
+        config = load_config(args.config, args.overrides, config_model(args.config, args.overrides))
+    except ConfigError as error:
+        return _fail(str(error))
+    print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
     return 0
 
 
@@ -240,7 +265,10 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="lamarckian-hpc", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a policy from a config file")
     train.add_argument("config", nargs="?", help="YAML config file (see configs/)")
@@ -262,14 +290,35 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", metavar="DIR", help="where report.md and figures/ go (default: DIR/report, "
                         "or RUN-report beside a run file)")
     report.set_defaults(handler=report_command)
+    config = commands.add_parser("config", help="show the resolved config of a config file")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    show = config_commands.add_parser("show", help="print the config with the overrides applied and every default")
+    show.add_argument("config", help="YAML config file (train or evolve)")
+    show.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
+    show.set_defaults(handler=config_show_command)
     from .cluster.command import add_launch_parser  # `launch`: submit a run to Slurm (the slurm extra)
 
     add_launch_parser(commands)
     return parser
 
 
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """argparse stops filling a `nargs="*"` positional at the first option, so overrides given after
+    an option come back as unknown arguments; they are appended to the overrides, in order. Any
+    other unknown argument is an error, as with `parse_args`."""
+    args, unknown = parser.parse_known_args(argv)
+    overrides = [text for text in unknown if "=" in text and not text.startswith("-")]
+    rest = [text for text in unknown if text not in overrides]
+    if rest or (overrides and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(rest or overrides)}")
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parse_arguments(parser, argv)
     return args.handler(args)
 
 

@@ -175,3 +175,87 @@ def test_train_unsupported_observation_space_is_a_one_line_error(tmp_path: Path)
     line = assert_one_line_error(result)
     assert "observation space" in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_version_prints_the_package_version() -> None:
+    from lamarckian_hpc import __version__
+
+    result = run_cli(["--version"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"lamarckian-hpc {__version__}"
+
+
+@pytest.mark.parametrize("config_file, root_key", [("ppo_cartpole.yaml", "env"), ("nsga2_zdt1.yaml", "problem"),
+                                                   ("pbt_ppo_cartpole.yaml", "ppo")])
+def test_config_show_prints_every_default_and_reads_back_the_same(tmp_path: Path, config_file: str,
+                                                                   root_key: str) -> None:
+    import yaml
+
+    from lamarckian_hpc.config.evorl import config_model
+
+    path = REPOSITORY_ROOT / "configs" / config_file
+    result = run_cli(["config", "show", str(path), "seed=7"])
+    assert result.returncode == 0, result.stderr
+    shown = yaml.safe_load(result.stdout)
+    assert shown["seed"] == 7 and root_key in shown
+    expected = load_config(path, ["seed=7"], config_model(path))
+    # Every field is printed, defaults included, and the printed file is a config that loads to the same run.
+    assert shown == expected.model_dump(mode="json")
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(result.stdout)
+    assert load_config(resolved, [], config_model(resolved)) == expected
+
+
+def test_config_show_bad_field_is_a_one_line_error() -> None:
+    line = assert_one_line_error(run_cli(["config", "show", str(CARTPOLE_CONFIG), "algorithm.clip_range=1.5"]))
+    assert "algorithm.clip_range" in line
+
+
+@pytest.mark.parametrize("argv, overrides", [
+    (["train", "c.yaml", "--resume", "r.h5", "seed=1"], ["seed=1"]),
+    (["train", "c.yaml", "seed=1", "--resume", "r.h5", "env.num_envs=2"], ["seed=1", "env.num_envs=2"]),
+    (["evolve", "c.yaml", "--resume", "r.h5", "seed=1"], ["seed=1"]),
+    (["launch", "c.yaml", "--nodes", "2", "seed=1", "--time", "5"], ["seed=1"]),
+    (["launch", "c.yaml", "seed=1", "--nodes", "2", "env.num_envs=2"], ["seed=1", "env.num_envs=2"]),
+    (["config", "show", "c.yaml", "seed=1"], ["seed=1"]),
+])
+def test_overrides_may_stand_before_or_after_the_options(argv: list[str], overrides: list[str]) -> None:
+    from lamarckian_hpc.cli import build_parser, parse_arguments
+
+    args = parse_arguments(build_parser(), argv)
+    assert args.overrides == overrides
+    if argv[0] == "launch":
+        assert (args.nodes, args.config) == (2, "c.yaml")
+
+
+def test_unknown_options_are_still_rejected() -> None:
+    result = run_cli(["train", str(CARTPOLE_CONFIG), "--bogus", "seed=1"])
+    assert result.returncode == USAGE_ERROR
+    assert "unrecognized arguments: --bogus" in result.stderr
+
+
+def test_local_ray_run_authenticates_itself_and_keeps_its_files_to_itself(tmp_path: Path) -> None:
+    """A local run neither prints Ray's token warning, nor writes a token into the user's home, nor
+    uses the shared /tmp/ray; its own Ray temp dir is gone once it exits."""
+    import os
+    import shutil
+    import tempfile
+    import time
+
+    home, temp = tmp_path / "home", Path(tempfile.mkdtemp(dir="/tmp"))  # short: Ray's socket paths sit below
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    env.update(HOME=str(home), TMPDIR=str(temp))
+    started = time.time()
+    result = subprocess.run([sys.executable, "-m", "lamarckian_hpc", "train", str(CARTPOLE_CONFIG),
+                             "runtime.num_actors=1", "stop.total_env_steps=1024", "stop.target_return=null",
+                             f"storage.directory={tmp_path / 'runs'}"],
+                            capture_output=True, text=True, timeout=CLI_TIMEOUT_SECONDS, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "authentication" not in result.stderr.lower(), result.stderr[-2000:]
+    assert not (home / ".ray").exists()
+    left = list(temp.iterdir())
+    shutil.rmtree(temp)
+    assert left == []
+    shared = Path("/tmp/ray/session_latest")
+    assert not (shared.exists() and shared.lstat().st_mtime >= started), "the run used the shared /tmp/ray"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lamarckian_hpc.cluster.slurm_env import SlurmJob, expand_nodelist
+from optional_parts import require_mpi, require_slurm
 
 MPI_TIMEOUT_SECONDS = 90
 
@@ -25,19 +26,6 @@ def _mpiexec() -> str:
     if found is None:
         pytest.fail("mpiexec not found: install the slurm extra and PyPI's mpich (pip install mpich)")
     return found
-
-
-def require_slurm(nodes: int) -> None:
-    """Skip when no test cluster answers; fail instead where CI demands one."""
-    from lamarckian_hpc.cluster.scheduler import cluster_problem
-
-    problem = cluster_problem(nodes)
-    if problem is None:
-        return
-    message = f"no Slurm test cluster: {problem} (slurm/testcluster/start.sh {nodes}, then set SLURM_CONF)"
-    if os.environ.get("LAMARCKIAN_HPC_REQUIRE_SLURM"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def test_slurm_environment_is_expanded_by_hostlist():
@@ -72,7 +60,7 @@ def _run_discovery(launcher: list[str], tmp_path: Path, ports: int) -> dict:
 
 
 def test_discovery_gathers_every_rank_under_mpiexec(tmp_path):
-    pytest.importorskip("mpi4py", reason="the slurm extra (mpi4py) is not installed")
+    require_mpi()
     layout = _run_discovery([_mpiexec(), "-n", "4"], tmp_path, ports=3)
     nodes = layout["nodes"]
     assert [node["rank"] for node in nodes] == [0, 1, 2, 3]
@@ -89,7 +77,6 @@ def test_discovery_gathers_every_rank_under_mpiexec(tmp_path):
 
 
 def test_discovery_under_srun_pmi2_sees_each_simulated_node(tmp_path):
-    pytest.importorskip("mpi4py", reason="the slurm extra (mpi4py) is not installed")
     require_slurm(4)
     layout = _run_discovery(["srun", "-N", "4", "--ntasks-per-node=1", "--mpi=pmi2"], tmp_path, ports=2)
     nodes = layout["nodes"]

@@ -3,8 +3,6 @@ population, front and policies to the run file (serially, and through `evolve` o
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -185,12 +183,3 @@ def test_pong_behaviour_is_an_evaluator_for_the_generic_driver():
     assert genomes.shape == (3, 2) and (genomes >= 0).all() and (genomes <= 1).all()
     found = evaluator.evaluate(genomes[:1])
     assert found.shape == (1, 2) and np.isfinite(found).all() and (found <= 0).all()
-
-
-def test_every_emogi_field_is_in_the_readme():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### `evolve` configuration for `algorithm.name: emogi`", 1)[1].split("\n### ", 1)[0]
-    paths = [f"algorithm.{name}" for name in EMOGIConfig.model_fields["algorithm"].annotation.model_fields]
-    paths += [f"runtime.{name}" for name in EMOGIConfig.model_fields["runtime"].annotation.model_fields]
-    missing = [path for path in paths if f"`{path}`" not in section]
-    assert not missing, f"README's EMOGI reference lacks {missing}"

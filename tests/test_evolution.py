@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lamarckian_hpc.config import EVOLVE_ALGORITHMS, ConfigError, EvolveConfig, load_config
+from lamarckian_hpc.config import ConfigError, EvolveConfig, load_config
 from lamarckian_hpc.ec import Problem
 from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve, make_problem
 from lamarckian_hpc.storage import open_run
@@ -195,10 +195,3 @@ def test_config_tables_match_the_ec_package():
         problem = make_problem(config)
         assert problem.coding.kind == config.problem.coding
         assert (problem.num_objectives == 1) == (name in evolve_config.SINGLE_OBJECTIVE_PROBLEMS)
-
-
-def test_every_evolve_algorithm_field_is_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    missing = [f"algorithm.{field}" for model in EVOLVE_ALGORITHMS.values() for field in model.model_fields
-               if f"`algorithm.{field}`" not in readme]
-    assert not missing, f"README's evolve reference lacks {missing}"

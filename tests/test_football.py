@@ -6,7 +6,6 @@ it and sets LAMARCKIAN_HPC_REQUIRE_FOOTBALL=1, so there a missing engine fails i
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -16,14 +15,13 @@ import pytest
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.envs.football import INSTALL_HINT, FootballEnv, football_available
 from lamarckian_hpc.runtime import SerialTrainer
+from optional_parts import skip_unless_required
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SHOT, RIGHT = 12, 5  # gfootball's default action set
 
 if not football_available():
-    if os.environ.get("LAMARCKIAN_HPC_REQUIRE_FOOTBALL") == "1":
-        pytest.fail(INSTALL_HINT, pytrace=False)
-    pytest.skip(INSTALL_HINT, allow_module_level=True)
+    skip_unless_required("football", INSTALL_HINT, module_level=True)
 
 
 def _episode(env: FootballEnv, policy, seed: int | None) -> tuple[list[np.ndarray], float, bool, bool]:

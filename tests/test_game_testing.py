@@ -90,13 +90,3 @@ def test_bad_game_testing_config_is_one_line(tmp_path, capsys):
     assert status == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "game.planted_bugs" in error and "damage_overflow" in error
-
-
-def test_every_game_testing_field_is_in_the_readme():
-    from lamarckian_hpc.config.game_testing import GameTestingConfig
-
-    readme = (ROOT / "README.md").read_text()
-    missing = [f"{section}.{field}" for section, model in GameTestingConfig.model_fields.items()
-               if section in ("game", "algorithm") for field in model.annotation.model_fields
-               if f"`{section}.{field}`" not in readme]
-    assert not missing, f"README lacks {missing}"

@@ -206,14 +206,3 @@ def test_pettingzoo_classic_rock_paper_scissors_runs_through_the_adapter():
     assert mapping.counts["p"] == 2 * 2 * 4
     assert all(len(batch) == 4 for batch in policies["p"].batches)
     assert sampler.env_frames == 70
-
-
-def test_readme_documents_every_multiagent_and_league_field():
-    from pathlib import Path
-
-    from lamarckian_hpc.config import LeagueConfig
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    for section, model in (("multiagent", MultiAgentConfig), ("league", LeagueConfig)):
-        for name in model.model_fields:
-            assert f"| `{section}.{name}` |" in readme, f"README lacks {section}.{name}"

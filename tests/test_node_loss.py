@@ -18,7 +18,7 @@ import pytest
 
 from lamarckian_hpc.runtime.checkpoint import load_checkpoint
 
-from test_discovery import require_slurm
+from optional_parts import require_slurm
 from test_slurm import Launch, _wait_until
 
 LOST = "node3"

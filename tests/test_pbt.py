@@ -136,21 +136,6 @@ def test_pbt_ppo_on_cartpole_records_every_member_and_its_lineage(tmp_path):
     assert best_score >= 120
 
 
-def test_every_pbt_config_field_is_in_the_readme():
-    from pathlib import Path
-
-    from lamarckian_hpc.config.evorl import HyperparameterRange, PBTAlgorithmConfig, PBTRuntimeConfig, PBTStopConfig
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    paths = [f"{prefix}{name}" for prefix, model in (("algorithm.", PBTAlgorithmConfig), ("runtime.", PBTRuntimeConfig),
-                                                     ("stop.", PBTStopConfig),
-                                                     ("algorithm.hyperparameters.<name>.", HyperparameterRange))
-             for name in model.model_fields]
-    assert set(PBTConfig.model_fields) == {"seed", "env", "model", "ppo", "algorithm", "runtime", "stop", "storage"}
-    missing = [path for path in paths + ["ppo.batch_size"] if f"`{path}`" not in readme]
-    assert not missing, f"README's PBT reference lacks {missing}"
-
-
 TINY = ["env.num_envs=4", "ppo.num_epochs=2", "model.policy_hidden_sizes=[16]", "algorithm.interval_env_frames=512",
         "algorithm.truncation_fraction=0.5", "stop.target_return=null", "stop.total_env_frames=1536"]
 

@@ -30,8 +30,9 @@ LAUNCH_FLAGS: dict[str, tuple[str, type, str]] = {
 
 
 def add_launch_parser(commands: Any) -> None:
-    launch = commands.add_parser("launch", help="train on a Slurm allocation (submitit), following the job")
-    launch.add_argument("config", help="YAML config file (see configs/)")
+    launch = commands.add_parser("launch", help="run a train or evolve config on a Slurm allocation (submitit), "
+                                                "following the job")
+    launch.add_argument("config", help="YAML config file, train or evolve (see configs/)")
     launch.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
     for flag, (field, kind, text) in LAUNCH_FLAGS.items():
         launch.add_argument(flag, dest=field, type=kind, default=None, help=text)
@@ -46,10 +47,11 @@ def _fail(message: str, status: int = 2) -> int:
 def launch_command(args: argparse.Namespace) -> int:
     from ..cli import run_path_for
     from ..config import ConfigError, build_config, load_config
+    from ..config.evorl import config_model
     from ..config.launch import LaunchConfig
 
     try:
-        config = load_config(args.config, args.overrides)
+        config = load_config(args.config, args.overrides, config_model(args.config, args.overrides))
         given = {field: getattr(args, field) for field, _, _ in LAUNCH_FLAGS.values()
                  if getattr(args, field) is not None}
         launch = build_config(given, "launch options", LaunchConfig)
@@ -63,6 +65,7 @@ def launch_command(args: argparse.Namespace) -> int:
                      f"pip install -c constraints.txt -e '.[slurm]'")
     if shutil.which("sbatch") is None:
         return _fail("error: sbatch is not on PATH: launch submits to Slurm from a login node")
+    from .job import describe_result
     from .launcher import LaunchError, follow, submit
 
     run_path = run_path_for(config, args.config)
@@ -76,8 +79,7 @@ def launch_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return _fail(f"stopped following job {job.job_id}; it keeps running (scancel {job.job_id} ends it)", 130)
     result = outcome.result
-    print(f"job {job.job_id} completed: {result.get('env_frames', 0):,} frames, {result.get('updates', 0)} updates, "
-          f"{result.get('ray_nodes', 0)} Ray nodes, requeued {result.get('restart_count', 0)} times"
+    print(f"job {job.job_id} completed: {describe_result(result)}"
           + (f", lost {', '.join(result['lost_nodes'])} and went on without them" if result.get("lost_nodes") else ""))
     print(run_path)
     return 0

@@ -1,11 +1,14 @@
-"""The callable a launch submits: every task of the allocation runs it, rank 0 trains.
+"""The callable a launch submits: every task of the allocation runs it, rank 0 drives the run.
 
 Each task joins the per-job Ray cluster (`ray_cluster.run_on_ray_cluster`); on rank 0, the head,
-the driver trains with the config resolved on the submitting machine, recording into a run file
-whose path was also fixed there, so that the launcher can follow it and a requeued job continues
-the same file. The job is `submitit.helpers.Checkpointable`: when Slurm warns it of its time limit
-(`--signal=USR2@<delay>`), submitit requeues it, and the next run resumes from the last
-checkpoint beside the run file (see `_train`, the one place where resuming is decided).
+the driver trains (`train` configs) or evolves (every `evolve` config: NSGA-II, GA, ES, CMA-ES,
+PBT+PPO, EMOGI, game balancing and testing) with the config resolved on the submitting machine,
+recording into a run file whose path was also fixed there, so that the launcher can follow it and
+a requeued job continues the same file. Actors, members and evaluations are Ray actors and tasks
+of that cluster, so they run on the CPUs of every node. The job is
+`submitit.helpers.Checkpointable`: when Slurm warns it of its time limit (`--signal=USR2@<delay>`),
+submitit requeues it, and the next run resumes (see `_train` and `_evolve`, the places where
+resuming is decided).
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ import submitit
 
 from ..comm.topology import build_tree
 from .ray_cluster import RayClusterInfo, RaySettings, run_on_ray_cluster
+from ..config import RunConfig
 from .slurm_env import SlurmJob
 
 
 @dataclass(frozen=True)
-class TrainJobSpec:
+class RunJobSpec:
     """Everything the job needs, as plain data (submitit stores it in the job folder)."""
 
     config: dict[str, Any]       # the resolved run config (JSON types)
@@ -33,6 +37,11 @@ class TrainJobSpec:
     run_path: str                # absolute: the job may start in another directory
     log_dir: str                 # submitit's folder of this job
     ray_object_store_mb: int = 200
+    command: str = "train"       # "train" or "evolve": which command's config this is
+
+
+class EvolveJobError(RuntimeError):
+    """The evolve run on the allocation ended with an error; its own message went to the job's log."""
 
 
 def cluster_meta(info: RayClusterInfo, slurm: SlurmJob | None) -> dict[str, Any]:
@@ -51,7 +60,7 @@ def cluster_meta(info: RayClusterInfo, slurm: SlurmJob | None) -> dict[str, Any]
     }
 
 
-def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
+def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     """Rank 0's driver: resume when a checkpoint exists, else start the run."""
     from ..config import build_config
     from ..runtime.checkpoint import checkpoint_path
@@ -83,6 +92,7 @@ def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     result = run_training(config, run_path, resume=resume, meta=meta, observers=(watch,))
     return {
         "run_path": str(run_path),
+        "command": "train",
         "env_frames": result.env_frames,
         "updates": result.updates,
         "episodes": result.episodes,
@@ -96,43 +106,91 @@ def _train(spec: TrainJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     }
 
 
-class TrainJob(submitit.helpers.Checkpointable):
-    """Submitted once, run by every task; requeued with the same spec at the time limit
-    (`Checkpointable.checkpoint` resubmits the same arguments, and `_train` finds the checkpoint)."""
+def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
+    """Rank 0's driver of an evolve config: the `evolve` command itself, in this process, whose Ray
+    is already the job's cluster. A run file that exists is continued (`evolve --resume`), so a
+    requeued job picks up after its last generation or interval; otherwise the run starts at the
+    path the launcher fixed. Workers default to every CPU of the allocation but the driver's."""
+    import yaml
 
-    def __call__(self, spec: TrainJobSpec) -> dict[str, Any] | None:
+    from ..cli import main as command_line
+
+    slurm = SlurmJob.from_environ()
+    run_path = Path(spec.run_path)
+    overrides = [f"runtime.ray_address={info.head_address}", "runtime.mode=ray"]
+    if dict(spec.config.get("runtime", {})).get("num_workers") is None:
+        overrides.append(f"runtime.num_workers={max(1, sum(node.cores for node in info.layout.nodes) - 1)}")
+    resume = run_path.is_file()
+    if resume:
+        argv = ["evolve", "--resume", str(run_path), *overrides]
+    else:
+        config_file = run_path.with_suffix(".config.yaml")  # the resolved config, as the user can rerun it
+        config_file.write_text(yaml.safe_dump(spec.config, sort_keys=False))
+        argv = ["evolve", str(config_file), *overrides, f"storage.directory={run_path.parent}",
+                f"storage.run_name={run_path.stem}"]
+    hosts = list(slurm.nodes) if slurm is not None else list(info.labels)
+    print(f"{'resuming' if resume else 'starting'} {run_path} on {len(info.labels)} Ray nodes "
+          f"(head {info.head_address}): lamarckian-hpc {' '.join(argv)}", flush=True)
+    status = command_line(argv)
+    if status != 0:
+        raise EvolveJobError(f"lamarckian-hpc evolve exited {status} (its message is above in this log)")
+    return {"run_path": str(run_path), "command": "evolve", "resumed": resume,
+            "restart_count": slurm.restart_count if slurm else 0, "ray_nodes": len(info.node_ids), "hosts": hosts}
+
+
+DRIVERS = {"train": _train, "evolve": _evolve}
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """Submitted once, run by every task; requeued with the same spec at the time limit
+    (`Checkpointable.checkpoint` resubmits the same arguments, and the driver resumes)."""
+
+    def __call__(self, spec: RunJobSpec) -> dict[str, Any] | None:
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
         settings = RaySettings(object_store_bytes=spec.ray_object_store_mb * 1024 * 1024)
         log_dir = spec.log_dir.replace("%j", os.environ.get("SLURM_JOB_ID", "local"))
-        return run_on_ray_cluster(lambda info: _train(spec, info), settings=settings, log_dir=log_dir)
+        driver = DRIVERS[spec.command]
+        return run_on_ray_cluster(lambda info: driver(spec, info), settings=settings, log_dir=log_dir)
+
+
+def describe_result(result: dict[str, Any]) -> str:
+    """The job's result in a few words, for the launcher's last line and the job log."""
+    if result.get("command") == "evolve":
+        return (f"evolve {'resumed' if result.get('resumed') else 'ran'} on {result.get('ray_nodes', 0)} Ray nodes, "
+                f"requeued {result.get('restart_count', 0)} times")
+    return (f"{result.get('env_frames', 0):,} frames, {result.get('updates', 0)} updates, "
+            f"{result.get('ray_nodes', 0)} Ray nodes, requeued {result.get('restart_count', 0)} times")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Every task of a plain `sbatch` job runs this (see slurm/train.sbatch): Ray over the
-    allocation, and on rank 0 the run, resumed when its checkpoint exists."""
+    """Every task of a plain `sbatch` job runs this (see slurm/run.sbatch): Ray over the
+    allocation, and on rank 0 the run (train or evolve, as the config says), resumed when it can be."""
     import argparse
 
     from ..config import ConfigError, load_config
+    from ..config.evorl import config_model
 
-    parser = argparse.ArgumentParser(description="One bootstrap task of a training job on Slurm.")
+    parser = argparse.ArgumentParser(description="One bootstrap task of a train or evolve job on Slurm.")
     parser.add_argument("config", help="YAML config file")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value")
     parser.add_argument("--run-file", required=True, help="the run's HDF5 file (fixed, so that a requeue continues it)")
     parser.add_argument("--log-dir", default=".", help="where the Ray nodes' logs go")
     parser.add_argument("--object-store-mb", type=int, default=200)
     args = parser.parse_args(argv)
+    model = config_model(args.config, args.overrides)
     try:
-        config = load_config(args.config, args.overrides)
+        config = load_config(args.config, args.overrides, model)
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2
     run_file = Path(args.run_file).resolve()
     run_file.parent.mkdir(parents=True, exist_ok=True)
-    spec = TrainJobSpec(config=config.to_json_dict(), config_file=args.config, run_path=str(run_file),
-                        log_dir=str(Path(args.log_dir).resolve()), ray_object_store_mb=args.object_store_mb)
-    result = TrainJob()(spec)
+    spec = RunJobSpec(config=config.to_json_dict(), config_file=args.config, run_path=str(run_file),
+                      log_dir=str(Path(args.log_dir).resolve()), ray_object_store_mb=args.object_store_mb,
+                      command="train" if model is RunConfig else "evolve")
+    result = RunJob()(spec)
     if result is not None:
-        print(f"run file {result['run_path']}: {result['env_frames']:,} frames, {result['updates']} updates", flush=True)
+        print(f"run file {result['run_path']}: {describe_result(result)}", flush=True)
     return 0
 
 

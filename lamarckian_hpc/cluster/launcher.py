@@ -1,4 +1,4 @@
-"""`lamarckian-hpc launch`: submit a training run to Slurm through submitit and follow it.
+"""`lamarckian-hpc launch`: submit a train or evolve run to Slurm through submitit and follow it.
 
 The run's config is validated and its run-file path fixed here, before anything is submitted, so
 that a bad config fails at once and the launcher can say where the HDF5 goes and read progress
@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 import submitit
 
-from ..config import RunConfig
+from ..config import RootSection, RunConfig
 from ..config.launch import LaunchConfig
-from .job import TrainJob, TrainJobSpec
+from .job import RunJob, RunJobSpec
 from .scheduler import JobState, job_state
 
 # A completed job's result file may show on a shared file system a little after its state; a job
@@ -68,14 +68,16 @@ def make_executor(launch: LaunchConfig, survive_node_loss: bool = False) -> subm
     return executor
 
 
-def submit(config: RunConfig, config_file: str, run_path: Path, launch: LaunchConfig) -> submitit.Job:
-    spec = TrainJobSpec(config=config.to_json_dict(), config_file=str(config_file),
-                        run_path=str(run_path.resolve()), log_dir=str((launch.folder / "%j").resolve()),
-                        ray_object_store_mb=launch.ray_object_store_mb)
+def submit(config: RootSection, config_file: str, run_path: Path, launch: LaunchConfig) -> submitit.Job:
+    """Submit a train config (RunConfig) or any evolve config; the job's driver runs the matching command."""
+    command = "train" if isinstance(config, RunConfig) else "evolve"
+    spec = RunJobSpec(config=config.to_json_dict(), config_file=str(config_file),
+                      run_path=str(run_path.resolve()), log_dir=str((launch.folder / "%j").resolve()),
+                      ray_object_store_mb=launch.ray_object_store_mb, command=command)
     run_path.parent.mkdir(parents=True, exist_ok=True)
-    executor = make_executor(launch, survive_node_loss=config.runtime.on_node_loss == "continue")
-    job = executor.submit(TrainJob(), spec)
-    return job
+    survive = isinstance(config, RunConfig) and config.runtime.on_node_loss == "continue"
+    executor = make_executor(launch, survive_node_loss=survive)
+    return executor.submit(RunJob(), spec)
 
 
 def _progress_line(run_path: Path) -> str | None:

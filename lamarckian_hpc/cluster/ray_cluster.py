@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import msgpack
@@ -81,11 +82,24 @@ class RayClusterInfo:
         return {"head_address": self.head_address, "labels": list(self.labels), "node_ids": self.node_ids}
 
 
+def ray_executable() -> str:
+    """The `ray` command of the Python that runs this job, beside `sys.executable`: the caller's
+    PATH may name another environment's Ray (another version, another user's), or none; on PATH
+    only when this Python has none beside it."""
+    beside = Path(sys.executable).with_name("ray")
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("ray")
+    if found is None:
+        raise RayClusterError(f"no ray executable beside {sys.executable} nor on PATH: install ray in this environment")
+    return found
+
+
 def ray_start_command(node: NodeInfo, label: str, head_address: str | None, temp_dir: str,
                       settings: RaySettings) -> list[str]:
     """`ray start --block` for one node; the head when `head_address` is None."""
     ports = dict(zip(RAY_PORT_OPTIONS, node.free_ports))
-    command = ["ray", "start", "--block", "--disable-usage-stats", f"--node-ip-address={node.address}",
+    command = [ray_executable(), "start", "--block", "--disable-usage-stats", f"--node-ip-address={node.address}",
                f"--temp-dir={temp_dir}", f"--num-cpus={node.cores}", f"--num-gpus={node.gpus}",
                f"--object-store-memory={settings.object_store_bytes}",
                f'--resources={{"{NODE_RESOURCE_PREFIX}{label}": 1}}']

@@ -78,7 +78,8 @@ class Relay:
         self.keys = JobKeys.load(spec.key_folder) if spec.key_folder is not None else None
         self.publisher = WeightPublisher(self.context, host=spec.host, sender=f"relay:{spec.node}", keys=self.keys)
         if spec.ipc_path is not None:
-            os.makedirs(os.path.dirname(spec.ipc_path) or ".", exist_ok=True)
+            # Made here, on the node that uses it (a node's /tmp is its own), private to the job's user.
+            os.makedirs(os.path.dirname(spec.ipc_path) or ".", mode=0o700, exist_ok=True)
             self.publisher.socket.bind(f"ipc://{spec.ipc_path}")
         self.address = self.publisher.address
         self.stats = RelayStats()

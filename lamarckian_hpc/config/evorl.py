@@ -17,7 +17,7 @@ from .base import RootSection, Section, StorageConfig
 from .emogi import EMOGIConfig
 from .evolve import EvolveConfig
 from .game_testing import GameTestingConfig
-from .train import EnvConfig, ModelConfig, PPOConfig
+from .train import ALGORITHMS, EnvConfig, ModelConfig, PPOConfig, RunConfig
 
 SearchedHyperparameter = Literal["learning_rate", "value_weight", "entropy_weight"]
 
@@ -116,18 +116,42 @@ class PBTConfig(RootSection):
 EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig, "emogi": EMOGIConfig, "wuji": GameTestingConfig}
 
 
+def _read_tree(path: str | Path | None) -> dict:
+    """The YAML file as a mapping; empty when there is none or it cannot be read (loading the
+    config later reports why)."""
+    if path is None:
+        return {}
+    try:
+        tree = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return tree if isinstance(tree, dict) else {}
+
+
+def _algorithm_name(tree: dict, overrides: Sequence[str]) -> str | None:
+    """`algorithm.name` from the overrides, else from the file; None when neither says."""
+    for text in reversed(overrides):
+        key, _, value = text.partition("=")
+        if key.strip() == "algorithm.name":
+            return value.strip()
+    algorithm = tree.get("algorithm")
+    name = algorithm.get("name") if isinstance(algorithm, dict) else None
+    return None if name is None else str(name)
+
+
 def evolve_config_model(path: str | Path | None, overrides: Sequence[str] = ()) -> type[RootSection]:
     """The config model of an evolve run, from `algorithm.name` in the overrides or the YAML file.
     A file that cannot be read picks EvolveConfig, whose loading then reports the problem."""
-    name = None
-    for text in overrides:
-        key, _, value = text.partition("=")
-        if key.strip() == "algorithm.name":
-            name = value.strip()
-    if name is None and path is not None:
-        try:
-            tree = yaml.safe_load(Path(path).read_text())
-            name = tree.get("algorithm", {}).get("name") if isinstance(tree, dict) else None
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
-            name = None
+    return EVORL_ALGORITHMS.get(str(_algorithm_name(_read_tree(path), overrides)), EvolveConfig)
+
+
+def config_model(path: str | Path | None, overrides: Sequence[str] = ()) -> type[RootSection]:
+    """The root model of any config file, for the commands that take train and evolve configs alike
+    (`config show`, `launch`): an RL algorithm's name, or no name and no `problem` section, is a
+    training run; otherwise the evolve model that the name selects."""
+    tree = _read_tree(path)
+    name = _algorithm_name(tree, overrides)
+    if name in ALGORITHMS or (name is None and "problem" not in tree
+                              and not any(text.partition("=")[0].strip().startswith("problem.") for text in overrides)):
+        return RunConfig
     return EVORL_ALGORITHMS.get(str(name), EvolveConfig)

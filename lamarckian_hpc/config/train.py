@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, computed_field, model_validator
+from pydantic import BaseModel, Field, computed_field, field_validator, model_validator
 
 from .base import RootSection, Section, StorageConfig
 
@@ -152,6 +153,30 @@ class RuntimeConfig(Section):
     on_node_loss: Literal["fail", "continue"] = Field(
         "fail", description="When a node of a multi-node run is lost: fail stops with an error naming it, "
                             "checkpoint saved for a resume; continue trains on with the actors of the nodes left.")
+    bind_address: str | None = Field(
+        None, description="The learner's address that actors and relays on other hosts connect to; default this "
+                          "node's address in the Ray cluster (loopback for the run's own local Ray). Set it on nodes "
+                          "with several networks to pick the one the other nodes reach.")
+    connect_timeout_seconds: float = Field(
+        180.0, gt=0, le=86_400,
+        description="End the run (exit 1, naming them) when actors have not said hello this long after they were "
+                    "started: an address they cannot reach, or no free CPU for them.")
+    stall_timeout_seconds: float = Field(
+        300.0, gt=0, le=86_400,
+        description="End the run (exit 1) when no experience has arrived for this long once every actor connected.")
+
+    @field_validator("bind_address")
+    @classmethod
+    def _one_interface(cls, address: str | None) -> str | None:
+        if address is None:
+            return None
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            raise ValueError(f"must be an IP address, got {address!r}") from None
+        if parsed.is_unspecified:
+            raise ValueError(f"must name one interface, not {address} (every interface of a shared node)")
+        return address
 
     @model_validator(mode="after")
     def _continue_needs_async(self) -> RuntimeConfig:

@@ -211,7 +211,9 @@ class RayBackend:
 
     def close(self) -> None:
         if self.started_ray:
-            self.ray.shutdown()
+            from ..runtime.ray_setup import shutdown_ray
+
+            shutdown_ray()
 
 
 def make_backend(config: EMOGIConfig) -> Backend:

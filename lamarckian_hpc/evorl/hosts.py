@@ -170,4 +170,6 @@ class RayHosts:
         for host in self.hosts:
             self.ray.kill(host)
         if self.started_ray:
-            self.ray.shutdown()
+            from ..runtime.ray_setup import shutdown_ray
+
+            shutdown_ray()

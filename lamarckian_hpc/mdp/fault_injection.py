@@ -41,6 +41,12 @@ class FaultyEnv(gym.Wrapper):
         return self.env.step(action)
 
 
+def make_faulty_env(**kwargs: Any) -> FaultyEnv:
+    """The registered entry point. A function, not the class: gymnasium 1.2's `make` validates an
+    entry point's class-level `metadata`, which on a Wrapper is the property forwarding it."""
+    return FaultyEnv(**kwargs)
+
+
 def register() -> None:
     if FAULTY_ENV_ID not in gym.registry:
-        gym.register(FAULTY_ENV_ID, entry_point=FaultyEnv, disable_env_checker=True)
+        gym.register(FAULTY_ENV_ID, entry_point=make_faulty_env, disable_env_checker=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 import threading
 
 import numpy as np
@@ -54,7 +55,7 @@ class ActorLoop:
         share = math.ceil(steps_per_update(config) / self.num_actors)
         synchronous = config.runtime.sampling == "sync"
         try:
-            sender.send(hello_message(self.actor_index, os.getpid()))
+            sender.send(hello_message(self.actor_index, os.getpid(), socket.gethostname()))
             version = self._wait_for_weights(subscriber, side, newer_than=-1)
             sent_with_version = 0
             frames_before, errors_before = side.sampler.env_frames, side.sampler.env_errors

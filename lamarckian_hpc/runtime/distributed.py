@@ -31,6 +31,8 @@ from .messages import (GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients,
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
+from .actor_watch import ActorWatch
+from .ray_setup import reachable_host, shutdown_ray
 from .sampling import spaces_of
 from .trainer import METRIC_NAMES as SERIAL_METRIC_NAMES
 from .weight_broadcast import WeightBroadcast
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 
 METRIC_NAMES: tuple[str, ...] = (
     *SERIAL_METRIC_NAMES, "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
-    "lost_messages",
+    "lost_messages", "actors_connected",
 )
 RECEIVE_POLL_MS = 50
 WAIT_CHECK_SECONDS = 1.0
@@ -60,6 +62,10 @@ def job_keys(config: RunConfig) -> tuple[RunConfig, JobKeys | None, str | None]:
     return config.model_copy(update={"runtime": runtime}), keys, own
 
 
+class _OutOfWallTime(Exception):
+    """stop.max_wall_seconds passed while the learner waited for experience."""
+
+
 class DistributedTrainer:
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = ()) -> None:
         self.config = config
@@ -70,14 +76,19 @@ class DistributedTrainer:
         self.num_actors = config.runtime.num_actors or cores
         self.context = zmq.Context()
         config, self.keys, self.own_key_folder = job_keys(config)
-        self.receiver = ExperienceReceiver(self.context, KINDS, keys=self.keys)
         self.started_ray = init_ray(config, num_cpus=max(cores, self.num_actors))
-        self.broadcast = WeightBroadcast(config, self.context, self.num_actors, self.keys)
+        # Actors may run on any node of the Ray cluster: they are given addresses bound on this
+        # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.
+        host = config.runtime.bind_address or reachable_host(self.started_ray)
+        self.receiver = ExperienceReceiver(self.context, KINDS, host=host, keys=self.keys)
+        self.broadcast = WeightBroadcast(config, self.context, self.num_actors, host, self.keys)
         self.publisher = self.broadcast.publisher
         self.cpu_meter = TreeCpuMeter(cores)
         self._publish(env_frames=0)
         self.actors = start_actors(config, self.num_actors, self.broadcast.actor_addresses, self.receiver.address,
                                    self.broadcast.actor_scheduling)
+        self.watch = ActorWatch(self.num_actors, config.runtime.connect_timeout_seconds,
+                                config.runtime.stall_timeout_seconds, self._describe_actors)
         self.hellos: dict[int, int] = {}
         self.actor_pids: dict[int, int] = {}
         self.dropped_stale_steps = 0
@@ -106,9 +117,15 @@ class DistributedTrainer:
         if message.kind == HELLO:
             index = int(message.meta.get("actor_index", -1))
             self.hellos[index] = self.hellos.get(index, 0) + 1
+            self.watch.on_hello(index, str(message.meta.get("host", "unknown")))
+            for observer in self.observers:
+                on_actors_connected = getattr(observer, "on_actors_connected", None)
+                if on_actors_connected is not None:
+                    on_actors_connected(self.watch.per_host())
             self.next_sequence[index] = 0  # a new process numbers its messages from 0
             self.actor_pids[index] = int(message.meta.get("pid", -1))
             return None
+        self.watch.on_experience()
         try:
             return read_gradients(message) if message.kind == GRADIENTS else read_experience(message)
         except (KeyError, ValueError, TypeError) as error:
@@ -117,16 +134,33 @@ class DistributedTrainer:
             return None
 
     def _while_waiting(self) -> None:
-        """Nothing arrived: let observers that look outside the loop (`on_wait`, e.g. the node watch)
-        look now, at most once a second, since no update may come to call them (a lost actor's
-        share of a synchronous batch never arrives)."""
+        """Nothing arrived: at most once a second, end a run out of wall time or one that cannot
+        make progress, and let observers that look outside the loop (`on_wait`, e.g. the node
+        watch) look now, since no update may come to call them (a lost actor's share of a
+        synchronous batch never arrives)."""
         if time.monotonic() - self.last_wait_check < WAIT_CHECK_SECONDS:
             return
         self.last_wait_check = time.monotonic()
+        limit = self.config.stop.max_wall_seconds
+        if limit is not None and self.progress.wall_time >= limit:
+            raise _OutOfWallTime
+        self.watch.check()
         for observer in self.observers:
             on_wait = getattr(observer, "on_wait", None)
             if on_wait is not None:
                 on_wait(self.learner.version, self.env_frames)
+
+    def _describe_actors(self, indices: Sequence[int]) -> str:
+        """Where each of these actors runs, as Ray says, and the addresses it was given."""
+        nodes = [self.actors[index].node.remote() for index in indices]
+        ready, _ = ray.wait(nodes, num_returns=len(nodes), timeout=5.0)
+        parts = []
+        for index, reply in zip(indices, nodes):
+            where = f"on {ray.get(reply)}" if reply in ready else "not started by Ray (no free CPU on any node?)"
+            parts.append(f"actor {index} {where}")
+        addresses = sorted({self.broadcast.actor_addresses[index] for index in indices})
+        return (f"{'; '.join(parts)}; they were given experience address {self.receiver.address} "
+                f"and weights address {', '.join(addresses)}")
 
     def _check_sequence(self, item: ActorExperience) -> None:
         """Count messages that never arrived: a gap in an actor process's numbering."""
@@ -205,7 +239,10 @@ class DistributedTrainer:
         frames_at_start = self.env_frames
         while self.env_frames < stop.total_env_steps:
             step_start = time.monotonic()
-            metrics, frames, steps = learn(episodes)
+            try:
+                metrics, frames, steps = learn(episodes)
+            except _OutOfWallTime:
+                break
             self.env_frames += frames
             progress.env_frames = self.env_frames
             self._publish(self.env_frames)
@@ -222,6 +259,7 @@ class DistributedTrainer:
                 env_errors=float(self.env_errors),
                 lost_messages=float(self.lost_messages),
                 malformed_messages=float(self.receiver.malformed),
+                actors_connected=float(len(self.watch.hosts)),
             )
             report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, progress.wall_time,
                                   self.learner.version, episodes.count, episodes.mean_return, metrics)
@@ -249,7 +287,7 @@ class DistributedTrainer:
         self.actors = []
         self.broadcast.close()  # kills the relays, so Ray must still be up
         if self.started_ray:
-            ray.shutdown()
+            shutdown_ray()
         self.receiver.close()
         stop_authenticator(self.context)
         self.context.term()

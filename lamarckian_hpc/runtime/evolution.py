@@ -149,7 +149,9 @@ class RayEvaluator:
 
     def close(self) -> None:
         if self.started_ray:
-            self.ray.shutdown()
+            from .ray_setup import shutdown_ray
+
+            shutdown_ray()
 
 
 GenerationHook = Callable[[int, EvolutionAlgorithm, np.ndarray, Evaluations], None]

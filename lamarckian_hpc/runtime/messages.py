@@ -1,6 +1,7 @@
 """The messages actors send the learner, built on the wire format of `comm/`.
 
-`hello`: an actor process (re)started; its index and pid, so the learner can count restarts.
+`hello`: an actor process (re)started; its index, pid and host, so the learner can count restarts
+and the actors connected per host.
 `experience`: an ExperienceBatch as arrays, plus the episodes that ended and the env frames
 stepped since the previous message.
 `gradients`: A3C's gradients of one rollout (one array per parameter, in the model's order), the
@@ -21,8 +22,8 @@ KINDS = {HELLO, EXPERIENCE, GRADIENTS}
 _BATCH_FIELDS = tuple(field.name for field in fields(ExperienceBatch))
 
 
-def hello_message(actor_index: int, pid: int) -> Message:
-    return Message(HELLO, f"actor-{actor_index}", -1, {}, {"actor_index": actor_index, "pid": pid})
+def hello_message(actor_index: int, pid: int, host: str) -> Message:
+    return Message(HELLO, f"actor-{actor_index}", -1, {}, {"actor_index": actor_index, "pid": pid, "host": host})
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from dataclasses import asdict
 from typing import Any, Callable, Sequence
@@ -43,6 +44,10 @@ class ActorProcess:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str:
+        """Where this actor runs: its host name and the address its node is reached at."""
+        return f"{socket.gethostname()} ({ray.util.get_node_ip_address()})"
 
     def stop(self) -> None:
         self.loop.stop_event.set()

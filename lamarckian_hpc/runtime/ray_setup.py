@@ -2,21 +2,48 @@
 
 A run without `runtime.ray_address` starts a Ray of its own (`address="local"`): a bare
 `ray.init()` would join whatever cluster another run's `ray start` left on the machine, with its
-CPUs and its owner. A run with an address joins exactly that cluster.
+CPUs and its owner. That Ray keeps its sessions in a temp dir of the run's own (not the shared
+`/tmp/ray`, which other users' and other jobs' Rays write to) and uses token authentication with
+a token made for the run, so Ray neither warns about authentication nor writes a token into the
+user's home. A run with an address joins exactly that cluster, with the caller's settings.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import shutil
+import tempfile
 
 #: The object store of a local Ray: weights and small results only, so a small store is plenty
 #: and leaves the machine's memory to the actors.
 LOCAL_OBJECT_STORE_BYTES = 100 * 1024 * 1024
+#: Ray puts Unix sockets under its temp dir, at about 75 characters below it, and a socket path
+#: may not exceed 107 bytes: a longer TMPDIR falls back to /tmp.
+MAX_TEMP_ROOT_CHARS = 28
+
+_local_temp_dir: str | None = None
+
+
+def _use_run_token() -> None:
+    """Token authentication with a fresh token, for this process and the Ray processes it starts
+    (they inherit the environment). Ray reads RAY_AUTH_MODE into its config when it is imported,
+    so the config is read again here; an explicit RAY_AUTH_MODE of the user's is left alone."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from ray._raylet import Config
+
+    Config.initialize("")
 
 
 def ensure_ray(address: str | None, num_cpus: int) -> bool:
     """Join `address`, or start a local Ray with `num_cpus`; True when this call started it (the
-    caller then shuts it down). Does nothing when Ray is already up in this process."""
+    caller then ends it with `shutdown_ray`). Does nothing when Ray is already up in this process."""
+    global _local_temp_dir
     import ray
 
     if ray.is_initialized():
@@ -25,5 +52,32 @@ def ensure_ray(address: str | None, num_cpus: int) -> bool:
     if address:
         ray.init(address=address, **common)
         return False
-    ray.init(address="local", num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **common)
+    _use_run_token()
+    root = tempfile.gettempdir()
+    _local_temp_dir = tempfile.mkdtemp(prefix="lhr-", dir=root if len(root) <= MAX_TEMP_ROOT_CHARS else "/tmp")
+    ray.init(address="local", num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+             _temp_dir=_local_temp_dir, **common)
     return True
+
+
+def reachable_host(started_local_ray: bool) -> str:
+    """The address to bind what processes on other hosts connect to: this node's address in the
+    Ray cluster, which every other node reaches (Ray itself talks to it there), or loopback when
+    the run's Ray is its own, on this host alone. Never 0.0.0.0, which would listen on every
+    interface of a shared node."""
+    if started_local_ray:
+        return "127.0.0.1"
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def shutdown_ray() -> None:
+    """Shut Ray down in this process and remove the temp dir of a local Ray that `ensure_ray` started."""
+    global _local_temp_dir
+    import ray
+
+    ray.shutdown()
+    if _local_temp_dir is not None:
+        shutil.rmtree(_local_temp_dir, ignore_errors=True)
+        _local_temp_dir = None

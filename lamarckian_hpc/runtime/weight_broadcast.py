@@ -91,10 +91,11 @@ def _natural(name: str) -> list[Any]:
 class WeightBroadcast:
     """The learner's publisher, the relays of the tree and the address every actor subscribes to."""
 
-    def __init__(self, config: RunConfig, context: zmq.Context, num_actors: int, keys: JobKeys | None = None) -> None:
+    def __init__(self, config: RunConfig, context: zmq.Context, num_actors: int, host: str,
+                 keys: JobKeys | None = None) -> None:
+        """`host`: the learner's address that every actor and relay reaches (loopback only when
+        the run's Ray is on this host alone)."""
         self.plan = plan_nodes(config, num_actors)
-        multi_host = any(node_id is not None for node_id in self.plan.ray_node_ids)
-        host = ray.util.get_node_ip_address() if multi_host else "127.0.0.1"
         self.publisher = WeightPublisher(context, host=host, keys=keys)
         self.key_folder = None if keys is None else str(keys.folder)
         self.tree: BroadcastTree | None = None
@@ -106,10 +107,11 @@ class WeightBroadcast:
         self.tree = build_tree(self.plan.names)
         # Short paths: IPC endpoints are limited to about 100 bytes.
         self.ipc_dir = os.path.join(tempfile.gettempdir(), f"lhpc-{uuid.uuid4().hex[:10]}")
-        os.makedirs(self.ipc_dir, exist_ok=True)
+        os.makedirs(self.ipc_dir, mode=0o700, exist_ok=True)
         endpoints = [os.path.join(self.ipc_dir, f"{i}.ipc") for i in range(len(self.plan.names))]
         self.publisher.socket.bind(f"ipc://{endpoints[0]}")
-        self._start_relays(endpoints, "" if multi_host else "127.0.0.1")
+        # A relay binds on the address of the node Ray put it on ("" below), unless all is local.
+        self._start_relays(endpoints, "127.0.0.1" if host == "127.0.0.1" else "")
         self.actor_addresses = [f"ipc://{endpoints[node]}" for node in self.plan.actor_nodes]
 
     def _start_relays(self, endpoints: list[str], host: str) -> None:

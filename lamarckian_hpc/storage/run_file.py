@@ -168,8 +168,10 @@ def _native_attribute(value: Any) -> Any | None:
 
 
 def write_attributes(attributes: h5py.AttributeManager, values: Mapping[str, Any]) -> None:
-    """Store `values` as attributes, JSON-encoding those HDF5 cannot hold (see module docstring)."""
-    json_encoded_names: list[str] = []
+    """Store `values` as attributes, JSON-encoding those HDF5 cannot hold (see module docstring).
+    Attributes already there and not in `values` keep their values and encodings."""
+    earlier = attributes.get(JSON_ENCODED_ATTRIBUTES)
+    json_encoded_names = [str(name) for name in (earlier if earlier is not None else []) if name not in values]
     for name, value in values.items():
         if name == JSON_ENCODED_ATTRIBUTES:
             raise ValueError(f"attribute name {JSON_ENCODED_ATTRIBUTES!r} is reserved")
@@ -313,6 +315,11 @@ class RunWriter:
         self._check_declared(name)
         self._pending_rows[name].extend(zip(np.asarray(wall_time, float).tolist(), np.asarray(env_frames, int).tolist(),
                                             np.asarray(policy_version, int).tolist(), np.asarray(value, float).tolist()))
+
+    def update_meta(self, values: Mapping[str, Any]) -> None:
+        """Add or replace /meta attributes while the run is written: what is known only once it runs,
+        such as how many actors connected from each host."""
+        write_attributes(self._require_open()[META_GROUP].attrs, values)
 
     def flush(self) -> None:
         """Write all buffered rows (one resize per dataset) and flush the file to disk.

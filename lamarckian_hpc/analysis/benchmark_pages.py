@@ -1,0 +1,181 @@
+"""The tables of the documentation's benchmark pages, generated from `benchmarks/results/*.json`.
+
+The pages' prose (what a benchmark measures, how to run it, what its history was) is written by
+hand; the figures are not. Each page marks where a results file's latest table goes:
+
+    <!-- results: sampling -->
+    ...replaced on every run...
+    <!-- end results -->
+
+so that a benchmark run followed by
+
+    python -m lamarckian_hpc.analysis.benchmark_pages
+
+brings every page up to date, and tests/test_docs.py fails when a committed page does not match
+its results. A name may carry a view (`game_use_cases.testing`) for files that hold several
+tables. Figures the benchmarks draw (`benchmarks/results/*.png`) are copied beside the pages,
+since the site can only show files inside docs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from .benchmarks import benchmark_table, pbt_vs_tune_frame
+from .tables import markdown_table
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = ROOT / "docs" / "benchmarks"
+FIGURES = PAGES / "figures"
+MARKER = re.compile(r"(<!-- results: (?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.S)
+
+
+def _testing(data: dict[str, Any]) -> pd.DataFrame:
+    """Bugs per seed, search beside random play: the generic table would pick the imbalanced
+    lineups, the file's longest list, and drop the nested bug maps."""
+
+    def found(bugs: dict[str, int]) -> str:
+        return ", ".join(f"{name} {episode}" for name, episode in sorted(bugs.items(), key=lambda item: item[1]))
+
+    return pd.DataFrame([{"seed": row["seed"], "search: bugs (episode that found each)": f"{len(row['search'])}: "
+                          + found(row["search"]), "random play, same budget": f"{len(row['random'])}: "
+                          + found(row["random"]), "distinct states search / random":
+                          f"{row['search_states']} / {row['random_states']}"} for row in data["testing"]])
+
+
+def _game_timing(data: dict[str, Any]) -> pd.DataFrame:
+    balancing = data["balancing"]
+    return pd.DataFrame([{"battle (ms)": data["battle_ms"], "lineup evaluation (ms)": data["lineup_evaluation_ms"],
+                          "memoised lineup (ms)": data["lineup_evaluation_memoised_ms"],
+                          "balancing: population x generations": f"{balancing['population_size']} x "
+                                                                 f"{balancing['generations']}",
+                          "balancing wall time (s)": balancing["wall_seconds"], "front": balancing["front_size"],
+                          "heroes to weaken (lineups)": ", ".join(f"{row['hero']} ({row['lineups']})"
+                                                                  for row in balancing["heroes_to_weaken"])}])
+
+
+def _exploitability(data: dict[str, Any]) -> pd.DataFrame:
+    """Per fifth of training, self-play beside the league's mean and range over seeds: the file
+    keeps them as bare lists, which a generic table cannot label."""
+    league = list(zip(*data["league_windows"]))
+    return pd.DataFrame([{"fifth of training": index + 1, "naive self-play": self_play,
+                          "league main agent (mean)": statistics.mean(seeds), "min": min(seeds), "max": max(seeds)}
+                         for index, (self_play, seeds) in enumerate(zip(data["self_play_windows"], league))])
+
+
+def _pong(data: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame([{"stepped through": name, "steps/s": rate} for name, rate in data["steps_per_second"].items()])
+
+
+def _vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
+    columns = {"sampled_steps_per_second": "env steps/s sampled", "trained_steps_per_second": "env steps/s trained",
+               "cpu_utilization": "CPU utilization", "peak_memory_bytes": "peak memory (GB)",
+               "first_update_seconds": "first update (s)", "target_seconds": "time to 475 (s)"}
+    rows = []
+    for summary in data["summaries"]:
+        for side, label in (("ours", "ours"), ("rllib", "RLlib"), ("ratio", "ours / RLlib")):
+            values = summary.get(side) or {}
+            row = {"env": summary["env"], "side": label}
+            for key, title in columns.items():
+                value = values.get(key)
+                row[title] = value / 1e9 if key == "peak_memory_bytes" and side != "ratio" and value else value
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _scale_check(data: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(data["check"])
+
+
+def _soak(data: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame([data["summary"]])
+
+
+#: Views that a file's generic table does not give.
+VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
+    "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
+    "pong_steps": _pong, "vs_rllib": _vs_rllib, "scale_model.check": _scale_check, "soak": _soak,
+    "pbt_vs_tune_run2": pbt_vs_tune_frame, "pbt_vs_tune_idle": pbt_vs_tune_frame,
+    "pbt_vs_tune_quiet": pbt_vs_tune_frame,
+}
+
+
+def _provenance(stem: str, data: Any) -> str:
+    """Where and when the figures were measured, as far as the file says: on a shared machine they
+    only compare within one run, so a reader needs to know which run a table is."""
+    if not isinstance(data, dict):
+        return f"From `benchmarks/results/{stem}.json`."
+    machine = data.get("machine") if isinstance(data.get("machine"), dict) else {}
+    when = data.get("time") or data.get("date")
+    host = data.get("host") or (data.get("machine") if isinstance(data.get("machine"), str) else None)
+    cpus = data.get("cpus") or data.get("cores") or machine.get("cpu_count")
+    load = data.get("load_average") or machine.get("load_average")
+    parts = [f"From `benchmarks/results/{stem}.json`"]
+    if when:
+        parts.append(f"measured {when}")
+    if host or cpus:
+        parts.append(f"on {host or 'a machine'}" + (f" with {cpus} CPUs" if cpus else ""))
+    if load:
+        parts.append("load average " + ", ".join(f"{value:.1f}" for value in load))
+    return ", ".join(parts) + "."
+
+
+def results_table(name: str, results: Path = RESULTS) -> str:
+    """The Markdown that stands between a page's markers for results `name` (stem[.view])."""
+    stem = name.split(".", 1)[0]
+    data = json.loads((results / f"{stem}.json").read_text())
+    frame = VIEWS[name](data) if name in VIEWS else benchmark_table(stem, data)
+    return f"{markdown_table(frame, max_rows=100)}\n*{_provenance(stem, data)}*\n"
+
+
+def render_page(text: str, results: Path = RESULTS) -> str:
+    """A page with every marked table regenerated; the rest stays as written."""
+    return MARKER.sub(lambda match: f"{match[1]}{results_table(match['name'], results)}{match[4]}", text)
+
+
+def referenced_results(pages: Path = PAGES) -> set[str]:
+    """Stems of the results files the pages show, for the test that none is left out."""
+    return {match["name"].split(".", 1)[0] for page in pages.glob("*.md") for match in MARKER.finditer(page.read_text())}
+
+
+def update(pages: Path = PAGES, results: Path = RESULTS, check: bool = False) -> list[Path]:
+    """Regenerate every page and copy the figures; with `check`, only report what is out of date."""
+    stale = []
+    for page in sorted(pages.glob("*.md")):
+        text = page.read_text()
+        if render_page(text, results) != text:
+            stale.append(page)
+            if not check:
+                page.write_text(render_page(text, results))
+    for figure in sorted(results.glob("*.png")):
+        copy = pages / "figures" / figure.name
+        if not copy.is_file() or copy.read_bytes() != figure.read_bytes():
+            stale.append(copy)
+            if not check:
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(figure, copy)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="regenerate the benchmark pages' tables from benchmarks/results")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a page is out of date")
+    args = parser.parse_args(argv)
+    stale = update(check=args.check)
+    for path in stale:
+        print(f"{'out of date' if args.check else 'updated'}: {path.relative_to(ROOT)}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

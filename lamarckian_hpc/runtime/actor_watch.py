@@ -1,0 +1,64 @@
+"""Noticing a run that cannot make progress, instead of waiting for ever.
+
+An actor that cannot reach the learner (an address it cannot route to, a firewall, no free CPU
+for Ray to start it on) never says hello, and ZeroMQ retries its connection silently; a run whose
+actors all went quiet receives nothing. Both end the run with one line that names who is missing,
+where they run and what they were given (`RunStalledError`), after `runtime.connect_timeout_seconds`
+and `runtime.stall_timeout_seconds`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Callable, Sequence
+
+
+class RunStalledError(RuntimeError):
+    """The run cannot make progress; the message is one line for the user."""
+
+
+class ActorWatch:
+    """Which actors said hello (and from which host), and when experience last arrived."""
+
+    def __init__(self, num_actors: int, connect_timeout_seconds: float, stall_timeout_seconds: float,
+                 describe: Callable[[Sequence[int]], str]) -> None:
+        self.num_actors = num_actors
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.stall_timeout_seconds = stall_timeout_seconds
+        self.describe = describe  # actor indices -> where they run and the addresses they were given
+        self.started = time.monotonic()
+        self.hosts: dict[int, str] = {}
+        self.all_connected_at: float | None = None
+        self.last_experience_at: float | None = None
+
+    def on_hello(self, actor_index: int, host: str) -> None:
+        self.hosts[actor_index] = host
+        if self.all_connected_at is None and len(self.missing()) == 0:
+            self.all_connected_at = time.monotonic()
+
+    def on_experience(self) -> None:
+        self.last_experience_at = time.monotonic()
+
+    def missing(self) -> list[int]:
+        return [index for index in range(self.num_actors) if index not in self.hosts]
+
+    def per_host(self) -> dict[str, int]:
+        """Connected actors per host, for the run file."""
+        return dict(sorted(Counter(self.hosts.values()).items()))
+
+    def check(self, now: float | None = None) -> None:
+        """Raise RunStalledError when a timeout has passed."""
+        now = time.monotonic() if now is None else now
+        missing = self.missing()
+        waited = now - self.started
+        if missing and waited > self.connect_timeout_seconds:
+            raise RunStalledError(
+                f"{len(missing)} of {self.num_actors} actors never connected within {waited:.0f} s "
+                f"(runtime.connect_timeout_seconds={self.connect_timeout_seconds:g}): {self.describe(missing)}")
+        quiet_since = self.last_experience_at or self.all_connected_at
+        if quiet_since is not None and now - quiet_since > self.stall_timeout_seconds:
+            hosts = ", ".join(f"{host} ({count})" for host, count in self.per_host().items())
+            raise RunStalledError(
+                f"no experience arrived for {now - quiet_since:.0f} s (runtime.stall_timeout_seconds="
+                f"{self.stall_timeout_seconds:g}) from {len(self.hosts)} connected actors on {hosts or 'no host'}")

@@ -1,0 +1,58 @@
+"""The record of skipped tests that CI's second pass runs.
+
+CI first runs the README's test command in an environment with only the `test` extra, where the
+tests of optional parts (Slurm cluster, MPI, football) skip. Every run keeps the node ids of its
+skipped tests (and skipped modules) in pytest's cache; once the extras and services are
+installed, `pytest --skipped-last-run` runs exactly those, so the suite is not run twice.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SKIPPED_KEY = "lamarckian_hpc/skipped"
+
+
+class SkipRecord:
+    """Collects the skipped node ids of this run and keeps them in the cache at its end."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.skipped: set[str] = set()
+
+    def _record(self, report: pytest.CollectReport | pytest.TestReport) -> None:
+        if report.skipped and not hasattr(report, "wasxfail"):
+            self.skipped.add(report.nodeid)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self._record(report)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._record(report)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        cache = getattr(self.config, "cache", None)  # absent with -p no:cacheprovider
+        if cache is not None and not self.config.getoption("collectonly"):
+            cache.set(SKIPPED_KEY, sorted(self.skipped))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--skipped-last-run", action="store_true",
+                     help="run only the tests (and modules) that skipped in the last run")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SkipRecord(config), "lamarckian-skip-record")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--skipped-last-run"):
+        return
+    cache = getattr(config, "cache", None)
+    recorded = cache.get(SKIPPED_KEY, None) if cache is not None else None
+    if recorded is None:
+        raise pytest.UsageError("--skipped-last-run: no earlier run recorded its skipped tests here")
+    keep = [item for item in items
+            if any(item.nodeid == node or item.nodeid.startswith(f"{node}::") for node in recorded)]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep

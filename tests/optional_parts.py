@@ -1,0 +1,56 @@
+"""The optional parts that some tests need (a Slurm cluster, an MPI library, Google Research
+Football): each test of such a part skips with the reason when it is absent, and fails instead
+when CI's LAMARCKIAN_HPC_REQUIRE_<PART>=1 says the part must be there."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def skip_unless_required(part: str, reason: str, module_level: bool = False) -> None:
+    """Skip with `reason`, or fail with it where LAMARCKIAN_HPC_REQUIRE_<PART> is set."""
+    __tracebackhide__ = True  # reports name the test, not this helper
+    if os.environ.get(f"LAMARCKIAN_HPC_REQUIRE_{part.upper()}", "") not in ("", "0"):
+        pytest.fail(f"{reason} (LAMARCKIAN_HPC_REQUIRE_{part.upper()} is set)", pytrace=False)
+    pytest.skip(reason, allow_module_level=module_level)
+
+
+@functools.cache
+def mpi_problem() -> str | None:
+    """Why mpi4py cannot start MPI here, or None when it can. A fresh process, because loading a
+    missing libmpi can abort the process that tries."""
+    if importlib.util.find_spec("mpi4py") is None:
+        return "mpi4py is not installed (the slurm extra)"
+    done = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; MPI.Get_library_version()"],
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"mpi4py finds no MPI library ({last}); pip install mpich, or load the cluster's MPI"
+    return None
+
+
+def require_mpi() -> None:
+    __tracebackhide__ = True
+    problem = mpi_problem()
+    if problem is not None:
+        skip_unless_required("mpi", problem)
+
+
+def require_slurm(nodes: int) -> None:
+    """A Slurm cluster with `nodes` usable nodes, and the slurm extra that jobs run with."""
+    __tracebackhide__ = True
+    from lamarckian_hpc.cluster.scheduler import cluster_problem
+
+    problem = cluster_problem(nodes)
+    if problem is not None:
+        skip_unless_required("slurm", f"no Slurm test cluster: {problem} "
+                                      f"(slurm/testcluster/start.sh {nodes}, then set SLURM_CONF)")
+    problem = mpi_problem()
+    if problem is not None:
+        skip_unless_required("slurm", f"Slurm jobs need MPI: {problem}")
