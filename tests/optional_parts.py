@@ -54,3 +54,21 @@ def require_slurm(nodes: int) -> None:
     problem = mpi_problem()
     if problem is not None:
         skip_unless_required("slurm", f"Slurm jobs need MPI: {problem}")
+
+
+def separate_hosts(count: int) -> list[str]:
+    """The addresses of `count` test-cluster nodes that are apart (each in its own network
+    namespace, slurm/testcluster/start.sh), skipping or failing as `require_slurm` does."""
+    __tracebackhide__ = True
+    require_slurm(count)
+    addresses = [address for address in os.environ.get("TESTCLUSTER_NODE_ADDRS", "").split(",") if address]
+    if len(addresses) < count or not all(os.path.exists(f"/run/netns/node{k}") for k in range(1, count + 1)):
+        skip_unless_required("slurm", f"the test cluster's nodes are not {count} separate network namespaces "
+                                      f"(slurm/testcluster/start.sh {count}, then source its env file)")
+    return addresses[:count]
+
+
+def on_host(node: int, command: list[str]) -> list[str]:
+    """`command` run on test-cluster node `node`: in its network namespace, named nodeK."""
+    return ["nsenter", f"--net=/run/netns/node{node}", "unshare", "--uts", "sh", "-c",
+            f'hostname node{node} && exec "$@"', "sh", *command]

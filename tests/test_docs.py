@@ -141,3 +141,12 @@ def test_the_site_builds_with_strict_checks(tmp_path):
                             cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_every_reference_row_has_a_description():
+    """A field without `Field(description=...)` would show an empty cell: describe it in its model."""
+    rows = [line for line in (ROOT / "docs" / "reference" / "configuration.md").read_text().splitlines()
+            if line.startswith("| `")]
+    empty = [cells[0] for cells in ([cell.strip() for cell in row.strip().strip("|").split("|")] for row in rows)
+             if not cells[-2]]
+    assert rows and empty == []

@@ -31,8 +31,9 @@ SHORT_RUN = ["stop.total_env_steps=100000000", "stop.target_return=null", "algor
 class Launch:
     """`lamarckian-hpc launch` as a user runs it, with its output read line by line."""
 
-    def __init__(self, tmp_path: Path, overrides: list[str], flags: list[str]) -> None:
-        command = [sys.executable, "-m", "lamarckian_hpc", "launch", str(CONFIG), *SHORT_RUN,
+    def __init__(self, tmp_path: Path, overrides: list[str], flags: list[str], config: Path = CONFIG,
+                 base: list[str] = SHORT_RUN) -> None:
+        command = [sys.executable, "-m", "lamarckian_hpc", "launch", str(config), *base,
                    f"storage.directory={tmp_path / 'runs'}", "storage.run_name=run", *overrides,
                    "--folder", str(tmp_path / "jobs"), "--poll", "0.5", "--wait-timeout", "400", *flags]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -169,7 +170,8 @@ def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_pa
     from lamarckian_hpc.comm.topology import build_tree
     from lamarckian_hpc.storage import open_run
 
-    launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=8"],
+    # The wall-time budget counts across the requeue: it leaves the resumed run time to train.
+    launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=25"],
                     ["--nodes", "4", "--cpus-per-node", "2", "--time", "10", "--object-store-mb", "100"])
     checkpoint = launch.run_path.with_suffix(".ckpt")
     _wait_until(checkpoint.is_file, 180, "the first checkpoint")

@@ -2,7 +2,8 @@
 
 A real node that dies takes with it its slurmd, the job's step daemons (slurmstepd) and every
 process of the job there: the bootstrap task, its Ray node (raylet, object store, workers) and the
-actors. On the test cluster every simulated node is a `slurmd -N nodeK` on this host, and every
+actors. On the test cluster every simulated node is a `slurmd -N nodeK` in its own network and UTS
+namespaces on this host (slurm/testcluster), and every
 process a job step starts there carries `SLURMD_NODENAME=nodeK` in its environment (Ray's
 processes inherit it from the bootstrap task), so those are exactly the processes to kill. They
 are all stopped first (SIGSTOP) and then killed, so that none of them reports the others' death
@@ -119,7 +120,11 @@ def restore_node(node: str, timeout_seconds: float = 90.0) -> None:
     except (ProcessLookupError, FileNotFoundError, ValueError):
         running = False
     if not running:
-        subprocess.run(["slurmd", "-f", conf, "-N", node], check=True, timeout=COMMAND_TIMEOUT_SECONDS)
+        # The cluster's own starter puts the slurmd back into the node's namespaces; a slurmd
+        # started here would run in this host's network, where no step reaches it.
+        starter = TESTCLUSTER_DIR / "start-node"
+        command = [str(starter), node] if starter.is_file() else ["slurmd", "-f", conf, "-N", node]
+        subprocess.run(command, check=True, timeout=COMMAND_TIMEOUT_SECONDS)
     deadline = time.monotonic() + timeout_seconds
     while True:
         state = node_state(node)

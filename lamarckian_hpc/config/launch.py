@@ -59,7 +59,7 @@ class LaunchConfig(Section):
         slurm_time_minutes(value)
         return value
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field(description="Derived: the time limit in whole minutes, rounded up.")  # type: ignore[prop-decorator]
     @property
     def time_minutes(self) -> int:
         return slurm_time_minutes(self.time)

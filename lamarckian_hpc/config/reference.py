@@ -38,18 +38,6 @@ from .loading import apply_overrides
 from .multiagent import LeagueConfig, MultiAgentConfig
 from .train import RunConfig
 
-#: Descriptions the models do not carry (computed fields included).
-DESCRIPTIONS: dict[str, str] = {
-    "ImpalaConfig.name": "Algorithm: actor-critic with V-trace targets, which correct for stale samples.",
-    "A3CConfig.name": "Algorithm: actors compute advantage actor-critic gradients on their own rollouts and "
-                      "the learner applies them; needs actor processes (runtime.mode=ray).",
-    "DQNConfig.name": "Algorithm: replay buffer, target network, double Q; actors act epsilon-greedily with "
-                      "the schedule the learner broadcasts.",
-    "_BatchAlgorithm.minibatch_size": "Derived: batch_size // num_minibatches. It cannot be set; a stored "
-                                      "config that carries it loads when it agrees.",
-    "LaunchConfig.time_minutes": "Derived: the time limit in whole minutes, rounded up.",
-}
-
 #: Constraints that validators check rather than field bounds.
 CONSTRAINTS: dict[str, str] = {
     "ModelConfig.policy_hidden_sizes": "each >= 1", "ModelConfig.critic_hidden_sizes": "each >= 1",
@@ -275,7 +263,7 @@ def _row(root: Root, model: type[BaseModel], name: str, default: Any, place: Pla
     description added to a model replaces the stopgap here."""
     field = model.model_fields[name]
     shown = "required" if default is PydanticUndefined else f"`{_flow(default)}`"
-    description = field.description or _lookup(model, name, DESCRIPTIONS, "")
+    description = field.description or ""
     option = f" `{(root.options or {})[name]}` |" if root.options else ""
     example = _example(root, model, name, None if default is PydanticUndefined else default, place)
     dotted = f"{place.stem}." if place.stem else ""
@@ -300,7 +288,7 @@ def _rows(root: Root, model: type[BaseModel], instance: BaseModel, place: Place,
         else:
             rows.append(_row(root, model, name, instance.model_dump(mode="json")[name], place))
     for name, computed in type(instance).model_computed_fields.items() if names is None else ():
-        description = computed.description or _lookup(model, name, DESCRIPTIONS, "")
+        description = computed.description or ""
         rows.append(f"| `{dotted}{name}` |{' |' if root.options else ''} derived | "
                     f"`{_flow(getattr(instance, name))}` |  | {_text(description)} |  |")
     return rows

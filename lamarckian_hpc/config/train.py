@@ -64,7 +64,8 @@ class _BatchAlgorithm(Section):
                 raise ValueError(f"minibatch_size is derived (batch_size // num_minibatches = {derived}), got {given}")
         return data
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field(description="Derived: batch_size // num_minibatches. It cannot be set; a stored config "  # type: ignore[prop-decorator]
+                                "that carries it loads when it agrees.")
     @property
     def minibatch_size(self) -> int:
         return max(1, self.batch_size // self.num_minibatches)
@@ -85,14 +86,17 @@ class PPOConfig(_BatchAlgorithm):
 
 
 class ImpalaConfig(_BatchAlgorithm):
-    name: Literal["impala"] = "impala"
+    name: Literal["impala"] = Field(
+        "impala", description="Algorithm: actor-critic with V-trace targets, which correct for stale samples.")
     rho_bar: float = Field(1.0, gt=0, description="V-trace clip of the importance weight in the targets.")
     c_bar: float = Field(1.0, gt=0, description="V-trace clip of the trace-cutting coefficients.")
     policy_weight: float = Field(1.0, ge=0, description="Weight of the policy loss.")
 
 
 class A3CConfig(Section):
-    name: Literal["a3c"] = "a3c"
+    name: Literal["a3c"] = Field(
+        "a3c", description="Algorithm: actors compute advantage actor-critic gradients on their own rollouts and "
+                           "the learner applies them; needs actor processes (runtime.mode=ray).")
     learning_rate: float = Field(1e-3, gt=0, le=1, description="Adam step size of the learner.")
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda of the actors' advantage estimates.")
@@ -104,7 +108,9 @@ class A3CConfig(Section):
 
 
 class DQNConfig(Section):
-    name: Literal["dqn"] = "dqn"
+    name: Literal["dqn"] = Field(
+        "dqn", description="Algorithm: replay buffer, target network, double Q; actors act epsilon-greedily with "
+                           "the schedule the learner broadcasts.")
     learning_rate: float = Field(5e-4, gt=0, le=1, description="Adam step size.")
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
     reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before learning.")

@@ -19,6 +19,7 @@ Anything with these three methods is an Evaluator; no base class is needed.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -56,12 +57,13 @@ class Evaluator(Protocol):
         ...
 
 
-def evaluate_one(evaluator: Evaluator, genome: np.ndarray, delay_seconds: float = 0.0) -> tuple[np.ndarray, float, int]:
-    """Objectives of one genome [length], its evaluation wall time and the evaluating process's id:
-    what the evolution driver runs per individual, here or as a Ray task (it lives here, not in
-    `runtime/`, so that a worker imports only this package to run it)."""
+def evaluate_one(evaluator: Evaluator, genome: np.ndarray,
+                 delay_seconds: float = 0.0) -> tuple[np.ndarray, float, int, str]:
+    """Objectives of one genome [length], its evaluation wall time, the evaluating process's id and
+    its host: what the evolution driver runs per individual, here or as a Ray task (it lives here,
+    not in `runtime/`, so that a worker imports only this package to run it)."""
     start = time.perf_counter()
     if delay_seconds:
         time.sleep(delay_seconds)
     objectives = np.asarray(evaluator.evaluate(genome[None, :]), float)[0]
-    return objectives, time.perf_counter() - start, os.getpid()
+    return objectives, time.perf_counter() - start, os.getpid(), socket.gethostname()

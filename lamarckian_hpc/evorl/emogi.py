@@ -182,7 +182,8 @@ class RayBackend:
 
         self.ray = ray
         self.started_ray = ensure_ray(config.runtime.ray_address, config.runtime.num_workers or os.cpu_count() or 1)
-        self.task = ray.remote(num_cpus=1, max_retries=0)(train_and_evaluate)
+        # SPREAD: on a multi-node cluster the policies train on every node, not first on the driver's.
+        self.task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(train_and_evaluate)
         self.config_ref = ray.put(config)
         self.timeout_seconds = config.runtime.evaluation_timeout_seconds
 

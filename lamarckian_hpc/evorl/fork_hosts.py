@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import multiprocessing
 import os
+import socket
 import signal
 from multiprocessing.connection import Connection
 from typing import Any
@@ -141,6 +142,7 @@ class ForkHosts:
             self.close()
             raise
         self.workers = {slot: pid for pid, slots in zip(pids, self.slots) for slot in slots}
+        self.worker_hosts = {slot: socket.gethostname() for slot in self.workers}  # forked here
 
     def _ask(self, host: int, kind: str, arguments: Any) -> int:
         """Send a request (the first answer, `pid`, is sent by the worker unasked); returns `host`."""

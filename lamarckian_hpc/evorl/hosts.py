@@ -10,6 +10,7 @@ interface either way.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Protocol
 
@@ -29,6 +30,9 @@ class MemberHost:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def host(self) -> str:
+        return socket.gethostname()
 
     def train_interval(self, frames: int, stop_on_target: bool, deadline_seconds: float | None) -> list[IntervalResult]:
         """One interval for each member; with `stop_on_target` the others are skipped once one
@@ -69,6 +73,7 @@ def assign_slots(population_size: int, num_hosts: int) -> list[list[int]]:
 
 class HostPool(Protocol):
     workers: dict[int, int]  # slot -> pid of the process that trains it
+    worker_hosts: dict[int, str]  # slot -> name of the host that process runs on
 
     def train_interval(self, frames: int, stop_on_target: bool, deadline_seconds: float | None
                        ) -> list[IntervalResult]: ...
@@ -90,6 +95,7 @@ class SerialHosts:
     def __init__(self, config: PBTConfig) -> None:
         self.host = MemberHost(config, list(range(config.algorithm.population_size)))
         self.workers = {slot: os.getpid() for slot in self.host.members}
+        self.worker_hosts = {slot: socket.gethostname() for slot in self.host.members}
 
     def train_interval(self, frames: int, stop_on_target: bool, deadline_seconds: float | None) -> list[IntervalResult]:
         return self.host.train_interval(frames, stop_on_target, deadline_seconds)
@@ -130,12 +136,15 @@ class RayHosts:
         cpus = ray.cluster_resources().get("CPU", 1.0)
         per_worker = min(1.0, cpus / num_workers)
         # The host sets its torch threads itself; a runtime_env would add an environment agent's start-up.
-        remote = ray.remote(num_cpus=per_worker)(MemberHost)
+        # SPREAD: on a multi-node cluster the members train on every node, not first on the driver's.
+        remote = ray.remote(num_cpus=per_worker, scheduling_strategy="SPREAD")(MemberHost)
         self.slots = assign_slots(population_size, num_workers)
         self.hosts = [remote.remote(config, slots) for slots in self.slots]
         self.host_of = {slot: host for host, slots in zip(self.hosts, self.slots) for slot in slots}
         pids = ray.get([host.pid.remote() for host in self.hosts])
         self.workers = {slot: pid for pid, slots in zip(pids, self.slots) for slot in slots}
+        names = ray.get([host.host.remote() for host in self.hosts])
+        self.worker_hosts = {slot: name for name, slots in zip(names, self.slots) for slot in slots}
 
     def train_interval(self, frames: int, stop_on_target: bool, deadline_seconds: float | None) -> list[IntervalResult]:
         batches = self.ray.get([host.train_interval.remote(frames, stop_on_target, deadline_seconds)

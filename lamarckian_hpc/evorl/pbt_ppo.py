@@ -97,7 +97,8 @@ class PBTResult:
         return float(np.median(times)) if times else math.inf
 
 
-def _rows(report: IntervalReport, names: tuple[str, ...], workers: dict[int, int]) -> dict[str, np.ndarray]:
+def _rows(report: IntervalReport, names: tuple[str, ...], workers: dict[int, int],
+          worker_hosts: dict[int, str]) -> dict[str, np.ndarray]:
     count = len(report.results)
     return {
         "generation": np.full(count, report.interval),
@@ -107,6 +108,7 @@ def _rows(report: IntervalReport, names: tuple[str, ...], workers: dict[int, int
         "objectives": report.scores[:, None],
         "wall_time": np.array([r.wall_seconds for r in report.results]),
         "worker": np.array([workers[r.slot] for r in report.results]),
+        "host": np.array([worker_hosts[r.slot] for r in report.results], dtype=object),
         "env_frames": np.array([r.env_frames for r in report.results]),
     }
 
@@ -166,7 +168,7 @@ def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
             report = IntervalReport(interval, time.monotonic() - start, results, pbt.ids.copy(),
                                     pbt.parent_ids.copy(), pbt.as_dicts(), 0)
             if writer is not None:
-                writer.append_population(_rows(report, pbt.names, hosts.workers))
+                writer.append_population(_rows(report, pbt.names, hosts.workers, hosts.worker_hosts))
             frames = sum(r.env_frames for r in results)
             done = _should_stop(config, results, reached_seconds, report.wall_time)
             samples = [np.array(r.episode_returns, dtype=np.float64) for r in results]

@@ -81,6 +81,7 @@ class Evaluations:
     wall_times: np.ndarray  # [n]
     workers: np.ndarray  # [n] process ids
     failures: int
+    hosts: np.ndarray  # [n] host names ("" where an evaluation failed)
 
 
 class EvaluationBackend(Protocol):
@@ -101,7 +102,7 @@ class SerialEvaluator:
     def evaluate(self, genomes: np.ndarray) -> Evaluations:
         results = [evaluate_one(self.evaluator, genome, self.delay_seconds) for genome in genomes]
         return Evaluations(np.array([r[0] for r in results]), np.array([r[1] for r in results]),
-                           np.array([r[2] for r in results]), 0)
+                           np.array([r[2] for r in results]), 0, np.array([r[3] for r in results], dtype=object))
 
     def close(self) -> None:
         pass
@@ -117,7 +118,8 @@ class RayEvaluator:
 
         self.ray = ray
         self.started_ray = ensure_ray(config.runtime.ray_address, config.runtime.num_workers or os.cpu_count() or 1)
-        self.task = ray.remote(num_cpus=1, max_retries=0)(evaluate_one)
+        # SPREAD: on a multi-node cluster the evaluations run on every node, not first on the driver's.
+        self.task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(evaluate_one)
         self.evaluator_ref = ray.put(evaluator)  # shipped to the object store once, not with every task
         self.delay_seconds = config.problem.evaluation_delay_seconds
         self.timeout_seconds = config.runtime.evaluation_timeout_seconds
@@ -129,6 +131,7 @@ class RayEvaluator:
                    for index, genome in enumerate(genomes)}
         objectives = np.full((len(genomes), self.num_objectives), np.inf)
         wall_times, workers = np.full(len(genomes), np.nan), np.full(len(genomes), -1)
+        hosts = np.full(len(genomes), "", dtype=object)
         failures = 0
         deadline = time.monotonic() + self.timeout_seconds
         while pending:
@@ -141,11 +144,11 @@ class RayEvaluator:
             for reference in done:
                 index = pending.pop(reference)
                 try:
-                    objectives[index], wall_times[index], workers[index] = ray.get(reference)
+                    objectives[index], wall_times[index], workers[index], hosts[index] = ray.get(reference)
                 except Exception as error:  # a failed evaluation must not stop the generation
                     failures += 1
                     log.error("evaluation of individual %d failed: %s", index, error)
-        return Evaluations(objectives, wall_times, workers, failures)
+        return Evaluations(objectives, wall_times, workers, failures, hosts)
 
     def close(self) -> None:
         if self.started_ray:
@@ -229,7 +232,7 @@ class GenerationRecorder:
         self.writer.append_population({
             "generation": np.full(len(genomes), generation), "id": algorithm.told_ids,
             "parent_ids": algorithm.told_parent_ids, "genome": genomes, "objectives": evaluations.objectives,
-            "wall_time": evaluations.wall_times, "worker": evaluations.workers,
+            "wall_time": evaluations.wall_times, "worker": evaluations.workers, "host": evaluations.hosts,
         })
         last_generation = generation == self.config.algorithm.generations - 1
         if self.report is not None and (generation % self.report_every == 0 or last_generation):

@@ -109,7 +109,8 @@ def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequ
     actors = []
     for index in range(num_actors):
         strategy = scheduling(index) if scheduling is not None else None
-        placed = remote.options(**options, **({"scheduling_strategy": strategy} if strategy is not None else {}))
+        # Without a node to pin it to, SPREAD: on a multi-node cluster the actors sample on every node.
+        placed = remote.options(**options, scheduling_strategy=strategy if strategy is not None else "SPREAD")
         actors.append(placed.remote(tree, index, num_actors, addresses[index], experience_address))
     return actors
 

@@ -6,7 +6,8 @@ generation: it is a set of column datasets under `/population`, all growing toge
 
 The genome's entries may be named (a PBT run's genome is its hyperparameters): the names are the
 group's `genome_names` attribute, written at creation like everything SWMR must not create later.
-`env_frames` holds what a learner had trained on when it was evaluated (0 for numeric problems).
+`env_frames` holds what a learner had trained on when it was evaluated (0 for numeric problems);
+`host` the name of the host whose process (`worker`, its pid) evaluated or trained it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import numpy as np
 POPULATION_GROUP = "population"
 CHUNK_ROWS = 256
 GENOME_NAMES_ATTRIBUTE = "genome_names"
-#: Columns a writer may leave out (filled with zeros): numeric problems have no env frames.
-OPTIONAL_COLUMNS = ("env_frames",)
+#: Columns a writer may leave out, and what fills them: numeric problems have no env frames, and
+#: files written before the host column existed continue without one.
+OPTIONAL_COLUMNS: dict[str, object] = {"env_frames": 0, "host": ""}
 
 
 def create_population_datasets(file: h5py.File, genome_length: int, num_objectives: int,
@@ -41,6 +43,7 @@ def create_population_datasets(file: h5py.File, genome_length: int, num_objectiv
         "wall_time": ((), "float64"),
         "worker": ((), "int64"),
         "env_frames": ((), "int64"),
+        "host": ((), h5py.string_dtype()),
     }
     return {
         name: group.create_dataset(name, shape=(0, *inner), maxshape=(None, *inner), chunks=(CHUNK_ROWS, *inner),
@@ -51,7 +54,8 @@ def create_population_datasets(file: h5py.File, genome_length: int, num_objectiv
 
 def append_population_rows(datasets: dict[str, h5py.Dataset], rows: dict[str, np.ndarray]) -> None:
     count = len(rows["id"])
-    rows = {**{name: np.zeros(count, dtype=np.int64) for name in OPTIONAL_COLUMNS if name in datasets}, **rows}
+    rows = {**{name: np.full(count, fill, dtype=object if isinstance(fill, str) else np.int64)
+               for name, fill in OPTIONAL_COLUMNS.items() if name in datasets}, **rows}
     missing = set(datasets) - set(rows)
     if missing:
         raise ValueError(f"population rows lack columns {sorted(missing)}")
@@ -72,7 +76,8 @@ def read_population(file: h5py.File) -> dict[str, np.ndarray]:
     for dataset in group.values():
         dataset.refresh()
     length = min(dataset.shape[0] for dataset in group.values())
-    return {name: dataset[:length] for name, dataset in group.items()}
+    return {name: (dataset.asstr() if h5py.check_string_dtype(dataset.dtype) else dataset)[:length]
+            for name, dataset in group.items()}
 
 
 def read_genome_names(file: h5py.File) -> list[str]:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the one-machine test cluster needs: Debian's Slurm 22.05 (controller, node daemon,
-# client commands) and munge, its authentication daemon. Run as root on Debian 12; takes about
-# 20 s with a warm apt cache. start.sh writes the config and starts the daemons.
+# client commands), munge, its authentication daemon, and the tools that give each simulated node
+# its own network (iproute2: ip, tc; util-linux: nsenter, unshare). Run as root on Debian 12;
+# takes about 20 s with a warm apt cache. start.sh writes the config and starts the daemons.
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
     echo "install.sh: run as root (it installs Debian packages)" >&2
@@ -9,4 +10,4 @@ if [ "$(id -u)" != 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
-apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge
+apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge iproute2 util-linux

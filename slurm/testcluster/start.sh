@@ -1,54 +1,104 @@
 #!/usr/bin/env bash
-# Starts a Slurm cluster of N simulated nodes (node1..nodeN) on this machine: munged, slurmctld
-# and one slurmd per node, then waits until `sinfo` shows N idle nodes. Run install.sh first,
-# as root. Writes $TESTCLUSTER_DIR/env, which exports SLURM_CONF for Slurm's clients and the tests:
+# Starts a Slurm cluster of N simulated nodes (node1..nodeN) on this machine, then waits until
+# `sinfo` shows N idle nodes. Run install.sh first, as root. Writes $TESTCLUSTER_DIR/env, which
+# exports SLURM_CONF for Slurm's clients and the tests:
 #   slurm/testcluster/start.sh 4 && source /var/tmp/lamarckian-testcluster/env
-# Every node gets its own loopback address (127.0.10.K), entered in /etc/hosts, so that code
-# which resolves a node's name reaches that node's processes. Starting again restarts cleanly.
+# Every node is apart from the others as a host is: its own network namespace `nodeK` (its own
+# loopback, address 10.217.0.K on eth0, a link to a bridge in this namespace) and its own UTS
+# namespace (`hostname` is nodeK). slurmctld stays here, on the bridge's address 10.217.0.254.
+# The file system stays shared, as a cluster's home and scratch are. See README.md.
+#   TESTCLUSTER_SUBNET=10.217.0.0/24   the nodes' /24 (.1..N nodes, .254 the bridge)
+#   TESTCLUSTER_LINK_RATE=1gbit        limit every node's link in both directions (tc tbf)
+# Starting again stops the running cluster first (stop.sh), so it restarts cleanly.
 set -euo pipefail
 NUM_NODES=${1:-4}
 DIR=${TESTCLUSTER_DIR:-/var/tmp/lamarckian-testcluster}
+SUBNET=${TESTCLUSTER_SUBNET:-10.217.0.0/24}
+LINK_RATE=${TESTCLUSTER_LINK_RATE:-}
 CTLD_PORT=${TESTCLUSTER_CTLD_PORT:-6817}
-NODE_PORT_BASE=${TESTCLUSTER_NODE_PORT_BASE:-17000}
+NODE_PORT=${TESTCLUSTER_NODE_PORT:-6818}
 CPUS=${TESTCLUSTER_CPUS_PER_NODE:-$(nproc)}
 HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+# Interface names in this namespace; stop.sh removes every link with this prefix.
+LINK_PREFIX=lhtc-
+BRIDGE=${LINK_PREFIX}br
+MARK=lamarckian-testcluster
+
+fail() { echo "start.sh: $*" >&2; exit 1; }
 if ! [[ "$NUM_NODES" =~ ^[1-9][0-9]?$ ]]; then
     echo "start.sh: number of nodes must be 1..99, got '$NUM_NODES'" >&2
     exit 2
 fi
-if [ "$(id -u)" != 0 ]; then
-    echo "start.sh: run as root (slurmd and /etc/hosts need it)" >&2
-    exit 1
-fi
-for program in munged slurmctld slurmd sinfo; do
-    command -v "$program" >/dev/null || { echo "start.sh: $program not found; run install.sh first" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || fail "run as root (network namespaces, slurmd and /etc/hosts need it)"
+[[ "$SUBNET" =~ ^([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})\.0/24$ ]] \
+    || fail "TESTCLUSTER_SUBNET must be a /24 written A.B.C.0/24, got '$SUBNET'"
+NET=${BASH_REMATCH[1]}
+BRIDGE_ADDR=$NET.254
+programs=(munged munge slurmctld slurmd sinfo ip nsenter unshare)
+[ -z "$LINK_RATE" ] || programs+=(tc python3)
+for program in "${programs[@]}"; do
+    command -v "$program" >/dev/null || fail "$program not found; run install.sh first"
 done
 
-"$HERE/stop.sh" >/dev/null 2>&1 || true
+# Refused before anything running is stopped; the running cluster's own bridge is no clash.
+clash=$(ip -4 route show to match "$NET.1" | grep -v -e '^default' -e " dev $BRIDGE " || true)
+[ -z "$clash" ] || fail "subnet $SUBNET is already in use here ($(head -1 <<<"$clash")); pick another with TESTCLUSTER_SUBNET"
+
+"$HERE/stop.sh" >/dev/null
 rm -rf "$DIR"
 mkdir -p "$DIR/ctld"
 
-# Node addresses: 127.0.10.K for nodeK, in a marked block of /etc/hosts (rewritten in place,
-# because /etc/hosts is often a bind mount that cannot be replaced by rename).
-addrs=() ports=()
+# The network: a bridge here, and per node a namespace with a veth pair whose outer end is a bridge
+# port. The default route via the bridge makes "which address reaches the others" probes (a UDP
+# connect to any address) answer with the node's own address, as on a host with one network card.
+ip link add "$BRIDGE" type bridge
+ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+addrs=()
 for ((k = 1; k <= NUM_NODES; k++)); do
-    addrs+=("127.0.10.$k")
-    ports+=("$((NODE_PORT_BASE + k))")
-    mkdir -p "$DIR/nodes/node$k/tmp"
+    node=node$k addr=$NET.$k outer=${LINK_PREFIX}n$k
+    addrs+=("$addr")
+    mkdir -p "$DIR/nodes/$node/tmp"
+    ip netns add "$node"
+    ip link add "$outer" type veth peer name "${LINK_PREFIX}i$k"
+    ip link set "${LINK_PREFIX}i$k" netns "$node"
+    ip -n "$node" link set "${LINK_PREFIX}i$k" name eth0
+    ip -n "$node" link set eth0 alias "$MARK"
+    ip -n "$node" addr add "$addr/24" dev eth0
+    ip -n "$node" link set lo up
+    ip -n "$node" link set eth0 up
+    ip -n "$node" route add default via "$BRIDGE_ADDR"
+    ip link set "$outer" master "$BRIDGE" up
 done
-hosts=$(sed '/# lamarckian-testcluster begin/,/# lamarckian-testcluster end/d' /etc/hosts)
+if [ -n "$LINK_RATE" ]; then
+    # benchmarks/netem.py's shaper, on both ends of each link: the node's egress inside its
+    # namespace, its ingress on the bridge port.
+    PYTHONPATH="$REPO/benchmarks" python3 - "$LINK_RATE" "$NUM_NODES" "$LINK_PREFIX" <<'EOF'
+import sys
+import netem
+rate, count, prefix = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for k in range(1, count + 1):
+    netem._shaper("ip", "netns", "exec", f"node{k}", device="eth0", rate=rate)
+    netem._shaper(device=f"{prefix}n{k}", rate=rate)
+EOF
+fi
+
+# Node names in a marked block of /etc/hosts (rewritten in place, because /etc/hosts is often a
+# bind mount that cannot be replaced by rename).
+hosts=$(sed "/# $MARK begin/,/# $MARK end/d" /etc/hosts)
 {
     printf '%s\n' "$hosts"
-    echo "# lamarckian-testcluster begin"
-    for ((k = 1; k <= NUM_NODES; k++)); do echo "127.0.10.$k node$k"; done
-    echo "# lamarckian-testcluster end"
+    echo "# $MARK begin"
+    for ((k = 1; k <= NUM_NODES; k++)); do echo "$NET.$k node$k"; done
+    echo "# $MARK end"
 } > "$DIR/hosts"
 cat "$DIR/hosts" > /etc/hosts
 
 join() { local IFS=,; echo "$*"; }
-sed -e "s|@HOST@|$(hostname -s)|g" -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@DIR@|$DIR|g" \
-    -e "s|@NUM_NODES@|$NUM_NODES|g" -e "s|@NODE_ADDRS@|$(join "${addrs[@]}")|g" \
-    -e "s|@NODE_PORTS@|$(join "${ports[@]}")|g" -e "s|@CPUS@|$CPUS|g" \
+sed -e "s|@HOST@|$(hostname -s)|g" -e "s|@BRIDGE_ADDR@|$BRIDGE_ADDR|g" -e "s|@CTLD_PORT@|$CTLD_PORT|g" \
+    -e "s|@DIR@|$DIR|g" -e "s|@NUM_NODES@|$NUM_NODES|g" -e "s|@NODE_ADDRS@|$(join "${addrs[@]}")|g" \
+    -e "s|@NODE_PORT@|$NODE_PORT|g" -e "s|@CPUS@|$CPUS|g" \
     "$HERE/slurm.conf.in" > "$DIR/slurm.conf"
 export SLURM_CONF="$DIR/slurm.conf"
 {
@@ -58,7 +108,20 @@ export SLURM_CONF="$DIR/slurm.conf"
     # ("mpi/pmi2: value not properly terminated in client request", MPI_Init fails). The OFI
     # netmod's TCP addresses are about 100 bytes.
     echo "export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp"
+    echo "export TESTCLUSTER_NODE_ADDRS=$(join "${addrs[@]}") TESTCLUSTER_BRIDGE_ADDR=$BRIDGE_ADDR"
 } > "$DIR/env"
+
+# One node's slurmd in that node's namespaces, also for bringing back a node that was killed.
+# Not `ip netns exec`: it remounts /sys, and slurmd then stops with "No filesystem mounted on
+# /sys/fs/cgroup". slurmd daemonizes; its job steps inherit both namespaces.
+cat > "$DIR/start-node" <<EOF
+#!/bin/sh
+# Starts the slurmd of one test-cluster node in its own network and UTS namespaces: start-node nodeK
+set -eu
+[ -e "/run/netns/\$1" ] || { echo "start-node: no network namespace \$1" >&2; exit 1; }
+exec nsenter --net="/run/netns/\$1" unshare --uts sh -c 'hostname "\$1" && exec slurmd -f "\$2" -N "\$1"' sh "\$1" "$SLURM_CONF"
+EOF
+chmod +x "$DIR/start-node"
 
 if ! munge -n >/dev/null 2>&1 </dev/null; then
     mkdir -p /run/munge && chown munge:munge /run/munge
@@ -66,17 +129,18 @@ if ! munge -n >/dev/null 2>&1 </dev/null; then
 fi
 slurmctld -f "$SLURM_CONF"
 for ((k = 1; k <= NUM_NODES; k++)); do
-    slurmd -f "$SLURM_CONF" -N "node$k"
+    "$DIR/start-node" "node$k"
 done
 
 for ((i = 0; i < 120; i++)); do
-    idle=$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)
+    # Exactly "idle": "idle*" is a node that was idle and stopped answering.
+    idle=$(sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 == "idle" {print $1}' | sort -u | wc -l)
     if [ "$idle" -ge "$NUM_NODES" ]; then
-        echo "test cluster up: $NUM_NODES idle nodes; source $DIR/env"
+        echo "test cluster up: $NUM_NODES idle nodes at $NET.1-$NUM_NODES; source $DIR/env"
         exit 0
     fi
     sleep 0.5
 done
-echo "start.sh: only $idle of $NUM_NODES nodes idle after 60 s; see $DIR/ctld/slurmctld.log" >&2
+echo "start.sh: only $idle of $NUM_NODES nodes idle after 60 s; see $DIR/ctld/slurmctld.log and $DIR/nodes/*/slurmd.log" >&2
 sinfo -N >&2 || true
 exit 1
