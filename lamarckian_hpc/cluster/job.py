@@ -106,6 +106,17 @@ def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     }
 
 
+def _has_generations(run_path: Path) -> bool:
+    """Whether an evolve run file holds a generation (or PBT interval) to continue after."""
+    from ..storage import open_run
+
+    try:
+        with open_run(run_path) as run:
+            return len(run.population().get("id", ())) > 0
+    except (OSError, KeyError, ValueError):
+        return False
+
+
 def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     """Rank 0's driver of an evolve config: the `evolve` command itself, in this process, whose Ray
     is already the job's cluster. A run file that exists is continued (`evolve --resume`), so a
@@ -120,7 +131,10 @@ def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     overrides = [f"runtime.ray_address={info.head_address}", "runtime.mode=ray"]
     if dict(spec.config.get("runtime", {})).get("num_workers") is None:
         overrides.append(f"runtime.num_workers={max(1, sum(node.cores for node in info.layout.nodes) - 1)}")
-    resume = run_path.is_file()
+    resume = run_path.is_file() and _has_generations(run_path)
+    if run_path.is_file() and not resume:
+        # Requeued before its first generation was saved: nothing to continue, so it starts over.
+        run_path.unlink()
     if resume:
         argv = ["evolve", "--resume", str(run_path), *overrides]
     else:

@@ -23,6 +23,7 @@ import zmq
 
 from ..config import RunConfig
 from ..comm import ExperienceReceiver, JobKeys, stop_authenticator
+from .actor_watch import ActorWatch
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .learner import A3CLearner, make_learner, steps_per_update
@@ -31,7 +32,6 @@ from .messages import (GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients,
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
-from .actor_watch import ActorWatch
 from .ray_setup import reachable_host, shutdown_ray
 from .sampling import spaces_of
 from .trainer import METRIC_NAMES as SERIAL_METRIC_NAMES
