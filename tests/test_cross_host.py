@@ -167,3 +167,40 @@ def test_nsga2_launched_on_two_hosts_evaluates_on_both(tmp_path):
         population = run.population()
     assert len(population["id"]) == 16 * 3
     assert set(population["host"]) == {"node1", "node2"}, set(population["host"])
+
+
+def test_pbt_launched_is_requeued_at_its_time_limit_and_resumes_after_its_last_interval(tmp_path):
+    """The same requeue as training's (tests/test_slurm.py): Slurm's time-limit warning, the job
+    back in the queue, and the evolve run continued from its file, no interval recorded twice."""
+    separate_hosts(2)
+    from test_slurm import _wait_until
+
+    launch = Launch(tmp_path, [], ["--nodes", "2", "--cpus-per-node", "2", "--time", "15"],
+                    config=ROOT / "configs" / "pbt_ppo_cartpole.yaml",
+                    base=["algorithm.population_size=4", "env.num_envs=4", "ppo.num_epochs=2",
+                          "model.policy_hidden_sizes=[16]", "algorithm.interval_env_frames=512",
+                          "stop.target_return=null", "stop.total_env_frames=8192"])
+
+    def intervals() -> int:
+        try:
+            with open_run(launch.run_path) as run:
+                return len(set(run.population().get("generation", ())))
+        except (OSError, KeyError, ValueError):
+            return 0
+
+    _wait_until(lambda: intervals() >= 1, 300, "the first interval in the run file")
+    subprocess.run(["scancel", "--signal=USR2", launch.job_id], check=True, timeout=30)
+    launch.wait_for(rf"job {launch.job_id}: PENDING \(restart 1\)", 120)
+    _wait_until(lambda: subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{launch.job_id}\."],
+                                       capture_output=True).returncode != 0, 120, "the old steps to exit")
+    subprocess.run(["scontrol", "update", f"JobId={launch.job_id}", "StartTime=now"], check=True, timeout=30)
+    launch.wait_for(rf"job {launch.job_id}: RUNNING \(restart 1\)", 120)
+    assert launch.finish(600) == 0, "".join(launch.output)
+    assert "evolve resumed on 2 Ray nodes, requeued 1 times" in "".join(launch.output)
+    with open_run(launch.run_path) as run:
+        population = run.population()
+        closed = run.summary().closed_cleanly
+    assert closed
+    generations = population["generation"]
+    assert sorted(set(generations)) == list(range(8192 // 512))        # every interval, once
+    assert all(list(generations).count(g) == 4 for g in set(generations))
