@@ -77,6 +77,7 @@ def train_command(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return _fail(str(error))
     # Heavy imports only once the config is known to be good.
+    from .mdp import EnvironmentFailingError
     from .progress import ConsoleProgress
     from .runtime.actor_watch import RunStalledError
     from .runtime.training_run import TrainingSetupError, run_training
@@ -96,7 +97,7 @@ def train_command(args: argparse.Namespace) -> int:
         return 130
     except TrainingSetupError as error:
         return _fail(f"error: {error}")
-    except RunStalledError as error:
+    except (RunStalledError, EnvironmentFailingError) as error:
         print(f"error: {error}; the metrics up to now are in {path}", file=sys.stderr)
         return 1
     except StorageFullError as error:

@@ -100,3 +100,24 @@ def test_training_survives_an_environment_that_raises_at_one_percent_of_steps():
     assert errors >= 0.005 * result.env_frames, "failures were injected and counted"
     # A random policy averages about 22; the learner keeps learning from the episodes that ran.
     assert result.recent_return_mean is not None and result.recent_return_mean >= 60
+
+
+@pytest.mark.parametrize("mode", ["serial", "ray"])
+def test_an_environment_that_always_raises_ends_the_run_with_its_error(tmp_path, mode):
+    """No episode can finish: sampling stops after max_consecutive_env_errors, and the run ends
+    with exit 1 and one line that names the environment's error, instead of waiting for ever."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "lamarckian_hpc", "train", "configs/ppo_cartpole.yaml", f"runtime.mode={mode}",
+         "runtime.num_actors=2", "env.id=lamarckian/Faulty-v0", "env.kwargs={env_id: CartPole-v1, error_rate: 1.0}",
+         "runtime.max_consecutive_env_errors=40", "stop.max_wall_seconds=600", f"storage.directory={tmp_path}"],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr[-3000:]
+    assert "InjectedEnvError: injected environment failure" in errors[0], errors[0]
+    assert "runtime.max_consecutive_env_errors=40" in errors[0], errors[0]
+    if mode == "ray":
+        assert "no actor can sample" in errors[0], errors[0]

@@ -186,3 +186,31 @@ def test_forked_workers_train_as_this_process_does_and_end_with_the_run():
     finally:
         hosts.close()
     assert all(not process.is_alive() for process in hosts.processes)
+
+
+@pytest.mark.parametrize("fault", ["hung", "killed"])
+def test_a_hung_or_dead_forked_worker_ends_the_wait_with_its_name(fault):
+    """One stuck worker must not hang the driver: a silent one past runtime.reply_timeout_seconds,
+    or one that died, is reported with its pid and slots."""
+    import os
+    import signal
+    import time
+
+    from lamarckian_hpc.evorl.pbt_ppo import make_hosts
+
+    config = load_config("configs/pbt_ppo_cartpole.yaml",
+                         TINY + ["runtime.mode=fork", "runtime.num_workers=2", "runtime.reply_timeout_seconds=2"],
+                         PBTConfig)
+    hosts = make_hosts(config)
+    victim = hosts.processes[1].pid
+    try:
+        os.kill(victim, signal.SIGSTOP if fault == "hung" else signal.SIGKILL)
+        started = time.monotonic()
+        expected = "sent no answer within 2 s" if fault == "hung" else "died"
+        with pytest.raises(RuntimeError, match=rf"PBT worker {victim} \(slots \[1, 3\]\) {expected}"):
+            hosts.checkpoints()
+        assert time.monotonic() - started < 10
+    finally:
+        if fault == "hung":
+            os.kill(victim, signal.SIGKILL)
+        hosts.close()

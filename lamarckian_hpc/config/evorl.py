@@ -83,6 +83,10 @@ class PBTRuntimeConfig(Section):
     num_workers: int | None = Field(None, ge=1, description="Worker processes sharing the members; default one per core.")
     ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
     torch_threads: int = Field(1, ge=1, le=256, description="Torch threads of every process that trains members.")
+    reply_timeout_seconds: float = Field(
+        3600.0, gt=0, le=604_800,
+        description="Forked workers: one that sends no answer this long (an interval included) is taken for hung, "
+                    "and the run ends naming it.")
 
 
 class PBTStopConfig(Section):

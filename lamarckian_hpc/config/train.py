@@ -163,6 +163,11 @@ class RuntimeConfig(Section):
         None, description="The learner's address that actors and relays on other hosts connect to; default this "
                           "node's address in the Ray cluster (loopback for the run's own local Ray). Set it on nodes "
                           "with several networks to pick the one the other nodes reach.")
+    max_consecutive_env_errors: int = Field(
+        100, ge=1, le=1_000_000,
+        description="Episodes in a row that may end in an environment error before sampling stops: an actor "
+                    "then reports the error and waits, and the run ends (exit 1, naming the error) once no actor "
+                    "can sample.")
     connect_timeout_seconds: float = Field(
         180.0, gt=0, le=86_400,
         description="End the run (exit 1, naming them) when actors have not said hello this long after they were "

@@ -17,8 +17,9 @@ import dataclasses
 import gc
 import multiprocessing
 import os
-import socket
 import signal
+import socket
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -117,6 +118,7 @@ class ForkHosts:
 
     def __init__(self, config: PBTConfig) -> None:
         context = multiprocessing.get_context("fork")
+        self.reply_timeout_seconds = config.runtime.reply_timeout_seconds
         population_size = config.algorithm.population_size
         num_workers = min(population_size, config.runtime.num_workers or os.cpu_count() or 1)
         self.slots = assign_slots(population_size, num_workers)
@@ -154,6 +156,7 @@ class ForkHosts:
         """The answers of `hosts`, in order; a worker's error is raised here."""
         answers = []
         for host in hosts:
+            self._wait_for_answer(host)
             try:
                 kind, payload = _receive(self.connections[host])
             except (EOFError, OSError):
@@ -162,6 +165,20 @@ class ForkHosts:
                 raise RuntimeError(f"PBT worker {self.processes[host].pid} (slots {self.slots[host]}): {payload}")
             answers.append(payload)
         return answers
+
+    def _wait_for_answer(self, host: int) -> None:
+        """Until `host` answers: a worker that died is reported at once (its pipe may stay open
+        in a grandchild), one that stays silent past runtime.reply_timeout_seconds is taken for
+        hung, so that one stuck worker cannot hang the driver."""
+        deadline = time.monotonic() + self.reply_timeout_seconds
+        process = self.processes[host]
+        while not self.connections[host].poll(1.0):
+            if not process.is_alive():
+                raise RuntimeError(f"PBT worker {process.pid} (slots {self.slots[host]}) died "
+                                   f"(exit code {process.exitcode})")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"PBT worker {process.pid} (slots {self.slots[host]}) sent no answer within "
+                                   f"{self.reply_timeout_seconds:g} s (runtime.reply_timeout_seconds)")
 
     def train_interval(self, frames: int, stop_on_target: bool, deadline_seconds: float | None) -> list[IntervalResult]:
         arguments = [frames, stop_on_target, deadline_seconds]

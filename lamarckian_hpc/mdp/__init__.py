@@ -11,7 +11,7 @@ from .controllers import (
 )
 from .experience import ExperienceBatch, ExperienceBuffer
 from .gym_adapter import AGENT_ID, GymMDP, make_gym_env
-from .sampler import Policy, PolicyOutput, Sampler
+from .sampler import EnvironmentFailingError, Policy, PolicyOutput, Sampler
 
 __all__ = [
     "AGENT_ID",
@@ -28,6 +28,7 @@ __all__ = [
     "Policy",
     "PolicyOutput",
     "Sampler",
+    "EnvironmentFailingError",
     "ScriptedController",
     "StepOutcome",
     "TrainingController",

@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 LOGGED_ENV_ERRORS = 5
 
 
+class EnvironmentFailingError(RuntimeError):
+    """Every episode of late has ended in an environment error: sampling cannot produce
+    experience, so the caller stops instead of dropping episodes for ever. One line."""
+
+
 def _rows(actions: np.ndarray) -> list[Any]:
     """Per-agent actions: Python ints for discrete actions (environments check them fastest),
     array rows for continuous ones (they keep their dtype and clip without conversion)."""
@@ -81,6 +86,8 @@ class Sampler:
         self.policy_versions: dict[str, int] = {policy_id: 0 for policy_id in self.policies}
         self.env_frames = 0
         self.env_errors = 0  # episodes dropped because their environment raised
+        self.consecutive_env_errors = 0  # since an episode last ended normally
+        self.last_env_error = ""  # "Type: message" of the latest environment error
         self.completed: list[EpisodeResult] = []
         self._live: list[dict[AgentId, _Slot]] = [{} for _ in self.mdps]
         #: Slots waiting for an inference, grouped by policy id in the order they asked.
@@ -181,6 +188,7 @@ class Sampler:
                     resume(slot, (decision, outcome))
             if mdp.episode_over:
                 self._abandon_left_agents(index)
+                self.consecutive_env_errors = 0
                 mdp.reset()
                 self._join_new_agents(index)
             elif mdp.agents_join_mid_episode:
@@ -190,6 +198,8 @@ class Sampler:
         """An MDP raised mid-episode: count it, abandon its agents' episodes (their controllers drop
         the steps they recorded) and start a new episode."""
         self.env_errors += 1
+        self.consecutive_env_errors += 1
+        self.last_env_error = f"{type(error).__name__}: {error}"[:300]
         mdp = self.mdps[index]
         if self.env_errors <= LOGGED_ENV_ERRORS:
             log.warning("environment %d (%s) raised; episode dropped (%d so far)", index, type(mdp).__name__,
@@ -201,6 +211,13 @@ class Sampler:
         mdp.pending_actions.clear()
         mdp.reset()
         self._join_new_agents(index)
+
+    def check_environments(self, limit: int) -> None:
+        """Raise EnvironmentFailingError once `limit` episodes in a row ended in an environment error."""
+        if self.consecutive_env_errors >= limit:
+            raise EnvironmentFailingError(
+                f"the environment raised in {self.consecutive_env_errors} episodes in a row "
+                f"(runtime.max_consecutive_env_errors={limit}); the last error: {self.last_env_error}")
 
     def _abandon_left_agents(self, index: int) -> None:
         """Controllers of agents that vanished without a final outcome break the MDP contract."""

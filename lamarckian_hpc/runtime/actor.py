@@ -19,9 +19,10 @@ import zmq
 
 from ..comm import ExperienceSender, JobKeys, Message, WeightSubscriber
 from ..config import A3CConfig, RunConfig
+from ..mdp import EnvironmentFailingError
 from ..rl.a3c import a3c_gradients
 from .learner import load_weights, steps_per_update
-from .messages import experience_message, gradients_message, hello_message
+from .messages import env_failing_message, experience_message, gradients_message, hello_message
 from .sampling import SamplingSide, make_sampling_side
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,14 @@ class ActorLoop:
                         version = self._load(message, side)
                         sent_with_version = 0
                 steps = min(rollout, share - sent_with_version) if synchronous else rollout
-                side.sample(steps)
+                try:
+                    side.sample(steps)
+                except EnvironmentFailingError as error:
+                    # Restarting would fail the same way: say why once, then wait to be stopped.
+                    log.error("actor %d stops sampling: %s", self.actor_index, error)
+                    sender.send(env_failing_message(self.actor_index, str(error)))
+                    self.stop_event.wait()
+                    break
                 batch = side.experience.take()
                 completed = side.sampler.take_completed()
                 frames, errors = side.sampler.env_frames, side.sampler.env_errors

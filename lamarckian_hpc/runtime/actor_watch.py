@@ -31,14 +31,20 @@ class ActorWatch:
         self.hosts: dict[int, str] = {}
         self.all_connected_at: float | None = None
         self.last_experience_at: float | None = None
+        self.failing: dict[int, str] = {}  # actors whose environment keeps raising -> the error
 
     def on_hello(self, actor_index: int, host: str) -> None:
         self.hosts[actor_index] = host
+        self.failing.pop(actor_index, None)  # a new process samples afresh
         if self.all_connected_at is None and len(self.missing()) == 0:
             self.all_connected_at = time.monotonic()
 
     def on_experience(self) -> None:
+        """Experience that can be trained on arrived (not just a message)."""
         self.last_experience_at = time.monotonic()
+
+    def on_env_failing(self, actor_index: int, error: str) -> None:
+        self.failing[actor_index] = error
 
     def missing(self) -> list[int]:
         return [index for index in range(self.num_actors) if index not in self.hosts]
@@ -50,6 +56,10 @@ class ActorWatch:
     def check(self, now: float | None = None) -> None:
         """Raise RunStalledError when a timeout has passed."""
         now = time.monotonic() if now is None else now
+        if len(self.failing) == self.num_actors:
+            index, error = min(self.failing.items())
+            raise RunStalledError(f"no actor can sample: on all {self.num_actors} actors {error} "
+                                  f"(actor {index} on {self.hosts.get(index, 'its host')})")
         missing = self.missing()
         waited = now - self.started
         if missing and waited > self.connect_timeout_seconds:

@@ -27,8 +27,8 @@ from .actor_watch import ActorWatch
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .learner import A3CLearner, make_learner, steps_per_update
-from .messages import (GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate, read_experience,
-                       read_gradients)
+from .messages import (ENV_FAILING, GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate,
+                       read_experience, read_gradients)
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
@@ -125,13 +125,20 @@ class DistributedTrainer:
             self.next_sequence[index] = 0  # a new process numbers its messages from 0
             self.actor_pids[index] = int(message.meta.get("pid", -1))
             return None
-        self.watch.on_experience()
+        if message.kind == ENV_FAILING:
+            index = int(message.meta.get("actor_index", -1))
+            self.watch.on_env_failing(index, str(message.meta.get("error", "an environment error")))
+            log.error("actor %d stopped sampling: %s", index, message.meta.get("error"))
+            return None
         try:
-            return read_gradients(message) if message.kind == GRADIENTS else read_experience(message)
+            item = read_gradients(message) if message.kind == GRADIENTS else read_experience(message)
         except (KeyError, ValueError, TypeError) as error:
             self.receiver.malformed += 1
             log.error("dropped a %s message from %s: %s", message.kind, message.sender, error)
             return None
+        if (item.steps if isinstance(item, ActorGradients) else len(item.batch)) > 0:
+            self.watch.on_experience()
+        return item
 
     def _while_waiting(self) -> None:
         """Nothing arrived: at most once a second, end a run out of wall time or one that cannot

@@ -4,6 +4,8 @@
 and the actors connected per host.
 `experience`: an ExperienceBatch as arrays, plus the episodes that ended and the env frames
 stepped since the previous message.
+`env_failing`: the actor's environment raised in every recent episode; it stopped sampling and
+says why (the error's type and message).
 `gradients`: A3C's gradients of one rollout (one array per parameter, in the model's order), the
 policy version they were computed with, and the same episode and frame counts.
 """
@@ -17,13 +19,17 @@ import numpy as np
 from ..comm import Message
 from ..mdp import ExperienceBatch
 
-HELLO, EXPERIENCE, GRADIENTS = "hello", "experience", "gradients"
-KINDS = {HELLO, EXPERIENCE, GRADIENTS}
+HELLO, EXPERIENCE, GRADIENTS, ENV_FAILING = "hello", "experience", "gradients", "env_failing"
+KINDS = {HELLO, EXPERIENCE, GRADIENTS, ENV_FAILING}
 _BATCH_FIELDS = tuple(field.name for field in fields(ExperienceBatch))
 
 
 def hello_message(actor_index: int, pid: int, host: str) -> Message:
     return Message(HELLO, f"actor-{actor_index}", -1, {}, {"actor_index": actor_index, "pid": pid, "host": host})
+
+
+def env_failing_message(actor_index: int, error: str) -> Message:
+    return Message(ENV_FAILING, f"actor-{actor_index}", -1, {}, {"actor_index": actor_index, "error": error})
 
 
 @dataclass(frozen=True)

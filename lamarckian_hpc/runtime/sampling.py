@@ -23,6 +23,7 @@ class SamplingSide:
     model: torch.nn.Module
     policy: Policy
     policy_id: str = POLICY_ID
+    max_consecutive_env_errors: int = 100
 
     def set_epsilon(self, epsilon: float) -> None:
         """Exploration rate of an epsilon-greedy policy (DQN); other policies have none."""
@@ -35,6 +36,7 @@ class SamplingSide:
         while (missing := num_steps - self.experience.num_steps) > 0:
             for _ in range(max(1, missing // num_envs)):
                 self.sampler.tick()
+            self.sampler.check_environments(self.max_consecutive_env_errors)
 
     def close(self) -> None:
         self.sampler.close()
@@ -72,4 +74,5 @@ def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | No
         policies={POLICY_ID: policy},
         seed=seed,
     )
-    return SamplingSide(sampler, experience, model, policy)
+    return SamplingSide(sampler, experience, model, policy,
+                        max_consecutive_env_errors=config.runtime.max_consecutive_env_errors)
