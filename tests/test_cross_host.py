@@ -125,6 +125,10 @@ def test_actors_given_an_address_they_cannot_reach_end_the_run_with_one_line(ray
 
 from test_slurm import Launch  # noqa: E402
 
+#: A PBT+PPO run small enough for a test: 4 members, intervals of 512 frames.
+PBT_TINY = ["algorithm.population_size=4", "env.num_envs=4", "ppo.num_epochs=2", "model.policy_hidden_sizes=[16]",
+            "algorithm.interval_env_frames=512", "stop.target_return=null"]
+
 
 @pytest.mark.parametrize("broadcast", ["flat", "tree"])
 def test_ppo_launched_across_four_hosts_reaches_475_with_experience_from_every_host(tmp_path, broadcast):
@@ -146,9 +150,7 @@ def test_pbt_launched_on_two_hosts_trains_members_on_both(tmp_path):
     separate_hosts(2)
     launch = Launch(tmp_path, [], ["--nodes", "2", "--cpus-per-node", "2", "--time", "15"],
                     config=ROOT / "configs" / "pbt_ppo_cartpole.yaml",
-                    base=["algorithm.population_size=4", "env.num_envs=4", "ppo.num_epochs=2",
-                          "model.policy_hidden_sizes=[16]", "algorithm.interval_env_frames=512",
-                          "stop.target_return=null", "stop.total_env_frames=1536"])
+                    base=[*PBT_TINY, "stop.total_env_frames=1536"])
     assert launch.finish(600) == 0, "".join(launch.output)
     assert "evolve ran on 2 Ray nodes" in "".join(launch.output)
     with open_run(launch.run_path) as run:
@@ -177,9 +179,7 @@ def test_pbt_launched_is_requeued_at_its_time_limit_and_resumes_after_its_last_i
 
     launch = Launch(tmp_path, [], ["--nodes", "2", "--cpus-per-node", "2", "--time", "15"],
                     config=ROOT / "configs" / "pbt_ppo_cartpole.yaml",
-                    base=["algorithm.population_size=4", "env.num_envs=4", "ppo.num_epochs=2",
-                          "model.policy_hidden_sizes=[16]", "algorithm.interval_env_frames=512",
-                          "stop.target_return=null", "stop.total_env_frames=8192"])
+                    base=[*PBT_TINY, "stop.total_env_frames=8192"])
 
     def intervals() -> int:
         try:
@@ -189,12 +189,7 @@ def test_pbt_launched_is_requeued_at_its_time_limit_and_resumes_after_its_last_i
             return 0
 
     _wait_until(lambda: intervals() >= 1, 300, "the first interval in the run file")
-    subprocess.run(["scancel", "--signal=USR2", launch.job_id], check=True, timeout=30)
-    launch.wait_for(rf"job {launch.job_id}: PENDING \(restart 1\)", 120)
-    _wait_until(lambda: subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{launch.job_id}\."],
-                                       capture_output=True).returncode != 0, 120, "the old steps to exit")
-    subprocess.run(["scontrol", "update", f"JobId={launch.job_id}", "StartTime=now"], check=True, timeout=30)
-    launch.wait_for(rf"job {launch.job_id}: RUNNING \(restart 1\)", 120)
+    launch.requeue_at_time_limit()
     assert launch.finish(600) == 0, "".join(launch.output)
     assert "evolve resumed on 2 Ray nodes, requeued 1 times" in "".join(launch.output)
     with open_run(launch.run_path) as run:

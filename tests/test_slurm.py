@@ -73,6 +73,20 @@ class Launch:
             self.output.append(self.lines.get())
         return status
 
+    def requeue_at_time_limit(self) -> None:
+        """What Slurm sends at `--signal=USR2@<delay>` before the time limit (submitit's own tests
+        do the same), sent now rather than after minutes so that a test stays short; then the job
+        back in the queue and running again."""
+        subprocess.run(["scancel", "--signal=USR2", self.job_id], check=True, timeout=30)
+        self.wait_for(rf"job {self.job_id}: PENDING \(restart 1\)", 120)
+        # Slurm holds a requeued job for two minutes, long enough for the old run's step daemons
+        # to exit (the new run's step has the same id, and its PMI2 socket the same name). Wait
+        # for them, then let the job start.
+        _wait_until(lambda: subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{self.job_id}\."],
+                                           capture_output=True).returncode != 0, 120, "the old steps to exit")
+        subprocess.run(["scontrol", "update", f"JobId={self.job_id}", "StartTime=now"], check=True, timeout=30)
+        self.wait_for(rf"job {self.job_id}: RUNNING \(restart 1\)", 120)
+
     def cancel(self) -> None:
         subprocess.run(["scancel", self.job_id], timeout=30)
         self.process.kill()
@@ -175,17 +189,7 @@ def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_pa
                     ["--nodes", "4", "--cpus-per-node", "2", "--time", "10", "--object-store-mb", "100"])
     checkpoint = launch.run_path.with_suffix(".ckpt")
     _wait_until(checkpoint.is_file, 180, "the first checkpoint")
-    # What Slurm sends at `--signal=USR2@<delay>` before the time limit (submitit's own tests do
-    # the same); sent now rather than after minutes, so the test stays short.
-    subprocess.run(["scancel", "--signal=USR2", launch.job_id], check=True, timeout=30)
-    launch.wait_for(rf"job {launch.job_id}: PENDING \(restart 1\)", 120)
-    # Slurm holds a requeued job for two minutes, long enough for the old run's step daemons to
-    # exit (the new run's step has the same id, and its PMI2 socket the same name). Wait for
-    # them, then let the job start.
-    _wait_until(lambda: subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{launch.job_id}\."],
-                                       capture_output=True).returncode != 0, 120, "the old steps to exit")
-    subprocess.run(["scontrol", "update", f"JobId={launch.job_id}", "StartTime=now"], check=True, timeout=30)
-    launch.wait_for(rf"job {launch.job_id}: RUNNING \(restart 1\)", 120)
+    launch.requeue_at_time_limit()
     assert launch.finish(240) == 0, "".join(launch.output)
     assert "requeued 1 times" in "".join(launch.output)
 
