@@ -62,14 +62,17 @@ def ensure_ray(address: str | None, num_cpus: int) -> bool:
 
 def reachable_host(started_local_ray: bool) -> str:
     """The address to bind what processes on other hosts connect to: this node's address in the
-    Ray cluster, which every other node reaches (Ray itself talks to it there), or loopback when
-    the run's Ray is its own, on this host alone. Never 0.0.0.0, which would listen on every
+    Ray cluster, which every other node reaches (Ray itself talks to it there); loopback when no
+    other host can take part, because the run's Ray is its own or every node of the joined cluster
+    is on this host (loopback is the fast path there). Never 0.0.0.0, which would listen on every
     interface of a shared node."""
     if started_local_ray:
         return "127.0.0.1"
     import ray
 
-    return ray.util.get_node_ip_address()
+    here = ray.util.get_node_ip_address()
+    addresses = {node.get("NodeManagerAddress") for node in ray.nodes() if node.get("Alive")}
+    return "127.0.0.1" if addresses <= {here} else here
 
 
 def shutdown_ray() -> None:
