@@ -105,7 +105,9 @@ class ZmqBroadcast:
         self.nodes = [f"h{i}" for i in range(receivers // per_node)]
         self.tree = build_tree(self.nodes)
         self.context = zmq.Context()
-        self.key_folder = str(keys.folder) if keys is not None else None
+        # Keys by role: relays serve with the relay folder's keys, receivers hold only an actor's.
+        self.relay_key_folder = str(keys.relay_folder) if keys is not None else None
+        self.key_folder = str(keys.actor_folder) if keys is not None else None
         self.publisher = WeightPublisher(self.context, host=hosts[0], keys=keys)
         self.collect = self.context.socket(zmq.PULL)
         self.collect.bind(f"ipc://{workdir}/collect-{mode}-{receivers}.ipc")
@@ -127,7 +129,7 @@ class ZmqBroadcast:
                 relay = None
                 if mode == "tree" and i > 0:
                     relay = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=hosts[i],
-                                      ipc_path=ipc[i], key_folder=self.key_folder).to_dict()
+                                      ipc_path=ipc[i], key_folder=self.relay_key_folder).to_dict()
                 address = f"ipc://{ipc[i]}" if mode == "tree" else self.publisher.address
                 spec = {"node": node, "receivers": self.per_node, "address": address, "relay": relay,
                         "key_folder": self.key_folder,
@@ -177,7 +179,7 @@ class ZmqBroadcast:
 def measure_zmq(mode: str, receivers: int, args: argparse.Namespace, hosts: list[str], workdir: str,
                 namespaces: list[str] | None) -> list[float]:
     arrays = {"weights": np.random.default_rng(0).standard_normal(args.megabytes * 2**18).astype(np.float32)}
-    keys = JobKeys.create(os.path.join(workdir, "keys")) if args.curve else None
+    keys = JobKeys.create(os.path.join(workdir, "keys"), relays=True) if args.curve else None
     setup = ZmqBroadcast(mode, receivers, args.per_node, hosts, workdir, namespaces, keys)
     try:
         setup.start()

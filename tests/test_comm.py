@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+import tracemalloc
 from typing import Any
 
 import msgpack
@@ -24,6 +25,7 @@ from lamarckian_hpc.comm import (
     decode,
     encode,
 )
+from lamarckian_hpc.comm.wire import MAX_HEADER_BYTES
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -261,6 +263,148 @@ def test_decode_rejects_bool_dims():
 def test_decode_rejects_shapes_whose_size_overflows_int64():
     with pytest.raises(WireError):
         decode(frames_for(header(arrays=[["a", "|u1", [1 << 30, 1 << 30, 16]]]), b""))
+
+
+EMPTY_BUT_ABSURD = {
+    "zero first": ["a", "|u1", [0] + [1 << 30] * 7],
+    "zero last": ["a", "<f8", [1 << 30] * 3 + [0]],
+    "zero between": ["a", "<i4", [1 << 30, 0, 1 << 30, 1 << 30]],
+}
+
+
+@pytest.mark.parametrize("descriptor", EMPTY_BUT_ABSURD.values(), ids=EMPTY_BUT_ABSURD.keys())
+def test_decode_rejects_empty_arrays_whose_other_dimensions_overflow(descriptor):
+    """Zero bytes declared and zero sent pass the size check; numpy then refuses to make such an
+    empty array with a ValueError of its own ("array is too big"), which no receiver catches."""
+    with pytest.raises(WireError):
+        decode(frames_for(header(arrays=[descriptor]), b""))
+
+
+def test_empty_arrays_of_sensible_shapes_still_decode():
+    arrays = {"frames": np.zeros((0, 84, 84, 4), np.uint8), "middle": np.zeros((3, 0, 2), np.float64)}
+    decoded = decode(encode(Message(EXPERIENCE, "actor-0", 1, arrays)))
+    assert {name: (a.shape, a.dtype) for name, a in decoded.arrays.items()} == {
+        name: (a.shape, a.dtype) for name, a in arrays.items()}
+
+
+def empty_maps_header(size: int) -> bytes:
+    """About `size` bytes of msgpack that unpack to one empty map per byte: lists of 4,096 empty
+    maps in a list, within every length limit msgpack is given."""
+    inner = b"\xdc" + (4096).to_bytes(2, "big") + b"\x80" * 4096
+    count = max(1, size // len(inner))
+    return b"\xdc" + count.to_bytes(2, "big") + inner * count
+
+
+def traced_peak(call) -> int:
+    """Peak bytes the Python allocator handed out while `call` ran."""
+    tracemalloc.start()
+    try:
+        call()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+def test_a_header_over_the_size_cap_is_refused_before_it_is_unpacked():
+    head = empty_maps_header(4 << 20)  # 4 MB: unpacked, four million maps of some 70 bytes each
+
+    def refuse() -> None:
+        with pytest.raises(WireError, match="byte cap"):
+            decode([head, b"abc"])
+
+    assert traced_peak(refuse) < 1 << 20
+
+
+def test_a_header_of_many_small_maps_is_given_up_early():
+    head = empty_maps_header(MAX_HEADER_BYTES - 16)  # under the size cap, but a million maps
+
+    def refuse() -> None:
+        with pytest.raises(WireError, match="maps and lists"):
+            decode([head])
+
+    assert traced_peak(refuse) < 8 << 20
+
+
+def test_decode_rejects_deeply_nested_headers():
+    def nested(depth: int) -> dict[str, Any]:
+        value: dict[str, Any] = {}
+        for _ in range(depth):
+            value = {"x": value}
+        return value
+
+    decode(frames_for(header(meta=nested(10)), b"abc"))
+    deep_list: list[Any] = [1]
+    for _ in range(40):
+        deep_list = [deep_list]
+    for meta in (nested(100), {"x": deep_list}):
+        with pytest.raises(WireError, match="deeper"):
+            decode(frames_for(header(meta=meta), b"abc"))
+
+
+def test_decode_rejects_policy_versions_outside_int64():
+    for version in (-(1 << 63), (1 << 63) - 1):
+        assert decode(frames_for(header(policy_version=version), b"abc")).policy_version == version
+    for version in (1 << 63, (1 << 64) - 1):
+        with pytest.raises(WireError, match="int64"):
+            decode(frames_for(header(policy_version=version), b"abc"))
+
+
+def test_decode_rejects_a_bool_or_float_schema_and_repeated_array_names():
+    for schema in (True, 1.0):
+        with pytest.raises(WireError, match="schema"):
+            decode(frames_for(header(schema=schema), b"abc"))
+    with pytest.raises(WireError, match="one name"):
+        decode(frames_for(header(arrays=[["a", "|u1", [3]], ["a", "|u1", [1]]]), b"abc", b"d"))
+
+
+@pytest.mark.parametrize("frames", [[msgpack.packb(header()), 3], [msgpack.packb(header()), None], [None], [7],
+                                    [msgpack.packb(header()), np.zeros((2, 2), np.uint8)[:, :1]]],
+                         ids=["int frame", "none frame", "none header", "int header", "strided frame"])
+def test_decode_raises_only_wire_error_for_frames_that_are_not_byte_buffers(frames):
+    with pytest.raises(WireError):
+        decode(frames)
+
+
+def test_receivers_survive_an_empty_array_with_an_absurd_shape(context, closing):
+    absurd = EMPTY_BUT_ABSURD["zero first"]
+    receiver = ExperienceReceiver(context, {EXPERIENCE})
+    closing.append(receiver)
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    closing.append(push)
+    push.connect(receiver.address)
+    push.send_multipart(frames_for(header(arrays=[absurd]), b""))
+    push.send_multipart(encode(valid_experience(3)))
+    message = receiver.receive(timeout_ms=5000)
+    assert message is not None and message.policy_version == 3 and receiver.malformed == 1
+
+    publisher = WeightPublisher(context)
+    closing.append(publisher)
+    publisher.publish(1, weights(1))
+    subscriber = WeightSubscriber(context, publisher.address)
+    closing.append(subscriber)
+    assert_weights(wait_for(publisher, [subscriber])[0], 1)
+    publisher.socket.send_multipart(frames_for(header(kind="weights", policy_version=2, arrays=[absurd]), b""))
+    publisher.publish(3, weights(3))
+    deadline, got = time.monotonic() + DEADLINE_SECONDS, None
+    while got is None:
+        assert time.monotonic() < deadline
+        got = subscriber.poll(timeout_ms=50)
+    assert_weights(got, 3)
+    assert subscriber.dropped == 1
+
+
+def test_a_publisher_neither_sends_nor_keeps_frames_its_subscribers_would_reject(context, closing):
+    publisher = WeightPublisher(context)
+    closing.append(publisher)
+    publisher.publish(1, weights(1))
+    kept = publisher._latest
+    absurd = frames_for(header(kind="weights", policy_version=2, arrays=[EMPTY_BUT_ABSURD["zero first"]]), b"")
+    for version, frames in ((2, absurd), (4, [bytes(frame) for frame in encode(Message("weights", "x", 3))])):
+        with pytest.raises(WireError):
+            publisher.publish_frames(version, frames)
+    assert publisher._latest is kept and publisher.version == 1
 
 
 # Fuzzing a live PULL socket

@@ -1,23 +1,36 @@
 """ZeroMQ transport: the wire format and the channels between learner and actors."""
 
-from .channels import ExperienceReceiver, ExperienceSender, WeightPublisher, WeightSubscriber, bind_random
-from .security import JobKeys, KeyFolderError, authenticate, stop_authenticator
+from .channels import (ExperienceReceiver, ExperienceSender, WeightPublisher, WeightSubscriber, bind_random,
+                       make_socket)
+from .limits import (CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES, MEGABYTE, largest_message_bytes, limit_bytes,
+                     message_limit)
+from .security import BROADCAST, LEARNER, JobKeys, KeyFolderError, KeyPair, authenticate, stop_authenticator
 from .wire import ALLOWED_DTYPES, SCHEMA_VERSION, Message, WireError, decode, encode
 
 __all__ = [
     "ALLOWED_DTYPES",
+    "BROADCAST",
+    "CONTROL_MESSAGE_BYTES",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "LEARNER",
+    "MEGABYTE",
     "SCHEMA_VERSION",
     "ExperienceReceiver",
     "ExperienceSender",
     "JobKeys",
     "KeyFolderError",
+    "KeyPair",
     "Message",
     "WeightPublisher",
     "WeightSubscriber",
     "WireError",
     "authenticate",
-    "stop_authenticator",
     "bind_random",
     "decode",
     "encode",
+    "largest_message_bytes",
+    "limit_bytes",
+    "make_socket",
+    "message_limit",
+    "stop_authenticator",
 ]

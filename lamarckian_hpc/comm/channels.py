@@ -9,8 +9,12 @@ Experience: actors PUSH messages tagged with the policy version that produced th
 PULLs. A malformed message is logged, counted and dropped; the receiver keeps serving. The queue
 between them is short (high-water marks and kernel buffers), which bounds staleness.
 
-Every socket has linger 0, so closing never hangs on a dead peer. Given the job's keys
-(`comm.security.JobKeys`), every channel is CURVE-encrypted and admits only the job's processes.
+Every socket has linger 0, so closing never hangs on a dead peer, and a ZMQ_MAXMSGSIZE set before
+it binds or connects (`comm.limits`): sockets that receive data accept frames up to the run's
+limit, sockets that only send accept only small control frames. Given the job's keys
+(`comm.security.JobKeys`), every channel is CURVE-encrypted and admits only the job's processes:
+experience goes to the learner's own key, weights come from the key every weights publisher (the
+learner's, each relay's) serves with.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import Any, Mapping
 import numpy as np
 import zmq
 
-from .security import JobKeys, authenticate
+from .limits import CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES
+from .security import BROADCAST, LEARNER, JobKeys, authenticate
 from .wire import Message, WireError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -34,16 +39,22 @@ WEIGHTS = "weights"
 SOCKET_BUFFER_BYTES = 8 * 1024
 
 
-def _socket(context: zmq.Context, kind: int, keys: JobKeys | None = None, *, server: bool = False) -> zmq.Socket:
-    """A socket with linger 0; with `keys`, a CURVE server (binds) or client (connects) of the job."""
+def make_socket(context: zmq.Context, kind: int, max_message_bytes: int, keys: JobKeys | None = None, *,
+                serve: str | None = None, trust: str | None = None) -> zmq.Socket:
+    """A socket with linger 0 that drops any peer declaring a frame over `max_message_bytes`; with
+    `keys`, a CURVE server of role `serve` (it binds) or a client trusting the server of role
+    `trust` (it connects). Everything is set here, before the caller binds or connects."""
     socket = context.socket(kind)
     socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
     if keys is not None:
-        if server:
+        if serve is not None:
             authenticate(context, keys)
-            keys.serve(socket)
+            keys.serve(socket, serve)
+        elif trust is not None:
+            keys.connect(socket, trust)
         else:
-            keys.connect(socket)
+            raise ValueError("a socket with keys either serves or trusts a server role")
     return socket
 
 
@@ -58,7 +69,7 @@ class WeightPublisher:
 
     def __init__(self, context: zmq.Context, host: str = "127.0.0.1", sender: str = "learner",
                  keys: JobKeys | None = None) -> None:
-        self.socket = _socket(context, zmq.XPUB, keys, server=True)
+        self.socket = make_socket(context, zmq.XPUB, CONTROL_MESSAGE_BYTES, keys, serve=BROADCAST)
         self.socket.setsockopt(zmq.XPUB_VERBOSE, 1)  # hear every subscription, not only the first
         self.address = bind_random(self.socket, host)
         self.sender = sender
@@ -70,7 +81,14 @@ class WeightPublisher:
         self.publish_frames(version, encode(Message(WEIGHTS, self.sender, version, dict(arrays), dict(meta or {}))))
 
     def publish_frames(self, version: int, frames: list[Any]) -> None:
-        """Send an already encoded weights message (a relay forwards the frames it received)."""
+        """Send an already encoded weights message (a relay forwards the frames it received).
+
+        The frames are checked first exactly as subscribers check them (`decode`, zero copy): an
+        invalid message is neither sent nor kept as the newest weights every joining subscriber
+        gets, so it cannot stop each restarted actor again. Raises WireError for one."""
+        message = decode(frames, known_kinds={WEIGHTS})
+        if message.policy_version != version:
+            raise WireError(f"frames of version {message.policy_version} published as version {version}")
         self.version = version
         self._latest = frames
         self.socket.send_multipart(frames, copy=False)
@@ -93,8 +111,9 @@ class WeightPublisher:
 class WeightSubscriber:
     """Actor side of the weight broadcast: keeps the newest version it has received."""
 
-    def __init__(self, context: zmq.Context, address: str, keys: JobKeys | None = None) -> None:
-        self.socket = _socket(context, zmq.SUB, keys)
+    def __init__(self, context: zmq.Context, address: str, keys: JobKeys | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.socket = make_socket(context, zmq.SUB, max_message_bytes, keys, trust=BROADCAST)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self.socket.connect(address)
         self.version = -1
@@ -129,7 +148,7 @@ class ExperienceSender:
 
     def __init__(self, context: zmq.Context, address: str, high_water_mark: int = 1,
                  keys: JobKeys | None = None) -> None:
-        self.socket = _socket(context, zmq.PUSH, keys)
+        self.socket = make_socket(context, zmq.PUSH, CONTROL_MESSAGE_BYTES, keys, trust=LEARNER)
         self.socket.setsockopt(zmq.SNDHWM, high_water_mark)
         self.socket.setsockopt(zmq.SNDBUF, SOCKET_BUFFER_BYTES)
         self.socket.connect(address)
@@ -149,8 +168,9 @@ class ExperienceReceiver:
     """Learner side of the experience channel; drops and counts malformed messages."""
 
     def __init__(self, context: zmq.Context, known_kinds: set[str], host: str = "127.0.0.1",
-                 high_water_mark: int = 2, keys: JobKeys | None = None) -> None:
-        self.socket = _socket(context, zmq.PULL, keys, server=True)
+                 high_water_mark: int = 2, keys: JobKeys | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.socket = make_socket(context, zmq.PULL, max_message_bytes, keys, serve=LEARNER)
         self.socket.setsockopt(zmq.RCVHWM, high_water_mark)
         self.socket.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
         self.address = bind_random(self.socket, host)

@@ -3,8 +3,13 @@
 One relay runs per node (see `topology.py`). It subscribes to its parent's weight publisher and
 re-publishes every newer version at once on its own `WeightPublisher`, an XPUB socket bound twice:
 on TCP for the relays below it and on IPC for the actors of its node. It forwards the received
-frames as they are (zero copy): only the header is checked, the arrays are never decoded. The learner
-never waits for a relay; XPUB drops for a subscriber that cannot keep up rather than blocking.
+frames as they are (zero copy), once they pass the very check its subscribers make (`wire.decode`,
+which only makes views of the frames): a malformed message is counted and dropped, never forwarded
+nor kept as the newest weights that every joining subscriber is sent. The learner never waits for
+a relay; XPUB drops for a subscriber that cannot keep up rather than blocking.
+
+A relay is given the relay folder of the job's keys (`comm.security`): the client pair it
+subscribes with and the broadcast pair it serves with, never the learner's secret.
 
 A dead parent is noticed from the connection itself: the SUB socket sends ZeroMQ heartbeats, and a
 socket monitor reports the disconnect (at once when the parent's process dies, after the heartbeat
@@ -27,10 +32,11 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .channels import WEIGHTS, WeightPublisher
-from .security import JobKeys, stop_authenticator
+from .channels import WEIGHTS, WeightPublisher, make_socket
+from .limits import DEFAULT_MAX_MESSAGE_BYTES
+from .security import BROADCAST, JobKeys, stop_authenticator
 from .topology import BroadcastTree
-from .wire import WireError, read_header
+from .wire import WireError, decode
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +54,10 @@ class RelaySpec:
     ipc_path: str | None = None
     heartbeat_ms: int = 500
     timeout_ms: int = 2000
-    #: The job's key folder (`comm.security`); None for plain sockets.
+    #: The relay folder of the job's keys (`JobKeys.relay_folder`); None for plain sockets.
     key_folder: str | None = None
+    #: ZMQ_MAXMSGSIZE of the subscription to the parent: the run's limit (`comm.limits`).
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,10 +109,7 @@ class Relay:
         address = self.spec.upstreams.get(parent)
         if address is None:
             raise KeyError(f"relay {self.spec.node!r}: no publisher address for node {parent!r}")
-        socket = self.context.socket(zmq.SUB)
-        socket.setsockopt(zmq.LINGER, 0)
-        if self.keys is not None:
-            self.keys.connect(socket)
+        socket = make_socket(self.context, zmq.SUB, self.spec.max_message_bytes, self.keys, trust=BROADCAST)
         socket.setsockopt(zmq.HEARTBEAT_IVL, self.spec.heartbeat_ms)
         socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, self.spec.timeout_ms)
         socket.setsockopt(zmq.SUBSCRIBE, b"")
@@ -150,15 +155,14 @@ class Relay:
     def forward(self, frames: list[Any]) -> bool:
         """Re-publish a received message if it is well formed and newer than the last one."""
         try:
-            header = read_header(frames, known_kinds={WEIGHTS})
+            version = decode(frames, known_kinds={WEIGHTS}).policy_version
+            if version <= self.stats.version:
+                return False  # a re-send on joining a new parent, or a duplicate
+            self.publisher.publish_frames(version, frames)
         except WireError as error:
             self.stats.malformed += 1
             log.error("relay %s dropped a malformed weights message: %s", self.spec.node, error)
             return False
-        version = header["policy_version"]
-        if version <= self.stats.version:
-            return False  # a re-send on joining a new parent, or a duplicate
-        self.publisher.publish_frames(version, frames)
         self.stats.version = version
         self.stats.forwarded += 1
         return True

@@ -156,6 +156,11 @@ class RuntimeConfig(Section):
     )
     key_folder: Path | None = Field(
         None, description="Folder for the job's keys, shared by all its nodes; default a private temp folder.")
+    max_message_megabytes: float | None = Field(
+        None, ge=1, le=1024,
+        description="Largest frame a socket of the run accepts from a peer, in MiB (ZeroMQ's ZMQ_MAXMSGSIZE, "
+                    "checked before any key is presented: a peer declaring more is dropped). Default 4 times the "
+                    "run's largest message (its weights or one rollout), at least 4 MiB.")
     on_node_loss: Literal["fail", "continue"] = Field(
         "fail", description="When a node of a multi-node run is lost: fail stops with an error naming it, "
                             "checkpoint saved for a resume; continue trains on with the actors of the nodes left.")

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import zmq
 
-from ..comm import ExperienceSender, JobKeys, Message, WeightSubscriber
+from ..comm import ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
 from ..config import A3CConfig, RunConfig
 from ..mdp import EnvironmentFailingError
 from ..rl.a3c import a3c_gradients
@@ -49,7 +49,8 @@ class ActorLoop:
             if config.runtime.key_folder is None:
                 raise ValueError("runtime.transport_security=curve needs runtime.key_folder, the job's key folder")
             keys = JobKeys.load(config.runtime.key_folder)
-        subscriber = WeightSubscriber(context, self.weights_address, keys=keys)
+        subscriber = WeightSubscriber(context, self.weights_address, keys=keys,
+                                      max_message_bytes=limit_bytes(config.runtime.max_message_megabytes))
         sender = ExperienceSender(context, self.experience_address, keys=keys)
         side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1))
         rollout = config.runtime.rollout_steps * config.env.num_envs

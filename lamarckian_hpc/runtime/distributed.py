@@ -22,7 +22,8 @@ import torch
 import zmq
 
 from ..config import RunConfig
-from ..comm import ExperienceReceiver, JobKeys, stop_authenticator
+from ..comm import (MEGABYTE, ExperienceReceiver, JobKeys, largest_message_bytes, limit_bytes, message_limit,
+                    stop_authenticator)
 from .actor_watch import ActorWatch
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
@@ -57,9 +58,19 @@ def job_keys(config: RunConfig) -> tuple[RunConfig, JobKeys | None, str | None]:
     own = None
     if folder is None:
         own = folder = tempfile.mkdtemp(prefix="lamarckian-keys-")  # mode 0700
-    keys = JobKeys.create(folder)
-    runtime = config.runtime.model_copy(update={"key_folder": keys.folder})
+    keys = JobKeys.create(folder, relays=config.runtime.broadcast == "tree")
+    # The actors' config names only the actor folder: no learner or relay secret is in it.
+    runtime = config.runtime.model_copy(update={"key_folder": keys.actor_folder})
     return config.model_copy(update={"runtime": runtime}), keys, own
+
+
+def with_message_limit(config: RunConfig, weights: dict[str, object], spaces: tuple[object, object]) -> RunConfig:
+    """The config with `runtime.max_message_megabytes` resolved from the run's largest message
+    (`comm.limits`), so that the actors and relays it is given size their sockets alike."""
+    steps = config.runtime.rollout_steps * config.env.num_envs
+    limit = message_limit(largest_message_bytes(weights, steps, *spaces), config.runtime.max_message_megabytes)
+    runtime = config.runtime.model_copy(update={"max_message_megabytes": limit / MEGABYTE})
+    return config.model_copy(update={"runtime": runtime})
 
 
 class _OutOfWallTime(Exception):
@@ -71,16 +82,19 @@ class DistributedTrainer:
         self.config = config
         self.observers = list(observers)
         torch.set_num_threads(config.runtime.torch_threads)
-        self.learner = make_learner(config, *spaces_of(config))
+        spaces = spaces_of(config)
+        self.learner = make_learner(config, *spaces)
         cores = os.cpu_count() or 1
         self.num_actors = config.runtime.num_actors or cores
         self.context = zmq.Context()
         config, self.keys, self.own_key_folder = job_keys(config)
+        config = with_message_limit(config, self.learner.weights(), spaces)
         self.started_ray = init_ray(config, num_cpus=max(cores, self.num_actors))
         # Actors may run on any node of the Ray cluster: they are given addresses bound on this
         # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.
         host = config.runtime.bind_address or reachable_host(self.started_ray)
-        self.receiver = ExperienceReceiver(self.context, KINDS, host=host, keys=self.keys)
+        self.receiver = ExperienceReceiver(self.context, KINDS, host=host, keys=self.keys,
+                                           max_message_bytes=limit_bytes(config.runtime.max_message_megabytes))
         self.broadcast = WeightBroadcast(config, self.context, self.num_actors, host, self.keys)
         self.publisher = self.broadcast.publisher
         self.cpu_meter = TreeCpuMeter(cores)

@@ -28,7 +28,7 @@ import ray
 import zmq
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..comm import JobKeys, WeightPublisher
+from ..comm import JobKeys, WeightPublisher, limit_bytes
 from ..comm.relay import RelaySpec
 from ..comm.topology import BroadcastTree, build_tree
 from ..config import RunConfig
@@ -97,7 +97,10 @@ class WeightBroadcast:
         the run's Ray is on this host alone)."""
         self.plan = plan_nodes(config, num_actors)
         self.publisher = WeightPublisher(context, host=host, keys=keys)
-        self.key_folder = None if keys is None else str(keys.folder)
+        # Relays get the relay folder of the keys (never the learner's secret); only a tree has one.
+        tree = config.runtime.broadcast == "tree"
+        self.key_folder = None if keys is None or not tree else str(keys.relay_folder)
+        self.max_message_bytes = limit_bytes(config.runtime.max_message_megabytes)
         self.tree: BroadcastTree | None = None
         self.relays: dict[str, Any] = {}
         self.ipc_dir: str | None = None
@@ -123,7 +126,7 @@ class WeightBroadcast:
             for index, node in enumerate(self.tree.nodes):
                 if index and self.tree.layer_of(node) == layer:
                     spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=endpoints[index],
-                                     key_folder=self.key_folder)
+                                     key_folder=self.key_folder, max_message_bytes=self.max_message_bytes)
                     started[node] = start_relay(spec, self.plan.scheduling(index))
             addresses.update(zip(started, ray.get([relay.address.remote() for relay in started.values()])))
             self.relays.update(started)
