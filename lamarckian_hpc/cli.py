@@ -42,6 +42,20 @@ def run_path_for(config: RunConfig | EvolveConfig, config_file: str | None) -> P
     return path
 
 
+def _unreadable(path: Path, error: BaseException) -> str:
+    """One line for a run file that cannot be read; the reader's own errors already name the file."""
+    from .storage import RunFileReadError
+
+    return f"error: {error}" if isinstance(error, RunFileReadError) else f"error: {path} is not a readable run file: {error}"
+
+
+def _storage_full(error: BaseException, path: Path, command: str) -> str:
+    """One line for a full (or failing) file system; resuming is offered only where there is a run to resume."""
+    if path.is_file():
+        return f"error: {error}; continue later with: lamarckian-hpc {command} --resume {path}"
+    return f"error: {error}"
+
+
 def _resumed_config(args: argparse.Namespace, model: type[ConfigT] | None) -> ConfigT:
     """The config a run file stored (`--resume RUN`), with the command line's overrides on top (a
     longer budget, say). The positional config slot may hold the first override. Without `model`
@@ -58,7 +72,7 @@ def _resumed_config(args: argparse.Namespace, model: type[ConfigT] | None) -> Co
         with open_run(run) as reader:
             tree = reader.config
     except (OSError, KeyError, ValueError) as error:
-        raise ConfigError(f"error: {run} is not a readable run file: {error}") from None
+        raise ConfigError(_unreadable(run, error)) from None
     if model is None:
         from .config.evorl import EVORL_ALGORITHMS
 
@@ -101,8 +115,7 @@ def train_command(args: argparse.Namespace) -> int:
         print(f"error: {error}; the metrics up to now are in {path}", file=sys.stderr)
         return 1
     except StorageFullError as error:
-        print(f"error: {error}; continue later with: lamarckian-hpc train --resume {path}", file=sys.stderr)
-        return 1
+        return _fail(_storage_full(error, path, "train"))
     table = Table(title="result", show_header=False)
     table.add_row("env frames", f"{result.env_frames:,}")
     table.add_row("wall time", f"{result.wall_time_seconds:.1f} s")
@@ -163,8 +176,7 @@ def evolve_command(args: argparse.Namespace) -> int:
                                 report=lambda line: console.print(line, highlight=False),
                                 on_start=lambda p: console.print(f"run file: {p}", highlight=False))
     except StorageFullError as error:
-        print(f"error: {error}; continue later with: lamarckian-hpc evolve --resume {path}", file=sys.stderr)
-        return 1
+        return _fail(_storage_full(error, path, "evolve"))
     except EvolutionSetupError as error:  # game data, or a history that does not replay: one line
         return _fail(f"error: {error}")
     algorithm, recorder, problem = outcome.algorithm, outcome.recorder, outcome.problem
@@ -206,7 +218,7 @@ def inspect_command(args: argparse.Namespace) -> int:
         with open_run(path) as reader:
             summary = reader.summary()
     except (OSError, KeyError, ValueError) as error:
-        return _fail(f"error: {path} is not a readable run file: {error}")
+        return _fail(_unreadable(path, error))
     if args.json:
         print(json.dumps(summary.to_json_dict(), indent=2))
         return 0

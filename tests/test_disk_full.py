@@ -11,23 +11,35 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lamarckian_hpc.runtime.checkpoint import load_run_state, save_run_state
 from lamarckian_hpc.storage import RunWriter, StorageFullError, open_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 96 MB tmpfs of its own, so that filling it touches nothing else."""
+def _tmpfs(tmp_path: Path, size: str):
+    """A tmpfs of its own, so that filling it touches nothing else."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(disk)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """96 MB: room for a short run, then filled by the test."""
+    yield from _tmpfs(tmp_path, "96m")
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """2 MB: a small checkpoint fits, a large one does not."""
+    yield from _tmpfs(tmp_path, "2m")
 
 
 def _rows(run: Path) -> int:
@@ -81,3 +93,48 @@ def test_writer_refuses_to_start_without_its_reserve(tmp_path):
     with pytest.raises(StorageFullError, match="min_free_megabytes"):
         RunWriter(tmp_path / "never.h5", {}, ["loss_value"], min_free_bytes=1 << 60)
     assert not (tmp_path / "never.h5").exists()
+
+
+def test_a_checkpoint_that_does_not_fit_is_one_error_and_the_previous_stays_whole(tiny_disk):
+    """No reserve: the device itself fills up under torch.save (which reports it as a RuntimeError
+    when it writes to a path). The temporary file goes, the previous checkpoint stays."""
+    path = tiny_disk / "run.ckpt"
+    save_run_state(path, "test", {"x": np.arange(10)})
+    with pytest.raises(StorageFullError, match="previous one is intact"):
+        save_run_state(path, "test", {"x": np.zeros(1_000_000)})
+    assert sorted(entry.name for entry in tiny_disk.iterdir()) == ["run.ckpt"]
+    np.testing.assert_array_equal(load_run_state(path, "test")["x"], np.arange(10))
+    save_run_state(path, "test", {"x": np.arange(20)})  # the space the failed write took is free again
+    np.testing.assert_array_equal(load_run_state(path, "test")["x"], np.arange(20))
+
+
+FILLING_CREATION_SCRIPT = """
+import os, sys
+from lamarckian_hpc.storage import RunWriter, StorageFullError
+disk = sys.argv[1]
+for size in [*range(2_040_000, 2_100_000, 3_000), 3_000_000]:
+    try:
+        RunWriter(os.path.join(disk, "run.h5"), {{"blob": "x" * size}}, ["entropy", "loss_value"],
+                  min_free_bytes=0, population_shape=(3, 2)).close()
+    except StorageFullError as error:
+        print("refused", size, os.listdir(disk), str(error).splitlines()[0], flush=True)
+    else:
+        print("created", size, flush=True)
+        os.unlink(os.path.join(disk, "run.h5"))
+"""
+
+
+def test_a_run_file_that_does_not_fit_is_one_error_and_leaves_no_file(tiny_disk):
+    """No reserve: the device fills up while HDF5 lays the file out, at whichever write the size
+    of the config makes fail. Each is one StorageFullError with nothing left behind, and never a
+    crash (HDF5 crashes closing datasets after a failed write unless the file is let go with
+    care), which a child process shows by its exit status."""
+    result = subprocess.run([sys.executable, "-c", FILLING_CREATION_SCRIPT.format(), str(tiny_disk)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    refused = [line for line in result.stdout.splitlines() if line.startswith("refused")]
+    assert refused, result.stdout
+    for line in refused:
+        assert "[]" in line and "not created: No space left on device" in line, line
+    RunWriter(tiny_disk / "run.h5", {}, ["entropy"], min_free_bytes=0).close()
+    assert sorted(entry.name for entry in tiny_disk.iterdir()) == ["run.h5"]

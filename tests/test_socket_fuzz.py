@@ -24,10 +24,11 @@ from lamarckian_hpc.comm import (BROADCAST, LEARNER, SCHEMA_VERSION, ExperienceR
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.comm.wire import MAX_HEADER_BYTES
+from fuzz_budget import examples
 
 pytestmark = pytest.mark.timeout(300)
 
-ROUNDS = 300
+ROUNDS = examples(300)
 JUNK_PER_ROUND = 8
 DEADLINE_SECONDS = 30.0
 
@@ -134,7 +135,7 @@ def job(tmp_path):
         context.destroy(linger=0)
 
 
-def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(job, tmp_path):
+def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(job, tmp_path, record_property):
     keys, contexts = job
     actor_keys = JobKeys.load(keys.actor_folder)
     receiver = ExperienceReceiver(contexts["learner"], {"experience"}, keys=keys, high_water_mark=1000)
@@ -210,6 +211,9 @@ def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(
         np.testing.assert_array_equal(got.arrays["w"], weights(ROUNDS).arrays["w"])
         grown = (psutil.Process().memory_info().rss - rss_before) / 2**20
         assert grown < 200, f"grew {grown:.0f} MB"
+        for name, count in {"valid_messages": 2 * ROUNDS, "hostile_messages": junk_sent + 2 * JUNK_PER_ROUND * ROUNDS,
+                            "tcp_junk_connections": thrown[0]}.items():
+            record_property(name, count)  # counted by benchmarks/faults.py
     finally:
         stop.set()
         relay.stop_event.set()

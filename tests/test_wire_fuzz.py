@@ -18,11 +18,12 @@ from hypothesis.extra import numpy as hnp
 
 from lamarckian_hpc.comm import ALLOWED_DTYPES, SCHEMA_VERSION, Message, WeightPublisher, WireError, decode, encode
 from lamarckian_hpc.comm.wire import MAX_ARRAY_BYTES
+from fuzz_budget import examples
 
 pytestmark = pytest.mark.timeout(300)
 
 #: Bounded and derandomized: seconds per run, and the same examples on every machine.
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=examples(150), deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 DTYPES = sorted(ALLOWED_DTYPES)
 BAD_DTYPES = ["|O", "<U5", "<c16", ">f4", ">u2", "S3", "V3", "<M8[s]", "", "float32", "|b1 "]
@@ -120,7 +121,7 @@ descriptor = st.tuples(st.text(max_size=4), st.sampled_from(DTYPES + BAD_DTYPES)
                        | st.lists(st.integers(-3, 5), max_size=9)).map(list)
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=examples(400))
 @given(descriptors=st.lists(descriptor, min_size=1, max_size=3), data=st.data())
 def test_crafted_shapes_and_dtypes_are_decoded_or_rejected_with_a_wire_error(descriptors, data):
     """Frames of the declared size where that is small, else of a drawn size: the size check, the

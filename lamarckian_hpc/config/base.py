@@ -2,21 +2,64 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class ConfigError(ValueError):
     """A config that cannot be used; its message is one line meant for the user."""
 
 
-class Section(BaseModel):
-    """Unknown fields are errors (a typo must not be silently ignored) and a loaded config is frozen."""
+def _containers(annotation: Any) -> frozenset[type]:
+    """Which of tuple and Path an annotation accepts, through Optional, unions and Annotated."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        members = typing.get_args(annotation)[: 1 if origin is typing.Annotated else None]
+        return frozenset().union(*(_containers(member) for member in members))
+    if annotation is tuple or origin is tuple:
+        return frozenset({tuple})
+    if isinstance(annotation, type) and issubclass(annotation, Path):
+        return frozenset({Path})
+    return frozenset()
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+class Section(BaseModel):
+    """Unknown fields are errors (a typo must not be silently ignored) and a loaded config is frozen.
+
+    Validation is strict: a coercion would hide a mistake (`num_envs: true` read as 1, `seed: '3'`
+    as 3, `batch_size: 2.5e3` as 2500), so a field takes only values of its own type, ints where
+    floats are asked for excepted. Numbers must be finite: no field means anything by infinity
+    or NaN, and strict JSON (the run file's config) cannot hold them. YAML and JSON have no
+    tuples and no paths, so lists given for tuple fields and strings given for path fields are
+    converted before validation (`_from_yaml`); their items are still validated strictly."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False)
+
+    @classmethod
+    @functools.cache
+    def _converted_fields(cls) -> dict[str, frozenset[type]]:
+        return {name: kinds for name, field in cls.model_fields.items()
+                if (kinds := _containers(field.annotation))}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_yaml(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        converted = dict(data)
+        for name, kinds in cls._converted_fields().items():
+            value = data.get(name)
+            if tuple in kinds and isinstance(value, list):
+                converted[name] = tuple(value)
+            elif Path in kinds and isinstance(value, str):
+                converted[name] = Path(value)
+        return converted
 
 
 class RootSection(Section):

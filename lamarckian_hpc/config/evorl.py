@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Sequence
 
-import yaml
 from pydantic import Field, model_validator
 
-from .base import RootSection, Section, StorageConfig
+from .base import ConfigError, RootSection, Section, StorageConfig
 from .emogi import EMOGIConfig
 from .evolve import EvolveConfig
 from .game_testing import GameTestingConfig
+from .loading import read_config_file
 from .train import ALGORITHMS, EnvConfig, ModelConfig, PPOConfig, RunConfig
 
 SearchedHyperparameter = Literal["learning_rate", "value_weight", "entropy_weight"]
@@ -126,10 +126,9 @@ def _read_tree(path: str | Path | None) -> dict:
     if path is None:
         return {}
     try:
-        tree = yaml.safe_load(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return read_config_file(path)
+    except ConfigError:
         return {}
-    return tree if isinstance(tree, dict) else {}
 
 
 def _algorithm_name(tree: dict, overrides: Sequence[str]) -> str | None:

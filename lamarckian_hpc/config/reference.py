@@ -214,8 +214,11 @@ def validates(root: Root, text: str) -> bool:
         if root.style == "override":
             apply_overrides({}, shlex.split(text), "example", root.model)
         elif root.style == "option":
+            from ..cluster.command import LAUNCH_FLAGS  # each flag's type, as argparse converts it
+
             words, flags = shlex.split(text), {flag: field for field, flag in (root.options or {}).items()}
-            root.model.model_validate({flags[flag]: value for flag, value in zip(words[::2], words[1::2])})
+            root.model.model_validate({flags[flag]: LAUNCH_FLAGS[flag][1](value)
+                                       for flag, value in zip(words[::2], words[1::2])})
         else:
             call = ast.parse(text, mode="eval").body
             assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name)

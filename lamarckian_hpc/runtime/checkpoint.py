@@ -2,8 +2,12 @@
 continues from its last checkpoint with the same policy version, optimizer, frames and RNG.
 
 A checkpoint sits next to its run file (`<run>.ckpt`). It is written with `torch.save` to a
-temporary name and renamed, so a kill mid-write leaves the previous checkpoint whole, and read
-with `weights_only=True`, so that loading a checkpoint cannot execute code. Before each checkpoint
+temporary name (`<run>.ckpt.writing`, private to its owner from the moment it exists), synced to
+disk, renamed, and its folder synced, so a kill or a crash of the machine mid-write leaves the
+previous checkpoint whole and a finished one is never lost to the page cache. A write that fails
+(a full device: `OSError`, or the `RuntimeError` torch raises for it) removes the temporary file
+and is one StorageFullError. It is read with `weights_only=True`, so that loading a checkpoint
+cannot execute code. Before each checkpoint
 the run file is flushed: every metric row up to the checkpoint's policy version is on disk, and a
 resumed run keeps exactly those rows (`storage.continue_run_file`).
 
@@ -23,7 +27,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from ..storage import RunWriter, StorageFullError, ensure_free_space
+from ..storage import (RunWriter, StorageFullError, create_private_file, ensure_free_space, failure_reason,
+                       fsync_folder)
 from .episodes import RecentEpisodes
 from .observers import TrainResult, UpdateReport
 
@@ -81,16 +86,28 @@ class TrainingCheckpoint:
 
 
 def _write_atomically(path: Path, payload: dict[str, Any], reserve_bytes: int) -> None:
-    """Write atomically: a kill or a full disk mid-write leaves the previous checkpoint in place."""
+    """Write atomically and durably: a kill, a crash or a full disk mid-write leaves the previous
+    checkpoint in place and no temporary file behind."""
     ensure_free_space(path, reserve_bytes, "checkpoint")
     temporary = path.with_name(path.name + ".writing")
     try:
-        torch.save({"format": CHECKPOINT_FORMAT, **payload}, temporary)
-        os.chmod(temporary, 0o600)
-    except OSError as error:
+        with os.fdopen(create_private_file(temporary), "wb") as stream:
+            torch.save({"format": CHECKPOINT_FORMAT, **payload}, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except (OSError, RuntimeError) as error:  # torch reports a failed write as a RuntimeError
         temporary.unlink(missing_ok=True)
-        raise StorageFullError(f"checkpoint {path} not written: {error}; the previous one is intact") from None
-    os.replace(temporary, path)
+        raise StorageFullError(f"checkpoint {path} not written: {failure_reason(error)}; "
+                               "the previous one is intact") from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    try:
+        fsync_folder(path.parent)
+    except OSError as error:
+        raise StorageFullError(f"checkpoint {path} written, but its folder could not be synced to disk: "
+                               f"{error}") from None
 
 
 def _read(path: Path, missing: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .reader import open_run
+from .private_files import fsync_folder
 from .run_file import RunWriter
 
 
@@ -61,6 +62,12 @@ def continue_run_file(path: str | Path, metric_names: Iterable[str], through_ver
         writer.close(completed=False)
         temporary.unlink(missing_ok=True)
         raise
-    os.replace(temporary, path)  # the open handle follows the file to its new name
+    try:
+        os.replace(temporary, path)  # the open handle follows the file to its new name
+        fsync_folder(path.parent)
+    except BaseException:
+        writer.close(completed=False)
+        temporary.unlink(missing_ok=True)
+        raise
     writer.path = path
     return writer

@@ -12,7 +12,7 @@ group's `genome_names` attribute, written at creation like everything SWMR must 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import h5py
 import numpy as np
@@ -68,14 +68,19 @@ def append_population_rows(datasets: dict[str, h5py.Dataset], rows: dict[str, np
         dataset[old:] = column
 
 
-def read_population(file: h5py.File) -> dict[str, np.ndarray]:
-    """All rows written so far (empty dict when the run has no population)."""
+def read_population(file: h5py.File,
+                    check: Callable[[h5py.Dataset, int], None] | None = None) -> dict[str, np.ndarray]:
+    """All rows written so far (empty dict when the run has no population). `check(dataset, rows)`
+    sees each column before it is read, and may refuse it (a damaged shape, say)."""
     if POPULATION_GROUP not in file:
         return {}
     group = file[POPULATION_GROUP]
     for dataset in group.values():
         dataset.refresh()
     length = min(dataset.shape[0] for dataset in group.values())
+    for dataset in group.values():
+        if check is not None:
+            check(dataset, length)
     return {name: (dataset.asstr() if h5py.check_string_dtype(dataset.dtype) else dataset)[:length]
             for name, dataset in group.items()}
 

@@ -6,32 +6,108 @@ fails on a killed run). Datasets are refreshed before each read, so one open `Ru
 rows as they are flushed. A reader may catch a flush half-way, when some of a metric's four
 datasets have grown and others not yet; `metric` then returns the rows present in all four.
 
+A file that is not a run file, or one truncated or damaged (a disk error, a copy cut short), ends
+in one `RunFileReadError` naming the file and what is wrong, whichever read meets the damage
+first, never in a crash of the caller or a read of more memory than the file could hold.
+
 This module only reads; it must never open a file for writing.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import json
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import h5py
 import numpy as np
 
+from lamarckian_hpc.storage.attributes import to_python, read_attributes
 from lamarckian_hpc.storage.population import read_genome_names, read_population
 from lamarckian_hpc.storage.run_file import (
     CONFIG_GROUP,
     CONFIG_JSON_ATTRIBUTE,
     FILE_LOCKING,
-    JSON_ENCODED_ATTRIBUTES,
     META_GROUP,
     METRIC_COLUMN_DTYPES,
     METRICS_GROUP,
     STATUS_CLOSED_DATASET,
 )
+
+
+ResultT = TypeVar("ResultT")
+
+#: Reads of one piece of metadata before a checksum failure counts as damage. HDF5 reads again in
+#: SWMR mode because a reader may catch the writer mid-flush; its default, 100 tries backing off
+#: towards an hour in all, makes a damaged file hang its reader for that hour. The pause doubles
+#: from a nanosecond, so 30 tries wait about a second in all, far longer than a flush takes.
+METADATA_READ_ATTEMPTS = 30
+#: The h5py driver (HDF5's sec2, the default) that reads with METADATA_READ_ATTEMPTS.
+BOUNDED_RETRY_DRIVER = "lamarckian-hpc-bounded-retries"
+
+
+def _read_attempts_setter() -> Callable[[int, int], int] | None:
+    """HDF5's H5Pset_metadata_read_attempts, which h5py does not wrap; None where it cannot be found
+    (the HDF5 default then applies)."""
+    try:
+        setter = ctypes.CDLL(h5py.h5p.__file__).H5Pset_metadata_read_attempts  # found among h5py's libraries
+    except (OSError, AttributeError):
+        return None
+    setter.argtypes, setter.restype = [ctypes.c_int64, ctypes.c_uint], ctypes.c_int
+    return setter
+
+
+_SET_READ_ATTEMPTS = _read_attempts_setter()
+
+
+def _bounded_retries(plist: h5py.h5p.PropFAID) -> None:
+    plist.set_fapl_sec2()
+    if _SET_READ_ATTEMPTS is not None:
+        _SET_READ_ATTEMPTS(plist.id, METADATA_READ_ATTEMPTS)
+
+
+if BOUNDED_RETRY_DRIVER not in h5py.registered_drivers():
+    h5py.register_driver(BOUNDED_RETRY_DRIVER, _bounded_retries)
+
+
+class RunFileReadError(OSError):
+    """A run file that cannot be read: not HDF5, truncated, damaged, or not laid out by RunWriter.
+    The message is one line: the file and what is wrong with it."""
+
+
+def _reason(error: BaseException) -> str:
+    """What went wrong, on one short line (h5py's messages carry HDF5's own details)."""
+    if isinstance(error, KeyError) and error.args:
+        text = str(error.args[0])
+    else:
+        text = str(error) or type(error).__name__
+    if isinstance(error, (MemoryError, RecursionError)):
+        text = f"{type(error).__name__}: {text}"
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _readable(method: Callable[..., ResultT]) -> Callable[..., ResultT]:
+    """Any failure of a read of the file becomes one RunFileReadError naming it."""
+
+    @functools.wraps(method)
+    def read(self: RunReader, *args: Any, **kwargs: Any) -> ResultT:
+        try:
+            return method(self, *args, **kwargs)
+        except RunFileReadError:
+            raise
+        except Exception as error:  # h5py raises OSError, KeyError, ValueError, TypeError, ... on damage
+            raise RunFileReadError(f"{self.path}: damaged run file: {_reason(error)}") from None
+
+    return read
 
 
 @dataclass(frozen=True)
@@ -82,47 +158,57 @@ class RunSummary:
         }
 
 
-def _to_python(value: Any) -> Any:
-    """Turn what h5py returns for an attribute (numpy scalars, arrays, bytes) into plain Python."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if isinstance(value, np.ndarray):
-        return [_to_python(item) for item in value.tolist()]
-    if isinstance(value, np.generic):
-        return _to_python(value.item())
-    return value
-
-
-def read_attributes(attributes: h5py.AttributeManager) -> dict[str, Any]:
-    """Inverse of `run_file.write_attributes`."""
-    values = {name: _to_python(attributes[name]) for name in attributes}
-    json_encoded_names = values.pop(JSON_ENCODED_ATTRIBUTES, [])
-    for name in json_encoded_names:
-        values[name] = json.loads(values[name])
-    return values
-
-
 class RunReader:
     """Read-only view of one run file; use `open_run` to make one, and close it when done."""
 
     def __init__(self, path: str | Path) -> None:
         self.path: Path = Path(path)
-        self._file: h5py.File = h5py.File(self.path, "r", libver="latest", swmr=True, locking=FILE_LOCKING)
+        if not self.path.exists():
+            raise FileNotFoundError(errno.ENOENT, "no such run file", str(self.path))
         try:
+            self._file: h5py.File = h5py.File(self.path, "r", driver=BOUNDED_RETRY_DRIVER, libver="latest",
+                                              swmr=True, locking=FILE_LOCKING)
+        except Exception as error:
+            raise RunFileReadError(f"{self.path}: not a readable HDF5 file: {_reason(error)}") from None
+        try:
+            for group in (META_GROUP, CONFIG_GROUP, METRICS_GROUP, STATUS_CLOSED_DATASET):
+                if group not in self._file:
+                    raise RunFileReadError(f"{self.path}: not a run file: it has no /{group}")
             self.meta: dict[str, Any] = read_attributes(self._file[META_GROUP].attrs)
-            config_json = _to_python(self._file[CONFIG_GROUP].attrs[CONFIG_JSON_ATTRIBUTE])
+            config_json = to_python(self._file[CONFIG_GROUP].attrs[CONFIG_JSON_ATTRIBUTE])
             self.config: dict[str, Any] = json.loads(config_json)
+            if not isinstance(self.config, dict):
+                raise RunFileReadError(f"{self.path}: damaged run file: its config is not a mapping")
             self._closed_flag: h5py.Dataset = self._file[STATUS_CLOSED_DATASET]
             metrics_group = self._file[METRICS_GROUP]
             self._columns: dict[str, dict[str, h5py.Dataset]] = {
                 name: {column: metrics_group[name][column] for column in METRIC_COLUMN_DTYPES}
                 for name in metrics_group
             }
-        except BaseException:
+        except BaseException as error:
             self._file.close()
+            if isinstance(error, Exception) and not isinstance(error, RunFileReadError):
+                raise RunFileReadError(f"{self.path}: damaged run file: {_reason(error)}") from None
             raise
 
+    def _file_bytes(self) -> int:
+        """The file's size now (it grows while its writer runs)."""
+        try:
+            return os.fstat(self._file.id.get_vfd_handle()).st_size
+        except (OSError, ValueError, TypeError):
+            return int(self._file.id.get_filesize())
+
+    def _bounded(self, dataset: h5py.Dataset, rows: int | None = None) -> None:
+        """Refuse to read a dataset whose shape claims more data than the file holds: a damaged
+        shape must not make a read allocate without bound. RunWriter stores every row, uncompressed."""
+        inner = math.prod(dataset.shape[1:]) if dataset.ndim > 1 else 1
+        claimed = (dataset.shape[0] if rows is None else rows) * inner * max(dataset.dtype.itemsize, 1)
+        if claimed > self._file_bytes():
+            raise RunFileReadError(f"{self.path}: damaged run file: {dataset.name} claims {claimed:,} bytes, "
+                                   f"more than the file's {self._file_bytes():,}")
+
     @property
+    @_readable
     def closed_cleanly(self) -> bool:
         """True once the writer closed the file; False while it runs and after it was killed."""
         self._closed_flag.refresh()
@@ -135,17 +221,25 @@ class RunReader:
         """All rows flushed so far for `name`."""
         if name not in self._columns:
             raise KeyError(f"no metric {name!r} in {self.path}; it has {self.metric_names()}")
+        return self._read_metric(name)
+
+    @_readable
+    def _read_metric(self, name: str) -> MetricSeries:
         datasets = self._columns[name]
         for dataset in datasets.values():
             dataset.refresh()
         complete_rows = min(dataset.shape[0] for dataset in datasets.values())
+        for dataset in datasets.values():
+            self._bounded(dataset, complete_rows)
         return MetricSeries(name=name, **{column: dataset[:complete_rows] for column, dataset in datasets.items()})
 
+    @_readable
     def population(self) -> dict[str, np.ndarray]:
         """Every individual evaluated so far, one row each (generation, id, parent_ids, genome,
         objectives, wall_time, worker, env_frames); empty for runs without a population."""
-        return read_population(self._file)
+        return read_population(self._file, check=self._bounded)
 
+    @_readable
     def genome_names(self) -> list[str]:
         """Names of the population's genome entries (a PBT run's hyperparameters); [] if unnamed."""
         return read_genome_names(self._file)

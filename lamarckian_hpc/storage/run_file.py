@@ -29,19 +29,27 @@ Layout:
   datasets (float64, int64, int64, float64) of equal length once a flush completes.
 - ``/status/closed``: int8, shape (1,).
 
+A run file is created under a temporary name (``<name>.creating``), private to its owner from the
+moment it exists (no window in which another user of the cluster could open it), laid out, put in
+SWMR mode, flushed and synced; only then does it get its name. A writer killed before that leaves
+no file under the run's name (a half-created HDF5 file can be opened neither with nor without
+SWMR), and the next run of that name starts normally.
+
 This module must not import anything from ``rl``, ``ec`` or ``runtime``: storage is a leaf.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import importlib.metadata
-import json
 import os
 import platform
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -50,7 +58,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .disk_space import MEGABYTE, StorageFullError, ensure_free_space
+from .attributes import to_json, write_attributes
+from .disk_space import MEGABYTE, StorageFullError, ensure_free_space, failure_reason, is_write_failure
+from .private_files import create_private_file, fsync_file, fsync_folder, make_private_folder
 from .population import append_population_rows, create_population_datasets
 
 SCHEMA_VERSION: int = 1
@@ -90,7 +100,6 @@ CONFIG_GROUP = "config"
 CONFIG_JSON_ATTRIBUTE = "json"
 METRICS_GROUP = "metrics"
 STATUS_CLOSED_DATASET = "status/closed"
-JSON_ENCODED_ATTRIBUTES = "json_encoded_attributes"
 
 METRIC_COLUMN_DTYPES: dict[str, np.dtype] = {
     "wall_time": np.dtype(np.float64),
@@ -100,6 +109,8 @@ METRIC_COLUMN_DTYPES: dict[str, np.dtype] = {
 }
 METRIC_CHUNK_ROWS = 1024
 FILE_LOCKING = "best-effort"
+#: Suffix of a run file while it is created; it gets its name once it is valid and in SWMR mode.
+CREATING_SUFFIX = ".creating"
 
 
 def _installed_version(distribution_name: str) -> str | None:
@@ -132,65 +143,42 @@ def collect_meta(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return meta
 
 
-def _json_default(value: Any) -> Any:
-    """Let json.dumps write numpy scalars and arrays, and paths, found in configs and meta."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot store {type(value).__name__} as JSON: {value!r}")
+def _run_file_exists(path: Path) -> FileExistsError:
+    return FileExistsError(errno.EEXIST, "a run file of this name exists (pass overwrite=True to replace it)",
+                           str(path))
 
 
-def to_json(value: Any) -> str:
-    return json.dumps(value, default=_json_default)
+def _publish(creating: Path, path: Path, overwrite: bool) -> None:
+    """Give the complete file at `creating` the name `path`; without `overwrite`, atomically refuse
+    when `path` exists (a hard link cannot replace a name, a rename would)."""
+    if overwrite:
+        os.replace(creating, path)
+        return
+    try:
+        os.link(creating, path)
+    except FileExistsError:
+        raise _run_file_exists(path) from None
+    except OSError as error:  # a file system without hard links: check, then rename
+        if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if os.path.lexists(path):
+            raise _run_file_exists(path) from None
+        os.replace(creating, path)
+        return
+    creating.unlink()
 
 
-def _native_attribute(value: Any) -> Any | None:
-    """Return `value` in a form HDF5 stores natively, or None when it must be JSON-encoded."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, (bool, float, str)):
-        return value
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**63 else None
-    if isinstance(value, (list, tuple)) and value:
-        if all(isinstance(item, str) for item in value):
-            return np.array(value, dtype=h5py.string_dtype())
-        for item_type, dtype in ((bool, np.bool_), (int, np.int64), (float, np.float64)):
-            if all(type(item) is item_type for item in value):
-                try:
-                    return np.array(value, dtype=dtype)
-                except OverflowError:
-                    return None
-    return None
-
-
-def write_attributes(attributes: h5py.AttributeManager, values: Mapping[str, Any]) -> None:
-    """Store `values` as attributes, JSON-encoding those HDF5 cannot hold (see module docstring).
-    Attributes already there and not in `values` keep their values and encodings."""
-    earlier = attributes.get(JSON_ENCODED_ATTRIBUTES)
-    json_encoded_names = [str(name) for name in (earlier if earlier is not None else []) if name not in values]
-    for name, value in values.items():
-        if name == JSON_ENCODED_ATTRIBUTES:
-            raise ValueError(f"attribute name {JSON_ENCODED_ATTRIBUTES!r} is reserved")
-        native_value = _native_attribute(value)
-        if native_value is None:
-            attributes[name] = to_json(value)
-            json_encoded_names.append(name)
-        else:
-            attributes[name] = native_value
-    attributes[JSON_ENCODED_ATTRIBUTES] = np.array(json_encoded_names, dtype=h5py.string_dtype())
-
-
-def make_private_folder(folder: Path) -> None:
-    """Create `folder` (and missing parents) readable by its owner only; an existing folder is
-    left as its owner set it."""
-    missing = [parent for parent in (folder, *folder.parents) if not parent.exists()]
-    folder.mkdir(parents=True, exist_ok=True)
-    for created in missing:
-        os.chmod(created, 0o700)
+def _holds_h5py_objects(value: Any) -> bool:
+    """Whether `value` is, or holds, a handle on a group or dataset (not a file) of an HDF5 file."""
+    if isinstance(value, h5py.File):
+        return False
+    if isinstance(value, h5py.HLObject):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_h5py_objects(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_h5py_objects(item) for item in value)
+    return False
 
 
 def _checked_metric_names(metric_names: Iterable[str]) -> tuple[str, ...]:
@@ -233,35 +221,81 @@ class RunWriter:
         config_json = to_json(dict(config))
         make_private_folder(self.path.parent)
         ensure_free_space(self.path, min_free_bytes, "run file")
-        self._file: h5py.File | None = h5py.File(
-            self.path, "w" if overwrite else "x", libver="latest", locking=FILE_LOCKING
-        )
+        if not overwrite and os.path.lexists(self.path):
+            raise _run_file_exists(self.path)
+        creating = self.path.with_name(self.path.name + CREATING_SUFFIX)
+        os.close(create_private_file(creating))  # HDF5 truncates it and keeps its mode
         try:
-            write_attributes(self._file.require_group(META_GROUP).attrs, collect_meta(meta))
-            self._file.require_group(CONFIG_GROUP).attrs[CONFIG_JSON_ATTRIBUTE] = config_json
-            metrics_group = self._file.require_group(METRICS_GROUP)
-            self._columns: dict[str, dict[str, h5py.Dataset]] = {}
-            for name in self.metric_names:
-                metric_group = metrics_group.create_group(name)
-                self._columns[name] = {
-                    column: metric_group.create_dataset(
-                        column, shape=(0,), maxshape=(None,), chunks=(METRIC_CHUNK_ROWS,), dtype=dtype
-                    )
-                    for column, dtype in METRIC_COLUMN_DTYPES.items()
-                }
-            self._population = (create_population_datasets(self._file, *population_shape)
-                                if population_shape is not None else None)
-            os.chmod(self.path, 0o600)  # a run's record is its owner's: other users of the cluster cannot read it
-            self._closed_flag = self._file.create_dataset(
-                STATUS_CLOSED_DATASET, data=np.zeros(1, dtype=np.int8)
-            )
-            self._file.swmr_mode = True
-            self._file.flush()
+            file = h5py.File(creating, "w", libver="latest", locking=FILE_LOCKING)
         except BaseException:
-            self._file.close()
-            self._file = None
-            self.path.unlink(missing_ok=True)
+            creating.unlink(missing_ok=True)
             raise
+        published = False
+        try:
+            self._file: h5py.File | None = file
+            self._lay_out(file, config_json, meta, population_shape)
+            # Written out before SWMR starts: a full device then fails this plain flush, after which
+            # the file can still be let go (`_abandon`); HDF5 leaves a start of SWMR writing that
+            # fails half-way in a state that crashes the process whatever is done next.
+            file.flush()
+            file.swmr_mode = True
+            file.flush()
+            fsync_file(creating)
+            _publish(creating, self.path, overwrite)  # the open handle follows the file to its name
+            published = True
+            fsync_folder(self.path.parent)
+        except BaseException as error:
+            self._abandon(file, error)
+            creating.unlink(missing_ok=True)
+            if published:  # the run never started: its file goes with it
+                self.path.unlink(missing_ok=True)
+            if is_write_failure(error) and not isinstance(error, FileExistsError):
+                raise StorageFullError(f"run file {self.path} not created: {failure_reason(error)}; "
+                                       "nothing was left behind") from None
+            raise
+
+    def _lay_out(self, file: h5py.File, config_json: str, meta: Mapping[str, Any] | None,
+                 population_shape: tuple[int, int] | None) -> None:
+        """Everything the file will hold, created now: SWMR forbids creating anything later."""
+        write_attributes(file.require_group(META_GROUP).attrs, collect_meta(meta))
+        file.require_group(CONFIG_GROUP).attrs[CONFIG_JSON_ATTRIBUTE] = config_json
+        metrics_group = file.require_group(METRICS_GROUP)
+        self._columns: dict[str, dict[str, h5py.Dataset]] = {}
+        for name in self.metric_names:
+            metric_group = metrics_group.create_group(name)
+            self._columns[name] = {
+                column: metric_group.create_dataset(
+                    column, shape=(0,), maxshape=(None,), chunks=(METRIC_CHUNK_ROWS,), dtype=dtype
+                )
+                for column, dtype in METRIC_COLUMN_DTYPES.items()
+            }
+        self._population = (create_population_datasets(file, *population_shape)
+                            if population_shape is not None else None)
+        self._closed_flag = file.create_dataset(STATUS_CLOSED_DATASET, data=np.zeros(1, dtype=np.int8))
+
+    def _abandon(self, file: h5py.File, error: BaseException) -> None:
+        """Close a file whose creation failed (the caller unlinks it). After a failed write (a full
+        device) HDF5 retries the write when it closes the file and, failing again, crashes the
+        process closing its datasets; so the file's descriptor is pointed at /dev/null first, where
+        every write succeeds, and the handles on its datasets are released before the file."""
+        if is_write_failure(error):
+            with contextlib.suppress(Exception):
+                descriptor = file.id.get_vfd_handle()
+                sink = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(sink, descriptor)
+                os.close(sink)
+        for name, value in list(vars(self).items()):
+            if _holds_h5py_objects(value):
+                self.__dict__[name] = None
+        cause: BaseException | None = error
+        seen: set[int] = set()
+        while cause is not None and id(cause) not in seen:  # the failed calls' frames hold handles too
+            seen.add(id(cause))
+            traceback.clear_frames(cause.__traceback__)
+            cause = cause.__cause__ or cause.__context__
+        with contextlib.suppress(Exception):
+            file.close()
+        self._file = None
 
     @property
     def is_open(self) -> bool:
