@@ -3,10 +3,13 @@
     python benchmarks/faults.py                      # all faults, short runs (a few minutes here)
     python benchmarks/faults.py --actor-kill-seconds 180 --only actor_kill
     python benchmarks/faults.py --only node_loss node_loss_continue   # on the Slurm test cluster
+    python benchmarks/faults.py --only fuzz --fuzz-scale 50           # a longer fuzz run
 
-Each fault is injected for real: SIGKILL of processes (actors, a relay, the learner, a writer in
-the middle of flushing), an environment that raises, and, when a Slurm test cluster is running, a
-killed slurmd. Prints one table and writes benchmarks/results/faults.json.
+Each fault is injected for real: SIGKILL of processes (actors, a relay, the learner, a writer
+creating its file or in the middle of flushing), an environment that raises, when a Slurm test
+cluster is running a killed slurmd, and the fuzz suite of CI at a multiple of its examples
+(hostile messages, configs, damaged run files, raw TCP junk at live sockets). Prints one table
+with what was tried in all (messages, configs, kills) and writes benchmarks/results/faults.json.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import argparse
 import json
 import os
 import random
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -178,6 +183,7 @@ def learner_kill_and_resume(folder: Path) -> dict:
 WRITER = """
 import sys, time, numpy as np
 from lamarckian_hpc.storage import RunWriter
+print("creating", flush=True)
 writer = RunWriter(sys.argv[1], {}, [f"m{i}" for i in range(64)])
 step = 0
 while True:
@@ -190,30 +196,89 @@ while True:
 
 
 def writer_kills(folder: Path, count: int) -> dict:
-    """SIGKILL a writer at random moments of a flush-heavy loop; is the file readable, and how
-    many rows beyond the last completed flush were lost?"""
+    """SIGKILL a writer at random moments, from its start (while it creates its file) through a
+    flush-heavy loop: is a file under the run's name always readable, how many rows beyond the last
+    completed flush were lost, and can the next run of that name always start?"""
+    from lamarckian_hpc.storage import RunWriter
+
     rng = random.Random(1)
-    readable, worst_lost = 0, 0
+    readable, no_file, reused, worst_lost = 0, 0, 0, 0
     for index in range(count):
         path = folder / f"writer{index}.h5"
         process = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
         flushed = 0
-        deadline = time.monotonic() + rng.uniform(0.5, 2.0)
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            flushed = int(line) if line.strip() else flushed
+        assert process.stdout is not None and process.stdout.readline().strip() == "creating"
+        # Every other kill lands while the file is created (that takes a few ms), the rest while it is flushed.
+        deadline = time.monotonic() + (rng.uniform(0.0, 0.02) if index % 2 == 0 else rng.uniform(0.05, 1.5))
+        while time.monotonic() < deadline and process.poll() is None:
+            ready, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if ready and (line := process.stdout.readline()).strip():
+                flushed = int(line)
         process.kill()
         process.wait()
+        if not path.exists():
+            no_file += 1  # killed before the file was complete: nothing under its name
+        else:
+            try:
+                with open_run(path) as reader:
+                    rows = min(len(reader.metric(f"m{i}")) for i in range(64))
+                readable += 1
+                worst_lost = max(worst_lost, flushed - rows)
+            except Exception:  # noqa: BLE001 - the point is to count unreadable files
+                pass
         try:
-            with open_run(path) as reader:
-                rows = min(len(reader.metric(f"m{i}")) for i in range(64))
-            readable += 1
-            worst_lost = max(worst_lost, flushed - rows)
-        except Exception:  # noqa: BLE001 - the point is to count unreadable files
+            RunWriter(path, {}, ["m0"], overwrite=path.exists()).close()
+            reused += 1
+        except Exception:  # noqa: BLE001 - counted: the name could not be used again
             pass
-    return {"fault": f"SIGKILL a writer {count} times at random moments (flushing every 50 rows)", "injected": count,
-            "survived": readable == count, "data_lost": "rows buffered since the last flush (at most one interval)",
-            "detail": {"readable_files": readable, "rows_lost_beyond_last_reported_flush": max(0, worst_lost)}}
+    return {"fault": f"SIGKILL a writer {count} times at random moments, creating its file or flushing every 50 rows",
+            "injected": count, "survived": readable + no_file == count and reused == count,
+            "data_lost": "rows buffered since the last flush (at most one interval)",
+            "detail": {"readable_files": readable, "killed_before_the_file_was_complete": no_file,
+                       "next_run_of_the_name_started": reused,
+                       "rows_lost_beyond_last_reported_flush": max(0, worst_lost)}}
+
+
+FUZZ_TESTS = {"messages": "tests/test_wire_fuzz.py", "configs": "tests/test_config_fuzz.py",
+              "damaged_run_files": "tests/test_run_file_damage.py", "live_sockets": "tests/test_socket_fuzz.py"}
+
+
+def fuzz(scale: int) -> dict:
+    """The fuzz suite of CI with `scale` times its examples: generated messages at the decoder,
+    configs at the loader, damaged files at the reader, and hostile peers at live sockets. Counts
+    what each tried, from Hypothesis' statistics and the socket test's recorded properties."""
+    import xml.etree.ElementTree as ElementTree
+
+    report = Path(tempfile.mkdtemp()) / "fuzz.xml"
+    started = time.monotonic()
+    completed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                "--hypothesis-show-statistics", f"--junitxml={report}", *FUZZ_TESTS.values()],
+                               cwd=ROOT, capture_output=True, text=True,
+                               env=dict(os.environ, LAMARCKIAN_HPC_FUZZ_SCALE=str(scale)))
+    tried = dict.fromkeys(FUZZ_TESTS, 0)
+    current = None
+    for line in completed.stdout.splitlines():
+        if line.strip().endswith(":") and "::" in line:
+            current = next((name for name, file in FUZZ_TESTS.items() if line.strip().startswith(file)), None)
+        elif current is not None and (found := re.search(r"(\d+) passing examples, (\d+) failing examples, "
+                                                          r"(\d+) invalid examples", line)):
+            tried[current] += int(found[1]) + int(found[2])
+    suite = ElementTree.parse(report).getroot().find("testsuite")
+    counted = ("valid_messages", "hostile_messages", "tcp_junk_connections")  # Hypothesis adds properties of its own
+    properties = {prop.get("name"): int(prop.get("value")) for prop in suite.iter("property")
+                  if prop.get("name") in counted} if suite is not None else {}
+    tried["live_sockets"] = properties.get("hostile_messages", 0) + properties.get("tcp_junk_connections", 0)
+    failures = int(suite.get("failures", 0)) + int(suite.get("errors", 0)) if suite is not None else -1
+    failed = [f"{case.get('name')}: {(problem.get('message') or '').splitlines()[0][:200]}"
+              for case in (suite.iter("testcase") if suite is not None else ())
+              for problem in [*case.findall("failure"), *case.findall("error")]]
+    summary = completed.stdout.strip().splitlines()[-1] if completed.stdout.strip() else completed.stderr[-300:]
+    return {"fault": f"fuzz suite at {scale}x CI's examples: decoder, config loader, run-file reader, live sockets",
+            "injected": sum(tried.values()), "survived": completed.returncode == 0 and failures == 0,
+            "data_lost": "none (every valid message delivered, every bad input one clear error)",
+            "detail": {**{f"{name}_tried": count for name, count in tried.items()}, **properties,
+                       "pytest": summary, "seconds": round(time.monotonic() - started, 1),
+                       **({"failed": failed} if failed else {})}}
 
 
 def raising_env(steps: int) -> dict:
@@ -243,8 +308,21 @@ def raising_env(steps: int) -> dict:
             "detail": {"env_frames": result.env_frames, "recent_return_mean": result.recent_return_mean}}
 
 
-FAULTS = {"actor_kill", "relay_kill", "learner_kill", "writer_kill", "raising_env", "node_loss",
+FAULTS = {"fuzz", "actor_kill", "relay_kill", "learner_kill", "writer_kill", "raising_env", "node_loss",
           "node_loss_continue"}
+
+
+KILLS = ("actor_kill", "relay_kill", "learner_kill", "writer_kill", "node_loss", "node_loss_continue")
+
+
+def fault_totals(rows: list[dict]) -> dict[str, int]:
+    """What the rows tried in all: generated inputs by kind, and processes killed."""
+    fuzzed = next((row["detail"] for row in rows if row["name"] == "fuzz"), {})
+    return {"messages_tried": fuzzed.get("messages_tried", 0) + fuzzed.get("hostile_messages", 0),
+            "tcp_junk_connections": fuzzed.get("tcp_junk_connections", 0),
+            "configs_tried": fuzzed.get("configs_tried", 0),
+            "damaged_run_files_tried": fuzzed.get("damaged_run_files_tried", 0),
+            "kills_tried": sum(row["injected"] for row in rows if row["name"] in KILLS)}
 
 
 def main() -> None:
@@ -256,6 +334,7 @@ def main() -> None:
     parser.add_argument("--num-actors", type=int, default=4)
     parser.add_argument("--writer-kills", type=int, default=20)
     parser.add_argument("--env-steps", type=int, default=60_000)
+    parser.add_argument("--fuzz-scale", type=int, default=10, help="multiple of CI's fuzz examples (default 10)")
     args = parser.parse_args()
     if args.only is None:
         from lamarckian_hpc.cluster.scheduler import cluster_problem
@@ -270,7 +349,7 @@ def main() -> None:
         runs = {"actor_kill": lambda: actor_kills(args.actor_kill_seconds, args.actor_kill_interval, args.num_actors),
                 "relay_kill": relay_kill, "learner_kill": lambda: learner_kill_and_resume(folder),
                 "writer_kill": lambda: writer_kills(folder, args.writer_kills),
-                "raising_env": lambda: raising_env(args.env_steps),
+                "raising_env": lambda: raising_env(args.env_steps), "fuzz": lambda: fuzz(args.fuzz_scale),
                 "node_loss": lambda: node_loss_fail(folder), "node_loss_continue": lambda: node_loss_continue(folder)}
         for name in sorted(args.only):
             print(f"injecting: {name} ...", flush=True)
@@ -279,10 +358,15 @@ def main() -> None:
     for row in rows:
         print(f"{row['fault']:<78} {row['injected']:>8} {str(row['survived']):>8}  {row['data_lost']}")
         print(f"{'':<78} {json.dumps(row['detail'])}")
+    totals = fault_totals(rows)
+    print("\ntried: " + ", ".join(f"{count:,} {name.replace('_', ' ')}" for name, count in totals.items() if count)
+          + ("; nothing lost beyond the stated data, nothing crashed" if all(row["survived"] for row in rows)
+             else "; SOME FAULTS WERE NOT SURVIVED (see above)"))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     earlier = json.loads(RESULTS.read_text())["faults"] if RESULTS.exists() else []
     merged = {row["name"]: row for row in [*earlier, *rows]}  # a partial run replaces only its own rows
-    RESULTS.write_text(json.dumps({"faults": sorted(merged.values(), key=lambda row: row["name"])}, indent=2,
+    merged_rows = sorted(merged.values(), key=lambda row: row["name"])
+    RESULTS.write_text(json.dumps({"faults": merged_rows, "tried": fault_totals(merged_rows)}, indent=2,
                                   default=str))
     print(f"\nwrote {RESULTS}")
 

@@ -21,6 +21,7 @@ import zmq
 from lamarckian_hpc.comm import (BROADCAST, LEARNER, SCHEMA_VERSION, ExperienceReceiver, ExperienceSender, JobKeys,
                                  Message, WeightPublisher, WeightSubscriber, WireError, decode, encode,
                                  stop_authenticator)
+from lamarckian_hpc.comm.channels import MALFORMED_LOGGED
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.comm.wire import MAX_HEADER_BYTES
@@ -135,7 +136,8 @@ def job(tmp_path):
         context.destroy(linger=0)
 
 
-def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(job, tmp_path, record_property):
+def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(job, tmp_path, record_property,
+                                                                               caplog):
     keys, contexts = job
     actor_keys = JobKeys.load(keys.actor_folder)
     receiver = ExperienceReceiver(contexts["learner"], {"experience"}, keys=keys, high_water_mark=1000)
@@ -209,6 +211,11 @@ def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(
         late.close()
         assert got is not None and got.policy_version == ROUNDS, "a late subscriber got no valid weights"
         np.testing.assert_array_equal(got.arrays["w"], weights(ROUNDS).arrays["w"])
+        # Thousands of malformed messages, but a bounded log: a flood of junk must not fill it.
+        dropped = [record for record in caplog.records if record.name.startswith("lamarckian_hpc.comm")
+                   and record.levelname == "ERROR"]
+        bound = 3 * MALFORMED_LOGGED + (receiver.malformed + subscriber.dropped + relay.stats.malformed) // 1000
+        assert 0 < len(dropped) <= bound, f"{len(dropped)} log records for dropped messages"
         grown = (psutil.Process().memory_info().rss - rss_before) / 2**20
         assert grown < 200, f"grew {grown:.0f} MB"
         for name, count in {"valid_messages": 2 * ROUNDS, "hostile_messages": junk_sent + 2 * JUNK_PER_ROUND * ROUNDS,

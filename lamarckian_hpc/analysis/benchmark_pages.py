@@ -101,10 +101,15 @@ def _soak(data: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame([data["summary"]])
 
 
+def _fault_totals(data: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame([{name.replace("_", " "): f"{count:,}" for name, count in data["tried"].items()}])
+
+
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
     "pong_steps": _pong, "vs_rllib": _vs_rllib, "scale_model.check": _scale_check, "soak": _soak,
+    "faults.tried": _fault_totals,
     "pbt_vs_tune_run2": pbt_vs_tune_frame, "pbt_vs_tune_idle": pbt_vs_tune_frame,
     "pbt_vs_tune_quiet": pbt_vs_tune_frame,
 }

@@ -33,6 +33,9 @@ from .wire import Message, WireError, decode, encode
 log = logging.getLogger(__name__)
 
 WEIGHTS = "weights"
+#: Malformed messages logged one by one; after these, every 1000th, so that a peer sending junk
+#: cannot fill the log (or the memory of whatever keeps log records).
+MALFORMED_LOGGED = 10
 #: Kernel buffers of the experience channel. Small on purpose: every queued message is experience
 #: that grows staler while it waits, so the queue between actors and learner is kept short (a few
 #: messages per actor) and a learner that falls behind slows the actors instead of aging the data.
@@ -63,6 +66,13 @@ def bind_random(socket: zmq.Socket, host: str = "127.0.0.1") -> str:
     port = socket.bind_to_random_port(f"tcp://{host}")
     return f"tcp://{host}:{port}"
 
+
+
+def log_malformed(count: int, what: str, error: WireError, where: str = "") -> None:
+    """Log the `count`-th malformed message a socket dropped, if it is among the first
+    MALFORMED_LOGGED or a multiple of 1000 (the count of all is kept by the caller)."""
+    if count <= MALFORMED_LOGGED or count % 1000 == 0:
+        log.error("%sdropped malformed %s #%d: %s", where, what, count, error)
 
 class WeightPublisher:
     """Learner side of the weight broadcast."""
@@ -131,7 +141,7 @@ class WeightSubscriber:
                 message = decode(frames, known_kinds={WEIGHTS})
             except WireError as error:
                 self.dropped += 1
-                log.error("dropped a malformed weights message: %s", error)
+                log_malformed(self.dropped, "weights message", error)
                 continue
             if message.policy_version > self.version and (newest is None or message.policy_version > newest.policy_version):
                 newest = message
@@ -187,8 +197,7 @@ class ExperienceReceiver:
                 message = decode(frames, known_kinds=self.known_kinds)
             except WireError as error:
                 self.malformed += 1
-                if self.malformed <= 10 or self.malformed % 1000 == 0:
-                    log.error("dropped malformed message #%d: %s", self.malformed, error)
+                log_malformed(self.malformed, "message", error)
                 continue
             self.received += 1
             return message

@@ -32,7 +32,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .channels import WEIGHTS, WeightPublisher, make_socket
+from .channels import WEIGHTS, WeightPublisher, log_malformed, make_socket
 from .limits import DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, JobKeys, stop_authenticator
 from .topology import BroadcastTree
@@ -161,7 +161,7 @@ class Relay:
             self.publisher.publish_frames(version, frames)
         except WireError as error:
             self.stats.malformed += 1
-            log.error("relay %s dropped a malformed weights message: %s", self.spec.node, error)
+            log_malformed(self.stats.malformed, "weights message", error, where=f"relay {self.spec.node}: ")
             return False
         self.stats.version = version
         self.stats.forwarded += 1

@@ -339,7 +339,10 @@ A config is a YAML file (see `configs/`) with the sections below. Every field ca
 the command line as `section.field=value`, anywhere after the subcommand; values are read as YAML
 (`3`, `0.5`, `true`, `[64, 64]`, `null`, `{key: value}`). Unknown fields are errors, and so is a
 value out of bounds: the command stops before anything runs, with one line that names the field
-and what it accepts, and exit status 2. `lamarckian-hpc config show CONFIG [key=value ...]` prints
+and what it accepts, and exit status 2. Types are strict: `true` is not a number, `'3'` is not an
+int (an int is accepted where a float is asked for), and numbers are finite (`.inf` and `.nan` are
+refused). A file may not use YAML aliases (`*name`), repeat a key (the error names both lines),
+nest more than 32 levels or exceed 1 MiB. `lamarckian-hpc config show CONFIG [key=value ...]` prints
 the config a run would use, every default filled in, as YAML that `train` and `evolve` accept.
 
 Columns: *type* (`or null`: the field may be `null`); *default*, as `config show` prints it;
