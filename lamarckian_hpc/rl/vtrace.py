@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .returns import reverse_fragment_scan
+
 
 def vtrace(
     behaviour_log_probs: np.ndarray,
@@ -31,14 +33,10 @@ def vtrace(
     ratios = np.exp(target_log_probs.astype(np.float64) - behaviour_log_probs)
     rhos, cs = np.minimum(rho_bar, ratios), np.minimum(c_bar, ratios)
     deltas = rhos * (rewards + gamma * next_values - values)
-    corrections = np.empty(len(rewards), dtype=np.float64)  # vs_t - V_t
-    running = 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        if segment_ends[t]:
-            running = 0.0
-        running = deltas[t] + gamma * cs[t] * running
-        corrections[t] = running
+    corrections = reverse_fragment_scan(deltas, gamma * cs, segment_ends)  # vs_t - V_t
     vs = values + corrections
-    next_vs = np.where(segment_ends, next_values, np.roll(vs, -1))
+    # The step after t is t+1 inside a fragment; after the last step of the sequence (marked or not)
+    # it is the bootstrap, never the first step of the sequence.
+    next_vs = np.where(segment_ends, next_values, np.append(vs[1:], next_values[-1:]))
     advantages = rhos * (rewards + gamma * next_vs - values)
     return vs.astype(np.float32), advantages.astype(np.float32)
