@@ -104,7 +104,7 @@ def ray_start_command(node: NodeInfo, label: str, head_address: str | None, temp
                f"--object-store-memory={settings.object_store_bytes}",
                f'--resources={{"{NODE_RESOURCE_PREFIX}{label}": 1}}']
     if head_address is None:
-        command += ["--head", "--include-dashboard=false"]
+        command += ["--head", "--include-dashboard=false", "--no-monitor"]  # nothing autoscales an allocation
     else:
         command += [f"--address={head_address}"]
         ports.pop("port"), ports.pop("dashboard-port")

@@ -6,6 +6,16 @@ CPUs and its owner. That Ray keeps its sessions in a temp dir of the run's own (
 `/tmp/ray`, which other users' and other jobs' Rays write to) and uses token authentication with
 a token made for the run, so Ray neither warns about authentication nor writes a token into the
 user's home. A run with an address joins exactly that cluster, with the caller's settings.
+
+The local Ray is lean: it runs only the processes a run on one machine uses. `ray.init` would
+also start the autoscaler's monitor (about 48 MB; nothing autoscales a run's own Ray) and the log
+monitor (about 46 MB), which streams the workers' output to the driver's console; the run's
+actors report what matters (their environment failing, their progress) as messages to the
+learner, and their own output stays in `worker-*.err` under the session folder while the run
+lasts. The head node is therefore started here, with those two left out, and `ray.init`
+connects to it. What stays: the GCS and the raylet, the dashboard's API server and its agent, and
+the runtime-environment agent, which the raylet starts on every node (Ray 2.60 offers no switch
+for them), and an object store sized for weights and small results.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from typing import Any
 
 #: The object store of a local Ray: weights and small results only, so a small store is plenty
 #: and leaves the machine's memory to the actors.
@@ -24,6 +35,7 @@ LOCAL_OBJECT_STORE_BYTES = 100 * 1024 * 1024
 MAX_TEMP_ROOT_CHARS = 28
 
 _local_temp_dir: str | None = None
+_local_node: Any = None  # the head node `ensure_ray` started (ray._private.node.Node)
 
 
 def _use_run_token() -> None:
@@ -55,9 +67,21 @@ def ensure_ray(address: str | None, num_cpus: int) -> bool:
     _use_run_token()
     root = tempfile.gettempdir()
     _local_temp_dir = tempfile.mkdtemp(prefix="lhr-", dir=root if len(root) <= MAX_TEMP_ROOT_CHARS else "/tmp")
-    ray.init(address="local", num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-             _temp_dir=_local_temp_dir, **common)
+    _start_lean_head(num_cpus)
+    ray.init(address=_local_node.address, **common)
     return True
+
+
+def _start_lean_head(num_cpus: int) -> None:
+    """A head node on this machine without the autoscaler's monitor and the log monitor (see the
+    module's docstring); the rest as `ray.init(address="local")` would start it."""
+    global _local_node
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    params = RayParams(num_cpus=num_cpus, num_gpus=None, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                       temp_dir=_local_temp_dir, include_dashboard=False, no_monitor=True, include_log_monitor=False)
+    _local_node = Node(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
 
 
 def reachable_host(started_local_ray: bool) -> str:
@@ -80,7 +104,11 @@ def shutdown_ray() -> None:
     global _local_temp_dir
     import ray
 
+    global _local_node
     ray.shutdown()
+    if _local_node is not None:
+        _local_node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)
+        _local_node = None
     if _local_temp_dir is not None:
         shutil.rmtree(_local_temp_dir, ignore_errors=True)
         _local_temp_dir = None
