@@ -33,6 +33,9 @@ def test_built_in_tables_load(data):
     ("skills: [mend, rally, renewal, arrow_rain]", "skills: [mend, rally, renewal, fireball]",
      "heroes.yaml: heroes: aldric: unknown skill 'fireball'"),
     ("{name: aldric,", "{name: aldric, mana: 3,", "heroes.aldric.mana: Extra inputs are not permitted"),
+    # Tables are read as configs are: no YAML aliases (an alias bomb expands without bound), no repeated keys.
+    ("health: 800, attack: 53", "health: &h 800, attack: *h", "alias *h is not allowed"),
+    ("health: 800, attack: 53", "health: 800, health: 900, attack: 53", "duplicate key 'health'"),
 ])
 def test_bad_table_is_one_line_naming_the_row(tmp_path, old, new, message):
     folder = tmp_path / "game"

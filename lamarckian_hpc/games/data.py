@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..config import ConfigError
+from ..config.loading import read_config_file
 
 BUILT_IN_DATA = Path(__file__).resolve().parent / "data"
 TABLE_FILES = ("heroes.yaml", "skills.yaml", "equipment.yaml", "soldiers.yaml", "rules.yaml")
@@ -186,15 +188,13 @@ class GameData(Row):
 
 
 def _read_yaml(path: Path) -> dict:
+    """A game's table, read as configs are (aliases, deep nesting, huge files and duplicate keys refused)."""
+    if not path.is_file():
+        raise GameDataError(f"game data: missing file {path}")
     try:
-        tree = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise GameDataError(f"game data: missing file {path}") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise GameDataError(f"game data: cannot read {path}: {' '.join(str(error).split())}") from None
-    if not isinstance(tree, dict):
-        raise GameDataError(f"game data: {path} must hold a mapping, got {type(tree).__name__}")
-    return tree
+        return read_config_file(path)
+    except ConfigError as error:
+        raise GameDataError(f"game data: {str(error).removeprefix('config error: ')}") from None
 
 
 def _first_error(error: ValidationError, source: str, tree: dict) -> str:
