@@ -79,7 +79,8 @@ def _pong(data: dict[str, Any]) -> pd.DataFrame:
 
 def _vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
     columns = {"sampled_steps_per_second": "env steps/s sampled", "trained_steps_per_second": "env steps/s trained",
-               "cpu_utilization": "CPU utilization", "peak_memory_bytes": "peak memory (GB)",
+               "cpu_utilization": "CPU utilization", "peak_memory_bytes": "peak RSS sum (GB)",
+               "peak_pss_bytes": "peak PSS (GB)",
                "first_update_seconds": "first update (s)", "target_seconds": "time to 475 (s)"}
     rows = []
     for summary in data["summaries"]:
@@ -88,9 +89,9 @@ def _vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
             row = {"env": summary["env"], "side": label}
             for key, title in columns.items():
                 value = values.get(key)
-                row[title] = value / 1e9 if key == "peak_memory_bytes" and side != "ratio" and value else value
+                row[title] = value / 1e9 if key.startswith("peak_") and side != "ratio" and value else value
             rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).dropna(axis=1, how="all")  # older files have RSS sums, newer PSS
 
 
 def _scale_check(data: dict[str, Any]) -> pd.DataFrame:
