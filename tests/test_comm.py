@@ -52,6 +52,17 @@ def closing():
         thing.close()
 
 
+def receiver_and_raw_push(context, closing) -> tuple[ExperienceReceiver, zmq.Socket]:
+    """A receiver and a plain PUSH socket connected to it, for sending frames no sender would make."""
+    receiver = ExperienceReceiver(context, {EXPERIENCE})
+    closing.append(receiver)
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    closing.append(push)
+    push.connect(receiver.address)
+    return receiver, push
+
+
 def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return (rng.integers(0, 100, size=shape) % (2 if dtype == "bool" else 100)).astype(dtype)
@@ -368,12 +379,7 @@ def test_decode_raises_only_wire_error_for_frames_that_are_not_byte_buffers(fram
 
 def test_receivers_survive_an_empty_array_with_an_absurd_shape(context, closing):
     absurd = EMPTY_BUT_ABSURD["zero first"]
-    receiver = ExperienceReceiver(context, {EXPERIENCE})
-    closing.append(receiver)
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    closing.append(push)
-    push.connect(receiver.address)
+    receiver, push = receiver_and_raw_push(context, closing)
     push.send_multipart(frames_for(header(arrays=[absurd]), b""))
     push.send_multipart(encode(valid_experience(3)))
     message = receiver.receive(timeout_ms=5000)
@@ -459,12 +465,7 @@ def garbage(rng: np.random.Generator, base: list[bytes]) -> list[bytes]:
 
 def test_fuzzed_pull_socket_returns_exactly_the_valid_messages(context, closing):
     rng = np.random.default_rng(20240611)
-    receiver = ExperienceReceiver(context, {EXPERIENCE})
-    closing.append(receiver)
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    closing.append(push)
-    push.connect(receiver.address)
+    receiver, push = receiver_and_raw_push(context, closing)
     base = [bytes(frame) for frame in encode(valid_experience(12345))]
     valid_at = set(rng.choice(FUZZ_MESSAGES + FUZZ_VALID, size=FUZZ_VALID, replace=False).tolist())
     expected, received = [], []
@@ -496,12 +497,7 @@ def test_fuzzed_pull_socket_returns_exactly_the_valid_messages(context, closing)
 
 
 def test_receive_keeps_waiting_after_a_malformed_message(context, closing):
-    receiver = ExperienceReceiver(context, {EXPERIENCE})
-    closing.append(receiver)
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    closing.append(push)
-    push.connect(receiver.address)
+    receiver, push = receiver_and_raw_push(context, closing)
     sender = ExperienceSender(context, receiver.address)
     closing.append(sender)
     push.send(b"\xc1 not a message")
@@ -517,12 +513,7 @@ def test_receive_keeps_waiting_after_a_malformed_message(context, closing):
 
 
 def test_receiver_survives_crafted_shapes(context, closing):
-    receiver = ExperienceReceiver(context, {EXPERIENCE})
-    closing.append(receiver)
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    closing.append(push)
-    push.connect(receiver.address)
+    receiver, push = receiver_and_raw_push(context, closing)
     push.send_multipart(frames_for(header(arrays=[["a", "|u1", [1 << 30, 1 << 30, 16]]]), b""))
     push.send_multipart(frames_for(header(arrays=[["a", "|u1", [True, 3]]]), b"abc"))
     push.send_multipart(encode(valid_experience(3)))
