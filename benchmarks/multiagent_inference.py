@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from lamarckian_hpc.config import ModelConfig  # noqa: E402
 from lamarckian_hpc.mdp import MDP, ExperienceBuffer, Sampler, StepOutcome  # noqa: E402
 from lamarckian_hpc.multiagent import PolicyMapping, build_policy_models, random_mapping  # noqa: E402
-from lamarckian_hpc.runtime import TorchPolicy  # noqa: E402
+from lamarckian_hpc.runtime.inference import TorchPolicy  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "multiagent_inference.json"
 OBSERVATION_SIZE = 4

@@ -1,5 +1,6 @@
 """The distributed runtime with a real local Ray, real actor processes and real ZeroMQ sockets:
-it learns in both sampling modes, keeps synchronous samples fresh, and survives a killed actor."""
+it learns in both sampling modes, keeps synchronous samples fresh, survives a killed actor, and
+its actors sample without loading torch."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -108,6 +110,22 @@ class KillOneActor(Collect):
             os.kill(self.killed_pid, signal.SIGKILL)
 
 
+class ActorLibraries(Collect):
+    """The shared libraries each actor process has mapped, read once per process after its hello."""
+
+    def __init__(self, trainer_ref: list) -> None:
+        super().__init__()
+        self.trainer_ref = trainer_ref
+        self.libraries: dict[int, set[str]] = {}
+
+    def on_update_end(self, report) -> None:
+        for pid in set(self.trainer_ref[0].actor_pids.values()) - set(self.libraries):
+            try:
+                self.libraries[pid] = {Path(region.path).name for region in psutil.Process(pid).memory_maps()}
+            except psutil.NoSuchProcess:  # the actor this test kills
+                pass
+
+
 def test_a_killed_actor_is_restarted_and_the_run_finishes(tmp_path):
     config = load_config(CARTPOLE, ["runtime.mode=ray", "runtime.num_actors=2", "stop.total_env_steps=40000",
                                     "stop.target_return=null", "storage.metrics_interval_seconds=0.5"])
@@ -115,7 +133,8 @@ def test_a_killed_actor_is_restarted_and_the_run_finishes(tmp_path):
     writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES)
     trainer_ref: list = []
     killer = KillOneActor(trainer_ref)
-    trainer = DistributedTrainer(config, [killer, MetricsRecorder(writer, 0.5)])
+    libraries = ActorLibraries(trainer_ref)
+    trainer = DistributedTrainer(config, [killer, libraries, MetricsRecorder(writer, 0.5)])
     trainer_ref.append(trainer)
     try:
         result = trainer.train()
@@ -124,6 +143,11 @@ def test_a_killed_actor_is_restarted_and_the_run_finishes(tmp_path):
     assert killer.killed_pid is not None
     assert result.env_frames >= 40000
     assert trainer.actor_pids[0] != killer.killed_pid  # a new process said hello
+    # The actors sample with the torch-free policy: no actor process, restarted ones included, loads torch.
+    assert len(libraries.libraries) >= 2
+    for pid, names in libraries.libraries.items():
+        assert any(name.startswith("_multiarray_umath") for name in names), pid  # numpy's: the maps were read
+        assert not [name for name in names if name.startswith("libtorch")], pid
     with open_run(path) as run:
         assert run.closed_cleanly
         restarts = run.metric("actor_restarts")

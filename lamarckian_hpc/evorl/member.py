@@ -18,8 +18,8 @@ import torch
 from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
 from ..config.evorl import SearchedHyperparameter
 from ..runtime.episodes import RecentEpisodes
-from ..runtime.learner import make_learner, steps_per_update
-from ..runtime.sampling import make_sampling_side, spaces_of
+from ..runtime.learner import make_learner
+from ..runtime.sampling import make_sampling_side, spaces_of, steps_per_update
 
 OPTIMIZER_PREFIX = "optimizer/"
 MODEL_PREFIX = "model/"

@@ -1,10 +1,11 @@
-"""The processes of a run and the loops that feed the algorithms."""
+"""The processes of a run and the loops that feed the algorithms.
 
-from .inference import TorchPolicy
-from .learner import make_learner, select_device
+Only names that need no torch are re-exported here: every actor process imports this package,
+and one that only acts must not load torch. The torch side is imported from its modules:
+`runtime.trainer.SerialTrainer`, `runtime.learner.make_learner`, `runtime.inference.TorchPolicy`.
+"""
+
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .sampling import POLICY_ID
-from .trainer import METRIC_NAMES, SerialTrainer
 
-__all__ = ["METRIC_NAMES", "POLICY_ID", "make_learner", "SerialTrainer", "TorchPolicy", "TrainObserver",
-           "TrainResult", "UpdateReport", "select_device"]
+__all__ = ["POLICY_ID", "TrainObserver", "TrainResult", "UpdateReport"]

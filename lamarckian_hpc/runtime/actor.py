@@ -3,6 +3,10 @@
 This is the loop of one actor process, free of Ray so it can run (and be tested) in any process.
 In asynchronous sampling it never waits for the learner; in synchronous sampling it samples its
 share of a batch with policy version v, then waits for v+1, as RLlib does.
+
+An actor that only acts samples with a torch-free policy and never imports torch; only A3C's
+actors (which compute gradients) and CNN actors do (`sampling.needs_torch`). Keep torch imports
+out of this module's top level.
 """
 
 from __future__ import annotations
@@ -14,16 +18,13 @@ import socket
 import threading
 
 import numpy as np
-import torch
 import zmq
 
 from ..comm import ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
 from ..config import A3CConfig, RunConfig
 from ..mdp import EnvironmentFailingError
-from ..rl.a3c import a3c_gradients
-from .learner import load_weights, steps_per_update
 from .messages import env_failing_message, experience_message, gradients_message, hello_message
-from .sampling import SamplingSide, make_sampling_side
+from .sampling import SamplingSide, make_sampling_side, steps_per_update
 
 log = logging.getLogger(__name__)
 WAIT_POLL_MS = 50
@@ -31,18 +32,18 @@ WAIT_POLL_MS = 50
 
 class ActorLoop:
     def __init__(self, config: RunConfig, actor_index: int, num_actors: int, weights_address: str,
-                 experience_address: str) -> None:
+                 experience_address: str, use_torch: bool = False) -> None:
         self.config = config
         self.actor_index = actor_index
         self.num_actors = num_actors
         self.weights_address = weights_address
         self.experience_address = experience_address
+        self.use_torch = use_torch  # sample with torch even when a torch-free policy would do (to compare)
         self.stop_event = threading.Event()
         self.sent = 0  # messages sent by this process (numbered, so the learner can spot a lost one)
 
     def run(self) -> None:
         config = self.config
-        torch.set_num_threads(1)
         context = zmq.Context()
         keys = None
         if config.runtime.transport_security == "curve":
@@ -52,7 +53,11 @@ class ActorLoop:
         subscriber = WeightSubscriber(context, self.weights_address, keys=keys,
                                       max_message_bytes=limit_bytes(config.runtime.max_message_megabytes))
         sender = ExperienceSender(context, self.experience_address, keys=keys)
-        side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1))
+        side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1), use_torch=self.use_torch)
+        if side.model is not None:  # A3C, CNN or asked for: this actor runs torch
+            import torch
+
+            torch.set_num_threads(1)
         rollout = config.runtime.rollout_steps * config.env.num_envs
         share = math.ceil(steps_per_update(config) / self.num_actors)
         synchronous = config.runtime.sampling == "sync"
@@ -85,6 +90,8 @@ class ActorLoop:
                 returns = np.array([r.episode_return for r in completed])
                 lengths = np.array([r.length for r in completed], dtype=np.int64)
                 if isinstance(config.algorithm, A3CConfig):
+                    from ..rl.a3c import a3c_gradients  # torch: only A3C's actors compute gradients
+
                     gradients, diagnostics = a3c_gradients(side.model, batch, config.algorithm)
                     message = gradients_message(self.actor_index, version, gradients, len(batch), returns,
                                                 lengths, frames - frames_before, diagnostics, errors - errors_before)
@@ -102,7 +109,7 @@ class ActorLoop:
             context.term()
 
     def _load(self, message: Message, side: SamplingSide) -> int:
-        load_weights(side.model, message.arrays)
+        side.load_weights(message.arrays)
         side.sampler.policy_versions[side.policy_id] = message.policy_version
         if "epsilon" in message.meta:
             side.set_epsilon(float(message.meta["epsilon"]))

@@ -27,14 +27,14 @@ from ..comm import (MEGABYTE, ExperienceReceiver, JobKeys, largest_message_bytes
 from .actor_watch import ActorWatch
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
-from .learner import A3CLearner, make_learner, steps_per_update
+from .learner import A3CLearner, make_learner
 from .messages import (ENV_FAILING, GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate,
                        read_experience, read_gradients)
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
 from .ray_setup import reachable_host, shutdown_ray
-from .sampling import spaces_of
+from .sampling import spaces_of, steps_per_update
 from .trainer import METRIC_NAMES as SERIAL_METRIC_NAMES
 from .weight_broadcast import WeightBroadcast
 

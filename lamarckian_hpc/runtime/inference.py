@@ -1,12 +1,17 @@
-"""Batched policy inference for the sampler: numpy observations in, numpy actions out."""
+"""Batched policy inference on torch networks for the sampler: numpy observations in, numpy
+actions out. For the serial trainer (which samples with its learner's model), A3C's and CNN
+actors; an actor that only acts uses the torch-free `numpy_policy` instead."""
 
 from __future__ import annotations
+
+from typing import Mapping
 
 import numpy as np
 import torch
 
 from ..mdp import PolicyOutput
 from ..models import ActorCritic
+from .learner import load_weights
 
 
 class TorchPolicy:
@@ -27,6 +32,9 @@ class TorchPolicy:
             actions, log_probs = actions.cpu(), log_probs.cpu()
         return PolicyOutput(actions.numpy(), log_probs.numpy())
 
+    def load_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        load_weights(self.model, weights)
+
 
 class EpsilonGreedyPolicy:
     """DQN's behaviour policy: the greedy action of a Q-network, a random one with probability epsilon."""
@@ -43,3 +51,6 @@ class EpsilonGreedyPolicy:
         explore = self.rng.random(len(greedy)) < self.epsilon
         actions = np.where(explore, self.rng.integers(0, self.num_actions, size=len(greedy)), greedy)
         return PolicyOutput(actions, np.zeros(len(actions), dtype=np.float32))
+
+    def load_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        load_weights(self.q_network, weights)

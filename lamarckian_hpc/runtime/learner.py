@@ -8,7 +8,7 @@ function in `rl/`; a learner holds its state (parameters, optimizer, replay buff
 from __future__ import annotations
 
 import copy
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -55,7 +55,7 @@ def build_model(config: RunConfig, observation_space: gym.Space, action_space: g
     return ActorCritic(observation_space, action_space, config.model)
 
 
-def load_weights(model: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
+def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:
     """Copy received arrays (possibly read-only views of a message) into a model."""
     model.load_state_dict({name: torch.tensor(array) for name, array in weights.items()})
 
@@ -218,10 +218,3 @@ def make_learner(config: RunConfig, observation_space: gym.Space, action_space: 
     if isinstance(algorithm, A3CConfig):
         return A3CLearner(config, observation_space, action_space)
     return ActorCriticLearner(config, observation_space, action_space)
-
-
-def steps_per_update(config: RunConfig) -> int:
-    """Training steps the learner gathers before an update (one actor message for DQN and A3C)."""
-    batch_size = getattr(config.algorithm, "batch_size", None)
-    return batch_size if batch_size is not None else config.runtime.rollout_steps * config.env.num_envs
-

@@ -1,33 +1,56 @@
 """Builds the sampling side of a run: K environments, their training controllers and the batched
-policy, in whichever process samples (the serial trainer's, or an actor's)."""
+policy, in whichever process samples (the serial trainer's, or an actor's).
+
+An actor that only acts samples with a torch-free policy (`numpy_policy`), so its process never
+imports torch; torch is imported here only when sampling needs a torch model: one that is shared
+(the serial trainer's), one that computes gradients (A3C's actors) or a CNN. Keep torch imports
+out of this module's top level.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import gymnasium as gym
-import torch
+import numpy as np
 
-from ..config import DQNConfig, RunConfig
-from ..mdp import ExperienceBuffer, GymMDP, Policy, Sampler, TrainingController, make_gym_env
-from .inference import EpsilonGreedyPolicy, TorchPolicy
-from .learner import build_model
+from ..config import A3CConfig, DQNConfig, RunConfig
+from ..mdp import ExperienceBuffer, GymMDP, PolicyOutput, Sampler, TrainingController, make_gym_env
+from .network_layout import actor_critic_layout, q_network_layout
+from .numpy_policy import NumpyActorCriticPolicy, NumpyEpsilonGreedyPolicy
+
+if TYPE_CHECKING:
+    import torch
 
 POLICY_ID = "main"
+
+
+class ActorPolicy(Protocol):
+    """The sampler's `Policy` that also takes the learner's broadcast weights."""
+
+    def __call__(self, observations: np.ndarray) -> PolicyOutput: ...
+
+    def load_weights(self, weights: Mapping[str, np.ndarray]) -> None: ...
 
 
 @dataclass
 class SamplingSide:
     sampler: Sampler
     experience: ExperienceBuffer
-    model: torch.nn.Module
-    policy: Policy
+    policy: ActorPolicy
+    #: The torch network the policy runs, when it runs one; None for a torch-free policy.
+    model: torch.nn.Module | None = None
     policy_id: str = POLICY_ID
     max_consecutive_env_errors: int = 100
 
+    def load_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Sample with the learner's broadcast weights (a dict named like the torch state_dict)."""
+        self.policy.load_weights(weights)
+
     def set_epsilon(self, epsilon: float) -> None:
-        """Exploration rate of an epsilon-greedy policy (DQN); other policies have none."""
-        if isinstance(self.policy, EpsilonGreedyPolicy):
+        """Exploration rate of an epsilon-greedy policy (DQN's, the only policies with an `epsilon`)."""
+        if hasattr(self.policy, "epsilon"):
             self.policy.epsilon = epsilon
 
     def sample(self, num_steps: int) -> None:
@@ -40,6 +63,12 @@ class SamplingSide:
 
     def close(self) -> None:
         self.sampler.close()
+
+
+def steps_per_update(config: RunConfig) -> int:
+    """Training steps the learner gathers before an update (one actor message for DQN and A3C)."""
+    batch_size = getattr(config.algorithm, "batch_size", None)
+    return batch_size if batch_size is not None else config.runtime.rollout_steps * config.env.num_envs
 
 
 def make_env_mdps(config: RunConfig) -> list[GymMDP]:
@@ -56,17 +85,47 @@ def spaces_of(config: RunConfig) -> tuple[gym.Space, gym.Space]:
         env.close()
 
 
-def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | None = None) -> SamplingSide:
-    """Envs, controllers and sampler; `model` is shared when given (the serial trainer's CPU model)."""
-    mdps = make_env_mdps(config)
-    observation_space, action_space = mdps[0].observation_space(None), mdps[0].action_space(None)
+def needs_torch(config: RunConfig) -> bool:
+    """Whether an actor of this run must sample with torch: A3C's actors compute gradients, and
+    a CNN runs far faster in torch than in numpy."""
+    return isinstance(config.algorithm, A3CConfig) or config.model.kind == "cnn"
+
+
+def numpy_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
+                 seed: int) -> NumpyActorCriticPolicy | NumpyEpsilonGreedyPolicy:
+    """The torch-free policy of an actor that only acts (freshly initialised until weights arrive)."""
+    model = config.model
+    if isinstance(config.algorithm, DQNConfig):
+        return NumpyEpsilonGreedyPolicy(q_network_layout(observation_space, action_space, model), model.activation,
+                                        seed, config.algorithm.epsilon_start)
+    return NumpyActorCriticPolicy(actor_critic_layout(observation_space, action_space, model), model.activation, seed)
+
+
+def torch_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space, seed: int,
+                 model: torch.nn.Module | None = None) -> tuple[Any, torch.nn.Module]:
+    """A policy on a torch network: `model` when given (shared with a learner), else a new one."""
+    from .inference import EpsilonGreedyPolicy, TorchPolicy
+    from .learner import build_model
+
     if model is None:
         model = build_model(config, observation_space, action_space)
-    policy: Policy
     if isinstance(config.algorithm, DQNConfig):
-        policy = EpsilonGreedyPolicy(model, int(action_space.n), seed, config.algorithm.epsilon_start)
+        return EpsilonGreedyPolicy(model, int(action_space.n), seed, config.algorithm.epsilon_start), model
+    return TorchPolicy(model), model
+
+
+def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | None = None, *,
+                       use_torch: bool = False) -> SamplingSide:
+    """Envs, controllers and sampler. `model` is shared when given (the serial trainer's CPU
+    model); without one the policy is torch-free unless the run `needs_torch` or `use_torch`
+    asks for it (benchmarks/actor_footprint.py compares the two)."""
+    mdps = make_env_mdps(config)
+    observation_space, action_space = mdps[0].observation_space(None), mdps[0].action_space(None)
+    policy: ActorPolicy
+    if model is None and not use_torch and not needs_torch(config):
+        policy = numpy_policy(config, observation_space, action_space, seed)
     else:
-        policy = TorchPolicy(model)
+        policy, model = torch_policy(config, observation_space, action_space, seed, model)
     experience = ExperienceBuffer()
     sampler = Sampler(
         mdps,
@@ -74,5 +133,5 @@ def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | No
         policies={POLICY_ID: policy},
         seed=seed,
     )
-    return SamplingSide(sampler, experience, model, policy,
+    return SamplingSide(sampler, experience, policy, model,
                         max_consecutive_env_errors=config.runtime.max_consecutive_env_errors)

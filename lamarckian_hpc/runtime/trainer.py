@@ -17,9 +17,9 @@ import torch
 from ..config import A3CConfig, RunConfig
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
-from .learner import STALENESS_METRICS, make_learner, steps_per_update
+from .learner import STALENESS_METRICS, make_learner
 from .observers import TrainObserver, TrainResult, UpdateReport
-from .sampling import make_sampling_side, spaces_of
+from .sampling import make_sampling_side, spaces_of, steps_per_update
 
 #: Every metric this trainer writes; run files declare them up front.
 METRIC_NAMES: tuple[str, ...] = (
