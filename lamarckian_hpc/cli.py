@@ -277,6 +277,33 @@ def report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_command(args: argparse.Namespace) -> int:
+    """Each run's metrics as TensorBoard event files (`--tensorboard DIR`) and CSV (`--csv DIR`),
+    under DIR/<run name>/; see lamarckian_hpc.analysis.export for the layout."""
+    if args.tensorboard is None and args.csv is None:
+        return _fail("error: export needs --tensorboard DIR, --csv DIR or both")
+    try:  # pandas (the analysis extra, part of the export extra)
+        from .analysis import RunFileError, load_run
+        from .analysis.export import TensorBoardMissing, export_csv, export_tensorboard
+    except ImportError as error:
+        return _fail(f"error: export needs the export extra ({error.name} is missing): "
+                     "pip install -c constraints.txt -e '.[export]'")
+    for index, name in enumerate(args.runs, start=1):
+        path = Path(name)
+        if len(args.runs) > 1:
+            print(f"[{index}/{len(args.runs)}] exporting {path}", file=sys.stderr, flush=True)
+        try:
+            run = load_run(path)
+            if args.tensorboard is not None:
+                print(export_tensorboard(run, args.tensorboard))
+        except (RunFileError, TensorBoardMissing) as error:
+            return _fail(str(error))
+        if args.csv is not None:
+            written = export_csv(run, args.csv)
+            print(written[0].parent if written else f"{path}: no metric rows to export")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -303,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", metavar="DIR", help="where report.md and figures/ go (default: DIR/report, "
                         "or RUN-report beside a run file)")
     report.set_defaults(handler=report_command)
+    export = commands.add_parser("export", help="a run's metrics as TensorBoard event files and CSV")
+    export.add_argument("runs", nargs="+", metavar="RUN.h5", help="run files (complete, still growing, or killed)")
+    export.add_argument("--tensorboard", type=Path, metavar="DIR",
+                        help="write DIR/<run>/events.out.tfevents.* (step: env frames); needs the export extra")
+    export.add_argument("--csv", type=Path, metavar="DIR", help="write DIR/<run>/<metric>.csv, one file per metric")
+    export.set_defaults(handler=export_command)
     config = commands.add_parser("config", help="show the resolved config of a config file")
     config_commands = config.add_subparsers(dest="config_command", required=True)
     show = config_commands.add_parser("show", help="print the config with the overrides applied and every default")

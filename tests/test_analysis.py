@@ -1,6 +1,7 @@
 """Analysis on files made by real short runs: serial PPO on CartPole, NSGA-II on ZDT1, a tiny
 PBT+PPO run, a run read while its writer process is still appending, and the same run's file
-after the writer was killed with SIGKILL. Each real run is made once per module."""
+after the writer was killed with SIGKILL. The run files come from analysis_runs.py, made once per
+test session and shared with tests/test_analysis_scripts.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from analysis_runs import league_path, nsga2_path, pbt_path, ppo_path, runs_dir  # noqa: F401 (fixtures)
 
 from lamarckian_hpc.analysis import (
     benchmark_table, build_report, cpu_utilization_table, elo_data, hyperparameter_data, lineage_edges, load_run,
@@ -36,45 +38,6 @@ def assert_png(path: Path, min_bytes: int = 8_000) -> None:
     data = path.read_bytes()
     assert data.startswith(PNG_SIGNATURE), path
     assert len(data) >= min_bytes, f"{path} is only {len(data)} bytes"
-
-
-@pytest.fixture(scope="module")
-def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("runs")
-
-
-@pytest.fixture(scope="module")
-def ppo_path(runs_dir: Path) -> Path:
-    status = main(["train", str(ROOT / "configs/ppo_cartpole.yaml"), "runtime.mode=serial",
-                   "stop.total_env_steps=3072", f"storage.directory={runs_dir}", "storage.run_name=ppo_serial"])
-    assert status == 0
-    return runs_dir / "ppo_serial.h5"
-
-
-@pytest.fixture(scope="module")
-def nsga2_path(runs_dir: Path) -> Path:
-    status = main(["evolve", str(ROOT / "configs/nsga2_zdt1.yaml"), "runtime.mode=serial", "algorithm.generations=12",
-                   "algorithm.population_size=24", f"storage.directory={runs_dir}", "storage.run_name=nsga2_zdt1"])
-    assert status == 0
-    return runs_dir / "nsga2_zdt1.h5"
-
-
-@pytest.fixture(scope="module")
-def pbt_path(runs_dir: Path) -> Path:
-    status = main(["evolve", str(ROOT / "configs/pbt_ppo_cartpole.yaml"), "runtime.mode=serial",
-                   "algorithm.population_size=2", "algorithm.interval_env_frames=256", "stop.total_env_frames=768",
-                   "ppo.num_epochs=2", f"storage.directory={runs_dir}", "storage.run_name=pbt_tiny"])
-    assert status == 0
-    return runs_dir / "pbt_tiny.h5"
-
-
-@pytest.fixture(scope="module")
-def league_path(runs_dir: Path) -> Path:
-    """A real league run: the league's matrix-game trainer on biased rock-paper-scissors."""
-    path = runs_dir / "league_rps.h5"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reproduce.py"), "--league-run", str(path),
-                    "--updates", "200"], check=True, timeout=300)
-    return path
 
 
 def _rows(path: Path, metric: str) -> int:

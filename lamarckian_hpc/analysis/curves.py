@@ -1,6 +1,7 @@
 """Learning curves against env frames and against wall time (the paper's Figs. 8 and 9), for one
 run or several: the return of RL runs, the best member's return of PBT, the hypervolume or best
-objective of EC runs, each run on the metric that says how far it got."""
+objective of EC runs, each run on the metric that says how far it got. `learning_curve_analysis`
+is the topic that `analysis/learning_curves.py` and `lamarckian-hpc report` both draw."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from .loader import RunData
-from .plotting import FigureResult, new_figure, save
+from .loader import Requirement, RunData
+from .plotting import Analysis, FigureResult, new_figure, save
 
 #: The metric that measures progress, in order of preference, with its axis label.
 PROGRESS_METRICS: dict[str, str] = {
@@ -22,6 +23,17 @@ PROGRESS_METRICS: dict[str, str] = {
     "main_exploitability": "main agent's exploitability (league)",
 }
 X_AXES = {"env_frames": "env frames", "wall_time": "wall time (s)"}
+#: File-name suffix of each x axis's figure (`curve_<metric>_<suffix>.png`).
+X_SUFFIXES = {"env_frames": "frames", "wall_time": "wall_time"}
+NEEDS = Requirement(f"rows of a progress metric ({', '.join(PROGRESS_METRICS)})",
+                    "train and evolve runs (from their first metrics row on)",
+                    lambda run: progress_metric(run) is not None)
+
+
+def metric_requirement(name: str) -> Requirement:
+    """What a run needs for the curves of one named metric."""
+    return Requirement(f"/metrics/{name} rows", "the runs that record it (`lamarckian-hpc inspect RUN.h5` lists "
+                       "a run's metrics)", lambda run: run.has_metric(name))
 
 
 def progress_metric(run: RunData) -> str | None:
@@ -67,3 +79,33 @@ def plot_learning_curves(runs: Sequence[RunData], out_path: Path, x: str = "env_
     axis.legend(fontsize="small")
     title = f"{', '.join(PROGRESS_METRICS.get(name, name) for name in metrics)} against {X_AXES[x]}"
     return save(figure, out_path, title, data)
+
+
+def learning_curve_table(data: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, metric) of learning_curve_data: rows, how far it got, and its first,
+    smallest, largest and final value (whether larger is better depends on the metric)."""
+    columns = ["run", "metric", "rows", "env_frames", "wall_time", "first", "min", "max", "final"]
+    if data.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = data.groupby(["run", "metric"], sort=False)
+    table = grouped.agg(rows=("value", "size"), env_frames=("env_frames", "max"), wall_time=("wall_time", "max"),
+                        first=("value", "first"), min=("value", "min"), max=("value", "max"),
+                        final=("value", "last"))
+    return table.reset_index()[columns]
+
+
+def learning_curve_analysis(runs: Sequence[RunData], out_dir: Path, metric: str | None = None) -> Analysis:
+    """Curves of each group of runs that share a progress metric (or of `metric` for all), against
+    env frames and against wall time: `curve_<metric>_frames.png` and `curve_<metric>_wall_time.png`."""
+    by_metric: dict[str, list[RunData]] = {}
+    for run in runs:
+        name = metric if metric is not None else progress_metric(run)
+        if name is not None and run.has_metric(name):
+            by_metric.setdefault(name, []).append(run)
+    figures = []
+    for name, metric_runs in by_metric.items():
+        for x, suffix in X_SUFFIXES.items():
+            figure = plot_learning_curves(metric_runs, Path(out_dir) / f"curve_{name}_{suffix}.png", x=x, metric=name)
+            if figure is not None:
+                figures.append(figure)
+    return Analysis(figures, learning_curve_table(learning_curve_data(runs, metric)))

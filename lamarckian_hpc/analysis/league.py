@@ -5,18 +5,24 @@ The group is read by name, so older or partial layouts still draw: the first dat
 contains `payoff` ([C, C], or [time, C, C] of which the last slice is shown), the first containing
 `elo` ([time, C] or [C]) with `history/update` as its x axis when present, and `member_names`.
 The league declares C rows up front (SWMR cannot add datasets later); only the rows in use
-(`members/count`, or the non-empty names) are shown.
+(`members/count`, or the non-empty names) are shown. `league_analysis` is the topic that
+`analysis/league.py` and `lamarckian-hpc report` both draw.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from .loader import RunData
-from .plotting import FigureResult, new_figure, save
+from .loader import LEAGUE_GROUP, Requirement, RunData
+from .plotting import Analysis, FigureResult, new_figure, save
+
+NEEDS = Requirement(f"/{LEAGUE_GROUP} group (members, payoff, Elo)",
+                    "league runs (their LeagueRunWriter, lamarckian_hpc.league.store; see the league guide)",
+                    lambda run: bool(run.league))
 
 
 def _find(league: dict[str, np.ndarray], word: str) -> np.ndarray | None:
@@ -105,3 +111,44 @@ def plot_elo(run: RunData, out_path: Path) -> FigureResult | None:
     if data["member"].nunique() <= 12:
         axis.legend(fontsize="x-small")
     return save(figure, out_path, f"Elo over time: {run.name}", data)
+
+
+def _role(code: float) -> str:
+    """The role's name ("main agent", ...), from the league's own enum; "" for an unknown code."""
+    from lamarckian_hpc.league import Role  # the league's config models, only when a league is read
+
+    try:
+        return Role(int(code)).name.lower().replace("_", " ")
+    except ValueError:
+        return ""
+
+
+def league_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    """One row per member in use of each league run: its role, current Elo (`rating`), games
+    played (discounted, as the league counts them) and mean win rate over the opponents it met."""
+    rows = []
+    for run in runs:
+        payoff = payoff_data(run)
+        if payoff.empty:
+            continue
+        count = len(payoff)
+        roles = run.league.get("members/role")
+        rating = run.league.get("rating")
+        games = run.league.get("results/games")
+        for k, name in enumerate(payoff.index):
+            rows.append({"run": run.name, "member": name,
+                         "role": _role(roles[k]) if roles is not None and k < len(roles) else "",
+                         "elo": float(rating[k]) if rating is not None and k < len(rating) else np.nan,
+                         "games": float(np.asarray(games)[k, :count].sum()) if games is not None else np.nan,
+                         "mean_win_rate": float(np.nanmean(payoff.iloc[k])) if payoff.iloc[k].notna().any()
+                         else np.nan})
+    return pd.DataFrame(rows, columns=["run", "member", "role", "elo", "games", "mean_win_rate"])
+
+
+def league_analysis(runs: Sequence[RunData], out_dir: Path) -> Analysis:
+    """`payoff_<run>.png` and `elo_<run>.png` per league run; the table is league_table."""
+    figures = []
+    for run in runs:
+        figures += [plot_payoff(run, Path(out_dir) / f"payoff_{run.name}.png"),
+                    plot_elo(run, Path(out_dir) / f"elo_{run.name}.png")]
+    return Analysis([figure for figure in figures if figure is not None], league_table(runs))

@@ -13,7 +13,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import h5py
 import numpy as np
@@ -28,6 +28,26 @@ LEAGUE_GROUP = "league"
 
 class RunFileError(ValueError):
     """A path that is not a readable run file; the message is one line naming the path."""
+
+
+class MissingDataError(RunFileError):
+    """A readable run file without what a figure needs (a PPO run given to the league figures);
+    the message is one line naming the file, what it lacks and which workload writes that."""
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What a topic's figures need a run to hold, said so that the error for a run without it tells
+    the user which group is missing and which workload writes it."""
+
+    what: str  # e.g. "a /league group (members, payoff, Elo)"
+    written_by: str  # e.g. "league runs (LeagueRunWriter)"
+    holds: Callable[[RunData], bool]
+
+    def check(self, run: RunData) -> None:
+        """Raises MissingDataError when `run` lacks what the topic needs."""
+        if not self.holds(run):
+            raise MissingDataError(f"error: {run.path} has no {self.what}; it is written by {self.written_by}")
 
 
 @dataclass

@@ -2,10 +2,12 @@
 results found under a path, in one Markdown file (`report.md`) that links its PNGs.
 
 What is drawn depends only on what the files hold: learning curves for runs with a progress
-metric, scaling figures when runs or the sampling benchmark cover more than one core count, the
-tree comparison when the broadcast or staleness results (or runs differing in
-`runtime.broadcast`) are there, Pareto fronts for multi-objective populations, lineage for any
-population, hyperparameters for PBT, payoff and Elo for runs with a `/league`.
+metric, staleness histograms (and staleness against hosts across runs) for training runs, scaling
+figures when runs or the sampling benchmark cover more than one core count, the tree comparison
+when the broadcast or staleness results (or runs differing in `runtime.broadcast`) are there,
+Pareto fronts and hypervolume for multi-objective populations, lineage for any population,
+hyperparameters for PBT, payoff and Elo for runs with a `/league`. Each section is one topic's
+`Analysis`, from the same function that the topic's `analysis/NAME.py` script calls.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from typing import Any
 import pandas as pd
 
 from . import benchmarks as bench
-from .curves import PROGRESS_METRICS, plot_learning_curves, progress_metric
-from .evolution import is_pbt, plot_hyperparameters, plot_lineage, plot_pareto_fronts
-from .league import plot_elo, plot_payoff
+from .curves import PROGRESS_METRICS, learning_curve_analysis, progress_metric
+from .league import league_analysis
+from .lineage import lineage_analysis
 from .loader import RunData, RunFileError, find_run_files, load_run
-from .plotting import FigureResult
-from .scaling import (plot_scale_model, plot_staleness, plot_throughput, plot_tree_vs_flat, scaling_from_benchmark,
-                      scaling_from_runs, tree_vs_flat_from_runs)
+from .pareto import pareto_analysis
+from .plotting import Analysis, FigureResult
+from .scaling import plot_scale_model, plot_tree_vs_flat, scaling_analysis, tree_vs_flat_from_runs
+from .staleness import staleness_analysis
 from .tables import cpu_utilization_table, markdown_table, run_summary
 
 REPORT_NAME = "report.md"
@@ -76,42 +79,32 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(nonempty, ignore_index=True) if nonempty else frames[0]
 
 
-def _draw(runs: list[RunData], results: dict[str, Any], figures_dir: Path) -> dict[str, list[FigureResult]]:
-    """Every figure that applies, by report section."""
-    sections: dict[str, list[FigureResult]] = {}
+def _draw(runs: list[RunData], results: dict[str, Any], figures_dir: Path) -> dict[str, list[Analysis]]:
+    """Every topic that applies, by report section."""
+    sections: dict[str, list[Analysis]] = {}
 
-    def add(section: str, result: FigureResult | None) -> None:
-        if result is not None:
-            sections.setdefault(section, []).append(result)
+    def add(section: str, analysis: Analysis) -> None:
+        if analysis.figures:
+            sections.setdefault(section, []).append(analysis)
 
-    by_metric: dict[str, list[RunData]] = {}
-    for run in runs:
-        metric = progress_metric(run)
-        if metric is not None:
-            by_metric.setdefault(metric, []).append(run)
-    for metric, metric_runs in by_metric.items():
-        for x, suffix in (("env_frames", "frames"), ("wall_time", "wall_time")):
-            add("Learning curves", plot_learning_curves(metric_runs, figures_dir / f"curve_{metric}_{suffix}.png",
-                                                        x=x, metric=metric))
-    scaling = _concat([scaling_from_runs(runs), scaling_from_benchmark(bench.sampling_frame(results["sampling"]))
-                       if "sampling" in results else pd.DataFrame()])
-    if scaling["cores"].nunique() >= 2:
-        add("Scaling with cores", plot_throughput(scaling, figures_dir / "throughput_vs_cores.png"))
-        add("Scaling with cores", plot_staleness(scaling, figures_dir / "staleness_vs_cores.png"))
+    def figure(result: FigureResult | None) -> Analysis:
+        return Analysis([result] if result is not None else [], pd.DataFrame())
+
+    add("Learning curves", learning_curve_analysis(runs, figures_dir))
+    add("Staleness", staleness_analysis(runs, figures_dir))
+    sampling = bench.sampling_frame(results["sampling"]) if "sampling" in results else None
+    add("Scaling with cores", scaling_analysis(runs, figures_dir, sampling, min_core_counts=2))
     broadcast = bench.broadcast_frame(results["broadcast"]) if "broadcast" in results else pd.DataFrame()
     staleness = _concat([bench.staleness_frame(results["staleness"]) if "staleness" in results else pd.DataFrame(),
                          tree_vs_flat_from_runs(runs)])
-    add("Relay tree vs flat broadcast", plot_tree_vs_flat(broadcast, staleness, figures_dir / "tree_vs_flat.png"))
+    tree = "Relay tree vs flat broadcast"
+    add(tree, figure(plot_tree_vs_flat(broadcast, staleness, figures_dir / "tree_vs_flat.png")))
     if "scale_model" in results:
-        add("Relay tree vs flat broadcast", plot_scale_model(bench.scale_model_frame(results["scale_model"]),
-                                                             figures_dir / "scale_model.png"))
-    add("Pareto fronts", plot_pareto_fronts(runs, figures_dir / "pareto_fronts.png"))
-    for run in runs:
-        add("Population lineage", plot_lineage(run, figures_dir / f"lineage_{run.name}.png"))
-        if is_pbt(run):
-            add("PBT hyperparameters", plot_hyperparameters(run, figures_dir / f"hyperparameters_{run.name}.png"))
-        add("League", plot_payoff(run, figures_dir / f"payoff_{run.name}.png"))
-        add("League", plot_elo(run, figures_dir / f"elo_{run.name}.png"))
+        prediction = bench.scale_model_frame(results["scale_model"])
+        add(tree, figure(plot_scale_model(prediction, figures_dir / "scale_model.png")))
+    add("Pareto fronts", pareto_analysis(runs, figures_dir))
+    add("Population lineage", lineage_analysis(runs, figures_dir))
+    add("League", league_analysis(runs, figures_dir))
     return sections
 
 
@@ -144,11 +137,14 @@ def build_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
         lines += ["Skipped (not readable as run files):", ""] + [f"- {reason}" for reason in skipped] + [""]
     if runs:
         lines += ["## Runs", "", markdown_table(_run_overview(runs))]
-    for section, figures in sections.items():
+    for section, analyses in sections.items():
         lines += [f"## {section}", ""]
-        for figure in figures:
-            link = figure.path.relative_to(out).as_posix()
-            lines += [f"![{figure.title}]({link})", "", f"*{figure.title}* ([{link}]({link}))", ""]
+        for analysis in analyses:
+            for figure in analysis.figures:
+                link = figure.path.relative_to(out).as_posix()
+                lines += [f"![{figure.title}]({link})", "", f"*{figure.title}* ([{link}]({link}))", ""]
+            if not analysis.table.empty:
+                lines += [markdown_table(analysis.table)]
     cpu = cpu_utilization_table(runs, results)
     if not cpu.empty:
         lines += ["## CPU utilization", "", "Mean `cpu_utilization` (share of the allocated cores, start-up row "
@@ -164,7 +160,7 @@ def build_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
     out.mkdir(parents=True, exist_ok=True)
     markdown_path = out / REPORT_NAME
     markdown_path.write_text("\n".join(lines))
-    figures = [figure for section in sections.values() for figure in section]
+    figures = [figure for analyses in sections.values() for analysis in analyses for figure in analysis.figures]
     return Report(markdown_path=markdown_path, figures=figures, runs=runs, benchmarks=results, skipped=skipped)
 
 

@@ -1,21 +1,25 @@
 """Scaling figures: sampling throughput and staleness against cores (the paper's Fig. 7), and the
 relay tree against a flat broadcast (Fig. 7d). Points come from the sampling benchmark's JSON and
-from distributed runs grouped by `runtime.num_actors`; the tree comparison from the broadcast and
-staleness benchmarks' JSON, or from runs that differ in `runtime.broadcast`."""
+from distributed runs grouped by their core count (`run_cores`); the tree comparison from the
+broadcast and staleness benchmarks' JSON, or from runs that differ in `runtime.broadcast`.
+`scaling_analysis` is the topic that `analysis/scaling.py` and `lamarckian-hpc report` both draw."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
-from .loader import RunData
-from .plotting import FigureResult, new_figure, save
+from .loader import Requirement, RunData
+from .plotting import Analysis, FigureResult, new_figure, save
 
-SCALING_COLUMNS = ["source", "series", "cores", "broadcast", "steps_per_second", "staleness_mean",
-                   "staleness_max", "cpu_utilization"]
+SCALING_COLUMNS = ["source", "series", "cores", "broadcast", "steps_per_second", "trained_per_second",
+                   "staleness_mean", "staleness_max", "cpu_utilization"]
 MEASURED_COLUMNS = SCALING_COLUMNS[4:]
+NEEDS = Requirement("/metrics/env_frames_per_second rows", "train runs (lamarckian-hpc train) and PBT runs",
+                    lambda run: run.has_metric("env_frames_per_second"))
 
 
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
@@ -23,7 +27,7 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.astype({**{column: float for column in MEASURED_COLUMNS}, "cores": int})
 
 
-def _mean_after_warmup(run: RunData, name: str) -> float | None:
+def mean_after_warmup(run: RunData, name: str) -> float | None:
     """Mean of a metric without its first row (start-up: processes still spawning)."""
     values = run.metric(name)["value"]
     values = values.iloc[1:] if len(values) > 1 else values
@@ -32,20 +36,23 @@ def _mean_after_warmup(run: RunData, name: str) -> float | None:
 
 
 def run_cores(run: RunData) -> int | None:
-    """Actor processes of a distributed run (serial runs count as one core); None when unknown."""
-    mode = run.config_value("runtime.mode")
-    if mode == "serial":
+    """The cores a run sampled on, counted as actor processes (one core each, as the paper
+    counts): 1 for a serial run, else `runtime.num_actors`, else the actors that connected
+    (/meta `actors_connected`, for a run left at one actor per core); None when unknown."""
+    if run.config_value("runtime.mode") == "serial":
         return 1
-    actors = run.config_value("runtime.num_actors")
-    return int(actors) if isinstance(actors, int) else None
+    for value in (run.config_value("runtime.num_actors"), run.meta.get("actors_connected")):
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+            return int(value)
+    return None
 
 
 def _series(run: RunData) -> str:
-    """Runs are compared only with runs of the same env, runtime and broadcast."""
-    env = run.config_value("env.id", "?")
+    """Runs are compared only with runs of the same algorithm, env, runtime and broadcast."""
+    what = f"{run.config_value('algorithm.name', 'ppo')} {run.config_value('env.id', '?')}"
     if run.config_value("runtime.mode") == "serial":
-        return f"runs: {env}, serial"
-    return f"runs: {env}, {run.config_value('runtime.broadcast', 'flat')} broadcast"
+        return f"runs: {what}, serial"
+    return f"runs: {what}, {run.config_value('runtime.broadcast', 'flat')} broadcast"
 
 
 def scaling_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
@@ -59,10 +66,11 @@ def scaling_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
         rows.append({
             "source": str(run.path), "series": _series(run), "cores": cores,
             "broadcast": run.config_value("runtime.broadcast", "flat"),
-            "steps_per_second": _mean_after_warmup(run, "env_frames_per_second"),
-            "staleness_mean": _mean_after_warmup(run, "staleness_mean"),
+            "steps_per_second": mean_after_warmup(run, "env_frames_per_second"),
+            "trained_per_second": mean_after_warmup(run, "trained_frames_per_second"),
+            "staleness_mean": mean_after_warmup(run, "staleness_mean"),
             "staleness_max": float(staleness_max.max()) if len(staleness_max) else None,
-            "cpu_utilization": _mean_after_warmup(run, "cpu_utilization"),
+            "cpu_utilization": mean_after_warmup(run, "cpu_utilization"),
         })
     return _typed(pd.DataFrame(rows, columns=SCALING_COLUMNS))
 
@@ -71,7 +79,7 @@ def scaling_from_benchmark(sampling: pd.DataFrame, source: str = "sampling.json"
     """The sampling benchmark's table (analysis.benchmarks.sampling_frame) in the same columns."""
     frame = pd.DataFrame({
         "source": source, "series": "benchmark: " + sampling["env"].astype(str), "cores": sampling["cores"],
-        "broadcast": "flat", "steps_per_second": sampling["steps_per_second"],
+        "broadcast": "flat", "steps_per_second": sampling["steps_per_second"], "trained_per_second": None,
         "staleness_mean": sampling["staleness_mean"], "staleness_max": None,
         "cpu_utilization": sampling["cpu_utilization"],
     })
@@ -96,8 +104,24 @@ def _plot_against_cores(scaling: pd.DataFrame, column: str, label: str, out_path
 
 
 def plot_throughput(scaling: pd.DataFrame, out_path: Path) -> FigureResult | None:
-    return _plot_against_cores(scaling, "steps_per_second", "env steps/s sampled", out_path,
-                               "sampling throughput against cores")
+    """Sampled env steps/s against cores, one line per series; a run's trained frames/s dashed
+    beside it where the runs wrote `trained_frames_per_second`."""
+    data = scaling.dropna(subset=["steps_per_second"]).sort_values(["series", "cores"])
+    if data.empty:
+        return None
+    figure, (axis,) = new_figure()
+    for series, rows in data.groupby("series", sort=True):
+        sampled = rows.groupby("cores")["steps_per_second"].mean()
+        line, = axis.plot(sampled.index, sampled.values, marker="o", label=f"{series}: sampled")
+        trained = rows.dropna(subset=["trained_per_second"]).groupby("cores")["trained_per_second"].mean()
+        if len(trained):
+            axis.plot(trained.index, trained.values, "s--", color=line.get_color(), label=f"{series}: trained")
+    axis.set_xlabel("cores (actor processes)")
+    axis.set_ylabel("env frames/s")
+    axis.set_xticks(sorted(data["cores"].unique()))
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize="small")
+    return save(figure, out_path, "sampling throughput against cores", data)
 
 
 def plot_staleness(scaling: pd.DataFrame, out_path: Path) -> FigureResult | None:
@@ -173,3 +197,19 @@ def plot_scale_model(prediction: pd.DataFrame, out_path: Path) -> FigureResult |
         axis.legend(fontsize="small")
     latency.set_yscale("log")
     return save(figure, out_path, "scale model: flat vs tree to many cores", data)
+
+
+def scaling_analysis(runs: Sequence[RunData], out_dir: Path, sampling: pd.DataFrame | None = None,
+            min_core_counts: int = 1) -> Analysis:
+    """Throughput and staleness against cores (`throughput_vs_cores.png`, `staleness_vs_cores.png`)
+    from the runs and, when given, the sampling benchmark's table (analysis.benchmarks.sampling_frame).
+    No figure unless the points cover `min_core_counts` core counts (the report asks for two)."""
+    frames = [scaling_from_runs(runs)] + ([scaling_from_benchmark(sampling)] if sampling is not None else [])
+    nonempty = [frame for frame in frames if not frame.empty]
+    table = pd.concat(nonempty, ignore_index=True) if nonempty else frames[0]
+    table = table.sort_values(["series", "cores"], kind="stable").reset_index(drop=True)
+    if table["cores"].nunique() < max(min_core_counts, 1):
+        return Analysis([], table)
+    figures = [plot_throughput(table, Path(out_dir) / "throughput_vs_cores.png"),
+               plot_staleness(table, Path(out_dir) / "staleness_vs_cores.png")]
+    return Analysis([figure for figure in figures if figure is not None], table)

@@ -1,6 +1,11 @@
-"""Figures from a run's population history: Pareto fronts of NSGA-II and EMOGI runs (the paper's
-Figs. 10 and 11b), the lineage (who descended from whom) and, for PBT, each hyperparameter over
-time. Objectives are stored minimised; the figures show them as stored."""
+"""Family trees of a run's population history: who descended from whom in NSGA-II, the GA and
+EMOGI (offspring and their two parents), and in PBT (a member that exploited another starts a new
+line from it), with PBT's hyperparameters over time. `lineage_analysis` is the topic that
+`analysis/lineage.py` and `lamarckian-hpc report` both draw.
+
+Parents outside the history (ids < 0, or never evaluated) are left out; a PBT row that names
+itself as parent continues its member's line and is not a birth.
+"""
 
 from __future__ import annotations
 
@@ -10,64 +15,16 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.collections import LineCollection
-from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
-from .loader import RunData
-from .plotting import FigureResult, new_figure, save
+from .loader import Requirement, RunData
+from .plotting import Analysis, FigureResult, new_figure, save
 
-
-def objective_columns(population: pd.DataFrame) -> list[str]:
-    return [column for column in population.columns if column.startswith("objective_")]
-
-
-def is_multi_objective(run: RunData) -> bool:
-    return len(objective_columns(run.population)) >= 2
+NEEDS = Requirement("/population (generation, id, parent_ids)", "evolve runs (NSGA-II, GA, PBT, EMOGI)",
+                    lambda run: not run.population.empty and "generation" in run.population)
 
 
 def is_pbt(run: RunData) -> bool:
     return run.config_value("algorithm.name") == "pbt" and not run.population.empty
-
-
-def pareto_data(run: RunData) -> pd.DataFrame:
-    """Every evaluated individual with finite objectives, with `role`: `front` for the
-    non-dominated set of all of them (what an elitist run ends with), `last generation` for the
-    rest of the last generation, `earlier` for the others."""
-    population = run.population
-    columns = objective_columns(population)
-    if len(columns) < 2:
-        return pd.DataFrame()
-    finite = population[np.isfinite(population[columns]).all(axis=1)].reset_index(drop=True)
-    if finite.empty:
-        return finite.assign(role=pd.Series(dtype=object))
-    role = np.where(finite["generation"] == finite["generation"].max(), "last generation", "earlier").astype(object)
-    front = NonDominatedSorting().do(finite[columns].to_numpy(), only_non_dominated_front=True)
-    role[np.asarray(front, dtype=int)] = "front"
-    return finite.assign(role=role)
-
-
-def plot_pareto_fronts(runs: Sequence[RunData], out_path: Path) -> FigureResult | None:
-    """First two objectives of each multi-objective run: earlier individuals faint, the last
-    generation and the non-dominated front on top. None when no run has two objectives."""
-    datasets = [(run, pareto_data(run)) for run in runs if is_multi_objective(run)]
-    datasets = [(run, data) for run, data in datasets if not data.empty]
-    if not datasets:
-        return None
-    figure, axes = new_figure(columns=len(datasets), width=5.0)
-    for axis, (run, data) in zip(axes, datasets):
-        earlier = data[data["role"] == "earlier"]
-        last = data[data["role"] == "last generation"]
-        front = data[data["role"] == "front"].sort_values("objective_0")
-        axis.scatter(earlier["objective_0"], earlier["objective_1"], s=4, color="0.8", label="earlier generations")
-        axis.scatter(last["objective_0"], last["objective_1"], s=10, color="tab:blue", label="last generation")
-        axis.plot(front["objective_0"], front["objective_1"], "o-", color="tab:red", markersize=4,
-                  label=f"front ({len(front)})")
-        axis.set_xlabel("objective 0 (minimised)")
-        axis.set_ylabel("objective 1 (minimised)")
-        axis.set_title(run.name, fontsize="small")
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize="x-small")
-    data = pd.concat([data.assign(run=run.name) for run, data in datasets], ignore_index=True)
-    return save(figure, out_path, "Pareto fronts", data)
 
 
 def _positions(population: pd.DataFrame) -> pd.Series:
@@ -159,3 +116,51 @@ def plot_hyperparameters(run: RunData, out_path: Path) -> FigureResult | None:
         axis.set_title(name, fontsize="small")
         axis.grid(alpha=0.3)
     return save(figure, out_path, f"hyperparameters over time: {run.name}", data)
+
+
+def founders(run: RunData) -> set[int]:
+    """Ids of the first-generation individuals that the last generation descends from (through
+    any chain of recorded parents): how many of the initial lines survived."""
+    population = run.population
+    if population.empty:
+        return set()
+    edges = lineage_edges(run)
+    parents: dict[int, set[int]] = {}
+    for edge in edges.itertuples():
+        parents.setdefault(int(edge.child_id), set()).add(int(edge.parent_id))
+    first_generation = set(population.loc[population["generation"] == population["generation"].min(), "id"])
+    seen: set[int] = set()
+    frontier = {int(identifier) for identifier in
+                population.loc[population["generation"] == population["generation"].max(), "id"]}
+    while frontier:
+        seen |= frontier
+        frontier = {parent for child in frontier for parent in parents.get(child, ())} - seen
+    return {int(identifier) for identifier in seen if identifier in first_generation}
+
+
+def lineage_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    """One row per run with a population: individuals, generations, parent links (births), the
+    first generation's size and how many of its lines the last generation descends from."""
+    rows = []
+    for run in runs:
+        population = run.population
+        if population.empty or "generation" not in population:
+            continue
+        first = population["generation"] == population["generation"].min()
+        rows.append({"run": run.name, "algorithm": run.config_value("algorithm.name", ""),
+                     "individuals": len(population), "generations": int(population["generation"].nunique()),
+                     "parent_links": len(lineage_edges(run)), "first_generation": int(first.sum()),
+                     "surviving_lines": len(founders(run))})
+    return pd.DataFrame(rows, columns=["run", "algorithm", "individuals", "generations", "parent_links",
+                                       "first_generation", "surviving_lines"])
+
+
+def lineage_analysis(runs: Sequence[RunData], out_dir: Path) -> Analysis:
+    """`lineage_<run>.png` per run with a population (its data: the parent links), and for PBT runs
+    `hyperparameters_<run>.png`; the table is lineage_table."""
+    figures: list[FigureResult | None] = []
+    for run in runs:
+        figures.append(plot_lineage(run, Path(out_dir) / f"lineage_{run.name}.png"))
+        if is_pbt(run):
+            figures.append(plot_hyperparameters(run, Path(out_dir) / f"hyperparameters_{run.name}.png"))
+    return Analysis([figure for figure in figures if figure is not None], lineage_table(runs))

@@ -1,0 +1,90 @@
+"""`lamarckian-hpc export`: a run file's metrics as TensorBoard event files and as CSV, for users
+who follow runs in TensorBoard or a spreadsheet. It only reads the run file (complete, growing or
+killed: every complete row flushed so far), so it can be run again while the run goes on.
+
+Both exports go to `DIR/<run name>/`, so one DIR holds many runs side by side (`tensorboard
+--logdir DIR` lists them by name):
+
+- TensorBoard: one event file, a scalar series per metric, tagged with the metric's name. The
+  step is the row's `env_frames`; the event's wall time is the run's start (/meta `start_time`)
+  plus the row's `wall_time`, or the row's `wall_time` alone when the start is not recorded.
+  TensorBoard keeps scalars as 32-bit floats. The event file carries the suffix
+  `.lamarckian-hpc`; exporting again replaces the run's earlier export, and nothing else.
+- CSV: one file per metric, `<metric>.csv`, with the columns of the run file's
+  `/metrics/<metric>` group (wall_time, env_frames, policy_version, value) at full precision.
+  One file per metric rather than one wide table: metrics are written at different rows (the
+  return only once episodes end), so a wide table would be mostly empty cells.
+
+Metrics without rows are left out of both. TensorBoard files are written with `tensorboardX`
+(the `export` extra), imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+from .loader import RunData
+
+#: Suffix of the event files this module writes, so that a new export replaces only its own.
+EVENT_FILE_SUFFIX = ".lamarckian-hpc"
+INSTALL_HINT = "pip install -c constraints.txt -e '.[export]' (or pip install 'tensorboardX>=2.6.2.2')"
+
+
+class TensorBoardMissing(ImportError):
+    """tensorboardX is not installed; the message says how to install it."""
+
+
+def run_folder(run: RunData, out_dir: str | Path) -> Path:
+    return Path(out_dir) / run.name
+
+
+def start_seconds(meta: dict[str, Any]) -> float:
+    """The run's start as seconds since the epoch (/meta `start_time`, ISO 8601); 0.0 when it is
+    missing or unreadable, so that wall times stay seconds since the start."""
+    text = meta.get("start_time")
+    if not isinstance(text, str):
+        return 0.0
+    try:
+        start = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return 0.0
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=datetime.timezone.utc)
+    return start.timestamp()
+
+
+def export_csv(run: RunData, out_dir: str | Path) -> list[Path]:
+    """`out_dir/<run>/<metric>.csv` for every metric with rows; returns the files written."""
+    folder = run_folder(run, out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, rows in run.metrics.groupby("metric", sort=True):
+        path = folder / f"{name}.csv"
+        rows.drop(columns="metric").to_csv(path, index=False)
+        written.append(path)
+    return written
+
+
+def export_tensorboard(run: RunData, out_dir: str | Path) -> Path:
+    """One event file under `out_dir/<run>/` with every metric's rows as scalars; replaces an
+    earlier export of the run. Raises TensorBoardMissing without tensorboardX."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        raise TensorBoardMissing(f"error: --tensorboard needs tensorboardX: {INSTALL_HINT}") from None
+    folder = run_folder(run, out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for earlier in folder.glob(f"events.out.tfevents.*{EVENT_FILE_SUFFIX}"):
+        earlier.unlink()
+    start = start_seconds(run.meta)
+    writer = SummaryWriter(logdir=str(folder), filename_suffix=EVENT_FILE_SUFFIX, flush_secs=3600)
+    try:
+        for name, rows in run.metrics.groupby("metric", sort=True):
+            for row in rows.itertuples(index=False):
+                writer.add_scalar(str(name), float(row.value), global_step=int(row.env_frames),
+                                  walltime=start + float(row.wall_time))
+    finally:
+        writer.close()
+    return max(folder.glob(f"events.out.tfevents.*{EVENT_FILE_SUFFIX}"), key=lambda path: path.stat().st_mtime)
