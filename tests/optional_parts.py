@@ -1,5 +1,5 @@
 """The optional parts that some tests need (a Slurm cluster, an MPI library, Google Research
-Football): each test of such a part skips with the reason when it is absent, and fails instead
+Football, ALE): each test of such a part skips with the reason when it is absent, and fails instead
 when CI's LAMARCKIAN_HPC_REQUIRE_<PART>=1 says the part must be there."""
 
 from __future__ import annotations

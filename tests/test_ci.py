@@ -44,7 +44,7 @@ def test_the_second_pass_runs_what_skipped_with_the_parts_required():
     second = [i for i, command in enumerate(commands) if "--skipped-last-run" in command]
     assert len(second) == 1
     before = "\n".join(commands[:second[0]])
-    for part in ("SLURM", "MPI", "FOOTBALL"):
+    for part in ("SLURM", "MPI", "FOOTBALL", "ATARI"):
         assert f"LAMARCKIAN_HPC_REQUIRE_{part}=1" in before
     assert "testcluster/start.sh" in before and "install_football.sh" in before
 

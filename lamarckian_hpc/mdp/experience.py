@@ -9,7 +9,9 @@ join late and agents that leave early all fit this shape, so the learner never a
 
 Fragments stay Python lists until the learner takes them, and are then converted together, once
 per field, into flat arrays: converting each short episode on its own would cost more than
-stepping it.
+stepping it. Observations become float32, except uint8 ones (images, RAM bytes), which stay
+bytes: a quarter of the size in every message and in the learner's memory; the networks cast
+them right before their forward pass.
 """
 
 from __future__ import annotations
@@ -91,6 +93,12 @@ class _Closed:
         self.bootstrap = fragment.last_outcome.observation
 
 
+def _observation_array(rows: list) -> np.ndarray:
+    """The observations as one array: uint8 stays uint8, anything else becomes float32."""
+    dtype = np.uint8 if getattr(rows[0], "dtype", None) == np.uint8 else np.float32
+    return np.asarray(rows, dtype=dtype)
+
+
 class ExperienceBuffer:
     """Collects the fragments of one policy's training controllers until the learner takes them."""
 
@@ -137,12 +145,12 @@ class ExperienceBuffer:
             raise ValueError("no experience recorded yet")
         actions = np.asarray(list(chain.from_iterable(c.actions for c in closed)))
         return ExperienceBatch(
-            observations=np.asarray(list(chain.from_iterable(c.observations for c in closed)), dtype=np.float32),
+            observations=_observation_array(list(chain.from_iterable(c.observations for c in closed))),
             actions=actions,
             log_probs=np.asarray(list(chain.from_iterable(c.log_probs for c in closed)), dtype=np.float32),
             rewards=np.asarray(list(chain.from_iterable(c.rewards for c in closed)), dtype=np.float32),
             policy_versions=np.asarray(list(chain.from_iterable(c.versions for c in closed)), dtype=np.int64),
             lengths=np.asarray([len(c.rewards) for c in closed], dtype=np.int64),
             terminated=np.asarray([c.terminated for c in closed], dtype=bool),
-            bootstrap_observations=np.asarray([c.bootstrap for c in closed], dtype=np.float32),
+            bootstrap_observations=_observation_array([c.bootstrap for c in closed]),
         )

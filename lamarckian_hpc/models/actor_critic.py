@@ -16,7 +16,7 @@ from torch import nn
 from ..config import ModelConfig
 from .cnn import ConvEncoder
 from .heads import CategoricalHead, GaussianHead
-from .layers import fully_connected, layer_init, output_size
+from .layers import FloatFlatten, fully_connected, layer_init, output_size
 
 
 def _encoder(observation_space: gym.Space, config: ModelConfig) -> tuple[nn.Module, int]:
@@ -27,7 +27,7 @@ def _encoder(observation_space: gym.Space, config: ModelConfig) -> tuple[nn.Modu
         encoder = ConvEncoder(tuple(shape), config.activation)
         return encoder, encoder.output_size
     in_features = int(np.prod(shape))
-    return nn.Sequential(nn.Flatten(), fully_connected(in_features, config.policy_hidden_sizes, config.activation)), \
+    return nn.Sequential(FloatFlatten(), fully_connected(in_features, config.policy_hidden_sizes, config.activation)), \
         output_size(config.policy_hidden_sizes, in_features)
 
 

@@ -5,9 +5,18 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import torch
 from torch import nn
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"leaky_relu": nn.LeakyReLU, "tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class FloatFlatten(nn.Flatten):
+    """Flatten that also makes the rows float: observations travel in their own dtype (uint8 for
+    ALE's RAM and screens, a quarter of float32's bytes), and a linear layer takes only floats."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - nn.Flatten's name
+        return super().forward(input).float()
 
 
 def layer_init(layer: nn.Linear | nn.Conv2d, gain: float = math.sqrt(2.0)) -> nn.Module:

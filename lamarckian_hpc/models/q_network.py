@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .layers import fully_connected, layer_init, output_size
+from .layers import FloatFlatten, fully_connected, layer_init, output_size
 
 
 class QNetwork(nn.Module):
@@ -19,7 +19,7 @@ class QNetwork(nn.Module):
         if not isinstance(observation_space, gym.spaces.Box) or config.kind != "mlp":
             raise ValueError("DQN here takes vector observations (Box) and an mlp model")
         in_features = int(np.prod(observation_space.shape))
-        self.trunk = nn.Sequential(nn.Flatten(), fully_connected(in_features, config.policy_hidden_sizes, config.activation))
+        self.trunk = nn.Sequential(FloatFlatten(), fully_connected(in_features, config.policy_hidden_sizes, config.activation))
         self.head = layer_init(nn.Linear(output_size(config.policy_hidden_sizes, in_features), int(action_space.n)), gain=1.0)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
