@@ -115,7 +115,8 @@ def train_command(args: argparse.Namespace) -> int:
         print(f"error: {error}; the metrics up to now are in {path}", file=sys.stderr)
         return 1
     except StorageFullError as error:
-        return _fail(_storage_full(error, path, "train"))
+        print(_storage_full(error, path, "train"), file=sys.stderr)
+        return 1  # the run failed; exit 2 is for a command line that could not start one
     table = Table(title="result", show_header=False)
     table.add_row("env frames", f"{result.env_frames:,}")
     table.add_row("wall time", f"{result.wall_time_seconds:.1f} s")
@@ -176,7 +177,8 @@ def evolve_command(args: argparse.Namespace) -> int:
                                 report=lambda line: console.print(line, highlight=False),
                                 on_start=lambda p: console.print(f"run file: {p}", highlight=False))
     except StorageFullError as error:
-        return _fail(_storage_full(error, path, "evolve"))
+        print(_storage_full(error, path, "evolve"), file=sys.stderr)
+        return 1  # the run failed; exit 2 is for a command line that could not start one
     except EvolutionSetupError as error:  # game data, or a history that does not replay: one line
         return _fail(f"error: {error}")
     algorithm, recorder, problem = outcome.algorithm, outcome.recorder, outcome.problem
