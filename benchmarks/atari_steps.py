@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from lamarckian_hpc.envs.atari import IMAGE_ID, RAM_ID, atari_problem
+from pong_steps import single  # noqa: E402  (benchmarks/pong_steps.py: the same stepping loop)
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_pong_image.yaml"
 
@@ -33,16 +34,10 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_pong_image.yaml"
 def random_actions(env_id: str, steps: int) -> float:
     """Env steps/s of one environment under uniformly random actions (reset time included)."""
     env = gym.make(env_id)
-    actions = np.random.default_rng(0).integers(0, env.action_space.n, steps).tolist()
-    env.reset(seed=0)
-    start = time.perf_counter()
-    for action in actions:
-        _, _, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            env.reset()
-    rate = steps / (time.perf_counter() - start)
-    env.close()
-    return rate
+    try:
+        return single(env, np.random.default_rng(0).integers(0, env.action_space.n, steps).tolist())
+    finally:
+        env.close()
 
 
 def actor_sampling(steps: int, num_envs: int) -> float:
