@@ -26,7 +26,8 @@ CARTPOLE = CONFIGS / "ppo_cartpole.yaml"
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
     """One local Ray for the module; the trainers join it instead of starting their own."""
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
+             logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
     yield
     ray.shutdown()
 

@@ -186,7 +186,8 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
         "runtime.mode=ray", "runtime.num_actors=4", "runtime.broadcast=tree", "runtime.simulated_nodes=4",
         "stop.total_env_steps=40000", "stop.target_return=150",  # stops at the target, about 15k frames
     ])
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
+             logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
     killer = KillRelay()
     try:
         trainer = DistributedTrainer(config, [killer])
