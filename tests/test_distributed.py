@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,10 @@ ray = pytest.importorskip("ray")
 
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.runtime.distributed import METRIC_NAMES, DistributedTrainer  # noqa: E402
-from lamarckian_hpc.runtime.recording import MetricsRecorder  # noqa: E402
+from lamarckian_hpc.runtime.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
+from lamarckian_hpc.runtime.sampling import POLICY_ID  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
+from trajectory_checks import assert_episodes_consistent  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CARTPOLE = CONFIGS / "ppo_cartpole.yaml"
@@ -129,13 +132,16 @@ class ActorLibraries(Collect):
 
 def test_a_killed_actor_is_restarted_and_the_run_finishes(tmp_path):
     config = load_config(CARTPOLE, ["runtime.mode=ray", "runtime.num_actors=2", "stop.total_env_steps=40000",
-                                    "stop.target_return=null", "storage.metrics_interval_seconds=0.5"])
+                                    "stop.target_return=null", "storage.metrics_interval_seconds=0.5",
+                                    "storage.trajectories.every_episodes=5"])
     path = tmp_path / "killed.h5"
-    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES)
     trainer_ref: list = []
     killer = KillOneActor(trainer_ref)
     libraries = ActorLibraries(trainer_ref)
-    trainer = DistributedTrainer(config, [killer, libraries, MetricsRecorder(writer, 0.5)])
+    trainer = DistributedTrainer(config, [killer, libraries])
+    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES,
+                       **trajectory_writer_options(config, trainer.spaces, POLICY_ID))
+    trainer.observers.append(MetricsRecorder(writer, 0.5))
     trainer_ref.append(trainer)
     try:
         result = trainer.train()
@@ -158,3 +164,7 @@ def test_a_killed_actor_is_restarted_and_the_run_finishes(tmp_path):
         assert np.all(np.isfinite(run.metric("loss_policy").value))
         cpu = run.metric("cpu_utilization").value
         assert np.all((cpu >= 0) & (cpu <= 1.5))
+        # Episodes recorded on both actors, the restarted one included, reached the file whole.
+        index = assert_episodes_consistent(run)
+        assert set(index["actor"].tolist()) == {0, 1} and set(index["host"]) == {socket.gethostname()}
+        assert np.all(index["episode"] < run.metric("episodes").value[-1])

@@ -32,7 +32,7 @@ from lamarckian_hpc.mdp import (
     StepOutcome,
     TrainingController,
 )
-from lamarckian_hpc.mdp.collector import collector_paused
+from lamarckian_hpc.mdp.gc_pause import gc_paused
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.runtime.inference import TorchPolicy
 
@@ -543,8 +543,8 @@ def test_tick_pauses_the_garbage_collector_for_itself_only() -> None:
         sampler.tick()
     assert gc.isenabled()
     sampler.close()
-    with collector_paused():
-        with collector_paused():
+    with gc_paused():
+        with gc_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # the inner pause does not end the outer one
     assert gc.isenabled()

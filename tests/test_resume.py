@@ -18,6 +18,7 @@ from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint
 from lamarckian_hpc.runtime.trainer import SerialTrainer
 from lamarckian_hpc.storage import open_run
+from trajectory_checks import assert_episodes_consistent
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIAL = ["runtime.mode=serial", "env.num_envs=4", "algorithm.batch_size=512", "algorithm.num_minibatches=2",
@@ -40,7 +41,7 @@ def test_killed_run_resumes_without_duplicated_or_missing_rows(tmp_path):
     run = tmp_path / "runs" / "killed.h5"
     command = _cli(str(ROOT / "configs" / "ppo_cartpole.yaml"), *SERIAL, "stop.total_env_steps=200000",
                    "storage.run_name=killed", "storage.checkpoint_interval_seconds=0.5",
-                   "storage.metrics_interval_seconds=0.2")
+                   "storage.metrics_interval_seconds=0.2", "storage.trajectories.every_episodes=4")
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         ckpt = checkpoint_path(run)
@@ -53,6 +54,7 @@ def test_killed_run_resumes_without_duplicated_or_missing_rows(tmp_path):
     with open_run(run) as reader:
         assert not reader.closed_cleanly
         versions_before = reader.metric("learning_rate").policy_version
+        recorded_before = reader.episodes()
     assert versions_before.max() >= saved.policy_version
 
     resumed = subprocess.run(_cli("--resume", str(run), f"stop.total_env_steps={saved.env_frames + 2048}"),
@@ -65,12 +67,18 @@ def test_killed_run_resumes_without_duplicated_or_missing_rows(tmp_path):
         assert reader.meta["resumed_through_version"] == saved.policy_version
         series = reader.metric("learning_rate")
         frames = reader.metric("env_frames_per_second").env_frames
+        recorded = assert_episodes_consistent(reader)
     final = load_checkpoint(checkpoint_path(run))
     # Every version from 1 to the last exactly once: nothing duplicated, nothing missing.
     np.testing.assert_array_equal(series.policy_version, np.arange(1, final.policy_version + 1))
     assert np.all(np.diff(frames) > 0)
     assert frames[-1] == final.env_frames >= saved.env_frames + 2048
     assert np.all(np.diff(series.wall_time) > 0), "wall time continues from the checkpoint"
+    # Recorded episodes up to the checkpoint are kept, later ones dropped, and numbering goes on.
+    kept = recorded_before["env_frames"] <= saved.env_frames
+    resumed_rows = recorded["env_frames"] > saved.env_frames
+    np.testing.assert_array_equal(recorded["episode"][~resumed_rows], recorded_before["episode"][kept])
+    assert resumed_rows.any() and recorded["episode"][resumed_rows].min() >= saved.episodes_count
 
 
 def test_restored_trainer_continues_the_same_optimisation(tmp_path):

@@ -6,7 +6,7 @@ process starts, with one line that names the field and what it accepts (``Config
 here imports torch, gymnasium or the runtime: loading a config must be cheap and side-effect free.
 """
 
-from .base import ConfigError, RootSection, Section, StorageConfig
+from .base import ConfigError, RootSection, Section, StorageConfig, TrajectoriesConfig
 from .evolve import EVOLVE_ALGORITHMS, EvolveConfig, EvolveRuntimeConfig, GAConfig, NSGA2Config, ProblemConfig
 from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig
 from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
@@ -18,7 +18,7 @@ from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig
 
 __all__ = ["ALGORITHMS", "apply_overrides", "A3CConfig", "AlgorithmConfig", "ConfigError", "DQNConfig", "EnvConfig", "EvolveConfig",
            "EvolveRuntimeConfig", "EVOLVE_ALGORITHMS", "GAConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
-           "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "build_config",
+           "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "TrajectoriesConfig", "build_config",
            "load_config", "parse_override", "HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig",
            "PBTRuntimeConfig", "PBTStopConfig", "EMOGIAlgorithmConfig", "EMOGIConfig", "EMOGIRuntimeConfig",
            "LeagueConfig", "MultiAgentConfig", "LaunchConfig", "slurm_time_minutes"]

@@ -288,6 +288,8 @@ def _rows(root: Root, model: type[BaseModel], instance: BaseModel, place: Place,
             inner = Place(f"{dotted}{name}.<name>", place.context, (key, entry.model_dump(exclude_defaults=True)))
             rows += [_row(root, type(entry), inner_name, inner_field.get_default(call_default_factory=True), inner)
                      for inner_name, inner_field in type(entry).model_fields.items()]
+        elif isinstance(value, BaseModel) and place.entry is None:  # a section inside a section
+            rows += _rows(root, type(value), value, Place(f"{dotted}{name}", place.context))
         else:
             rows.append(_row(root, model, name, instance.model_dump(mode="json")[name], place))
     for name, computed in type(instance).model_computed_fields.items() if names is None else ():

@@ -11,6 +11,7 @@ from .controllers import (
 )
 from .experience import ExperienceBatch, ExperienceBuffer
 from .gym_adapter import AGENT_ID, GymMDP, make_gym_env
+from .recording import EpisodeSelector, RecordedSteps
 from .sampler import EnvironmentFailingError, Policy, PolicyOutput, Sampler
 
 __all__ = [
@@ -21,12 +22,14 @@ __all__ = [
     "Controller",
     "Decision",
     "EpisodeResult",
+    "EpisodeSelector",
     "ExperienceBatch",
     "ExperienceBuffer",
     "FrozenPolicyController",
     "GymMDP",
     "Policy",
     "PolicyOutput",
+    "RecordedSteps",
     "Sampler",
     "EnvironmentFailingError",
     "ScriptedController",

@@ -17,6 +17,7 @@ import numpy as np
 from .agent import AgentHandle
 from .base import AgentId
 from .experience import ExperienceBuffer
+from .recording import EpisodeSelector, RecordedSteps
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class EpisodeResult:
     episode_return: float
     length: int
     terminated: bool
+    recorded: RecordedSteps | None = None  # every step, when the episode was picked for the run file
 
 
 class Controller(ABC):
@@ -42,21 +44,26 @@ class Controller(ABC):
 
 
 class TrainingController(Controller):
-    """Acts with a learning policy and records every step into the experience buffer."""
+    """Acts with a learning policy and records every step into the experience buffer; when the
+    `selector` picks its episode, also keeps the whole episode for the run file."""
 
-    def __init__(self, policy_id: str, experience: ExperienceBuffer) -> None:
+    def __init__(self, policy_id: str, experience: ExperienceBuffer, selector: EpisodeSelector | None = None) -> None:
         self.policy_id = policy_id
         self.experience = experience
+        self.selector = selector
 
     async def run(self, agent: AgentHandle) -> EpisodeResult:
         fragment = self.experience.open()
         act, record, policy_id = agent.act, fragment.append, self.policy_id  # bound once: this loop is hot
+        tape = self.selector.start() if self.selector is not None else None
         observation = agent.observation()
         episode_return, length = 0.0, 0
         try:
             while True:
                 decision, outcome = await act(policy_id, observation)
                 record(observation, decision, outcome)
+                if tape is not None:
+                    tape.append(observation, decision.action, outcome.reward, decision.policy_version)
                 episode_return += outcome.reward
                 length += 1
                 if outcome.terminated or outcome.truncated:
@@ -66,7 +73,8 @@ class TrainingController(Controller):
             self.experience.discard(fragment)
             raise
         self.experience.finish(fragment, terminated=outcome.terminated)
-        return EpisodeResult(agent.agent_id, self.policy_id, episode_return, length, outcome.terminated)
+        recorded = tape.finish(agent.agent_id, outcome.terminated) if tape is not None else None
+        return EpisodeResult(agent.agent_id, self.policy_id, episode_return, length, outcome.terminated, recorded)
 
 
 class FrozenPolicyController(Controller):

@@ -23,7 +23,8 @@ import numpy as np
 
 from .agent import Decision
 from .base import StepOutcome
-from .collector import collector_paused
+from .gc_pause import gc_paused
+from .recording import observation_array
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,6 @@ class _Closed:
         self.bootstrap = fragment.last_outcome.observation
 
 
-def _observation_array(rows: list) -> np.ndarray:
-    """The observations as one array: uint8 stays uint8, anything else becomes float32."""
-    dtype = np.uint8 if getattr(rows[0], "dtype", None) == np.uint8 else np.float32
-    return np.asarray(rows, dtype=dtype)
-
-
 class ExperienceBuffer:
     """Collects the fragments of one policy's training controllers until the learner takes them."""
 
@@ -131,7 +126,7 @@ class ExperienceBuffer:
 
     def take(self) -> ExperienceBatch:
         """Everything recorded so far; open fragments are cut and go on empty."""
-        with collector_paused():  # cutting thousands of open fragments makes five lists each
+        with gc_paused():  # cutting thousands of open fragments makes five lists each
             return self._take()
 
     def _take(self) -> ExperienceBatch:
@@ -145,12 +140,12 @@ class ExperienceBuffer:
             raise ValueError("no experience recorded yet")
         actions = np.asarray(list(chain.from_iterable(c.actions for c in closed)))
         return ExperienceBatch(
-            observations=_observation_array(list(chain.from_iterable(c.observations for c in closed))),
+            observations=observation_array(list(chain.from_iterable(c.observations for c in closed))),
             actions=actions,
             log_probs=np.asarray(list(chain.from_iterable(c.log_probs for c in closed)), dtype=np.float32),
             rewards=np.asarray(list(chain.from_iterable(c.rewards for c in closed)), dtype=np.float32),
             policy_versions=np.asarray(list(chain.from_iterable(c.versions for c in closed)), dtype=np.int64),
             lengths=np.asarray([len(c.rewards) for c in closed], dtype=np.int64),
             terminated=np.asarray([c.terminated for c in closed], dtype=bool),
-            bootstrap_observations=_observation_array([c.bootstrap for c in closed]),
+            bootstrap_observations=observation_array([c.bootstrap for c in closed]),
         )

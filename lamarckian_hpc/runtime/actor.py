@@ -23,7 +23,7 @@ import zmq
 from ..comm import ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
 from ..config import A3CConfig, RunConfig
 from ..mdp import EnvironmentFailingError
-from .messages import env_failing_message, experience_message, gradients_message, hello_message
+from .messages import Recorded, env_failing_message, experience_message, gradients_message, hello_message
 from .sampling import SamplingSide, make_sampling_side, steps_per_update
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ class ActorLoop:
         self.use_torch = use_torch  # sample with torch even when a torch-free policy would do (to compare)
         self.stop_event = threading.Event()
         self.sent = 0  # messages sent by this process (numbered, so the learner can spot a lost one)
+        self.recordings_too_large = 0  # recorded episodes left out: a message could not carry them
 
     def run(self) -> None:
         config = self.config
@@ -97,7 +98,8 @@ class ActorLoop:
                                                 lengths, frames - frames_before, diagnostics, errors - errors_before)
                 else:
                     message = experience_message(self.actor_index, batch, returns, lengths, frames - frames_before,
-                                                 errors - errors_before, sequence=self.sent)
+                                                 errors - errors_before, sequence=self.sent,
+                                                 recorded=self._recordings(completed))
                 sender.send(message)
                 self.sent += 1
                 frames_before, errors_before = frames, errors
@@ -107,6 +109,28 @@ class ActorLoop:
             subscriber.close()
             sender.close()
             context.term()
+
+    def _recordings(self, completed: list) -> tuple[Recorded, ...]:
+        """The recorded episodes among `completed`, as many as fit in half a message (the learner's
+        socket refuses larger ones, and the experience must get through); the rest are left out."""
+        room = limit_bytes(self.config.runtime.max_message_megabytes) // 2
+        recorded = []
+        for index, result in enumerate(completed):
+            steps = result.recorded
+            if steps is None:
+                continue
+            size = sum(array.nbytes for array in (steps.observations, steps.actions, steps.rewards,
+                                                  steps.policy_versions))
+            if size > room:
+                self.recordings_too_large += 1
+                if self.recordings_too_large == 1:
+                    log.warning("actor %d: a recorded episode of %d steps (%.0f MB) is larger than a message may be; "
+                                "such episodes are not recorded (runtime.max_message_megabytes)", self.actor_index,
+                                len(steps), size / 2**20)
+                continue
+            room -= size
+            recorded.append((index, steps))
+        return tuple(recorded)
 
     def _load(self, message: Message, side: SamplingSide) -> int:
         side.load_weights(message.arrays)

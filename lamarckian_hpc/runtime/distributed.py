@@ -34,7 +34,8 @@ from .observers import TrainObserver, TrainResult, UpdateReport
 from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
 from .ray_setup import reachable_host, shutdown_ray
-from .sampling import spaces_of, steps_per_update
+from .recording import RecordedEpisodes
+from .sampling import POLICY_ID, spaces_of, steps_per_update
 from .trainer import METRIC_NAMES as SERIAL_METRIC_NAMES
 from .weight_broadcast import WeightBroadcast
 
@@ -82,7 +83,7 @@ class DistributedTrainer:
         self.config = config
         self.observers = list(observers)
         torch.set_num_threads(config.runtime.torch_threads)
-        spaces = spaces_of(config)
+        self.spaces = spaces = spaces_of(config)
         self.learner = make_learner(config, *spaces)
         cores = os.cpu_count() or 1
         self.num_actors = config.runtime.num_actors or cores
@@ -112,6 +113,7 @@ class DistributedTrainer:
         self.env_frames = 0
         self.batch_steps = steps_per_update(config)
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
+        self.recorded = RecordedEpisodes(POLICY_ID)
         self.last_wait_check = time.monotonic()
 
     @property
@@ -216,6 +218,8 @@ class DistributedTrainer:
             frames += item.env_frames
             self.env_errors += item.env_errors
             self._check_sequence(item)
+            self.recorded.add(episodes.count, item.episode_returns, item.recorded, item.actor_index,
+                              self.watch.hosts.get(item.actor_index, "unknown"))
             episodes.add(item.episode_returns, item.episode_lengths)
             if self._accept(item):
                 batches.append(item.batch)
@@ -282,8 +286,10 @@ class DistributedTrainer:
                 malformed_messages=float(self.receiver.malformed),
                 actors_connected=float(len(self.watch.hosts)),
             )
-            report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, progress.wall_time,
-                                  self.learner.version, episodes.count, episodes.mean_return, metrics)
+            wall_time = progress.wall_time
+            report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, wall_time,
+                                  self.learner.version, episodes.count, episodes.mean_return, metrics,
+                                  self.recorded.take(self.env_frames, wall_time))
             if episodes.reached(stop.target_return) and progress.reached_at is None:
                 progress.reached_at = self.env_frames
             for observer in self.observers:

@@ -3,7 +3,8 @@
 `hello`: an actor process (re)started; its index, pid and host, so the learner can count restarts
 and the actors connected per host.
 `experience`: an ExperienceBatch as arrays, plus the episodes that ended and the env frames
-stepped since the previous message.
+stepped since the previous message, and every step of those of them recorded for the run file
+(`recorded_*` arrays; `recorded_index` says which of the message's episodes each one is).
 `env_failing`: the actor's environment raised in every recent episode; it stopped sampling and
 says why (the error's type and message).
 `gradients`: A3C's gradients of one rollout (one array per parameter, in the model's order), the
@@ -17,11 +18,14 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..comm import Message
-from ..mdp import ExperienceBatch
+from ..mdp import ExperienceBatch, RecordedSteps
 
 HELLO, EXPERIENCE, GRADIENTS, ENV_FAILING = "hello", "experience", "gradients", "env_failing"
 KINDS = {HELLO, EXPERIENCE, GRADIENTS, ENV_FAILING}
 _BATCH_FIELDS = tuple(field.name for field in fields(ExperienceBatch))
+_RECORDED_STEP_FIELDS = ("observations", "actions", "rewards", "policy_versions")
+#: A recorded episode of the message's episodes: (its index among them, its steps).
+Recorded = tuple[int, RecordedSteps]
 
 
 def hello_message(actor_index: int, pid: int, host: str) -> Message:
@@ -41,18 +45,45 @@ class ActorExperience:
     env_frames: int
     env_errors: int = 0  # episodes dropped since the previous message because the environment raised
     sequence: int = -1  # the actor process's message count: a gap means a lost message
+    recorded: tuple[Recorded, ...] = ()
 
 
 def experience_message(actor_index: int, batch: ExperienceBatch, episode_returns: np.ndarray,
                        episode_lengths: np.ndarray, env_frames: int, env_errors: int = 0,
-                       sequence: int = -1) -> Message:
+                       sequence: int = -1, recorded: tuple[Recorded, ...] = ()) -> Message:
     arrays = {name: getattr(batch, name) for name in _BATCH_FIELDS}
     arrays["episode_returns"] = np.asarray(episode_returns, dtype=np.float64)
     arrays["episode_lengths"] = np.asarray(episode_lengths, dtype=np.int64)
+    meta = {"actor_index": actor_index, "env_frames": env_frames, "env_errors": env_errors, "sequence": sequence}
+    if recorded:
+        arrays["recorded_index"] = np.array([index for index, _ in recorded], dtype=np.int64)
+        arrays["recorded_lengths"] = np.array([len(steps) for _, steps in recorded], dtype=np.int64)
+        arrays["recorded_terminated"] = np.array([steps.terminated for _, steps in recorded], dtype=bool)
+        for name in _RECORDED_STEP_FIELDS:
+            arrays[f"recorded_{name}"] = np.concatenate([getattr(steps, name) for _, steps in recorded])
+        meta["recorded_agent_ids"] = [steps.agent_id for _, steps in recorded]
     newest = int(batch.policy_versions.max()) if len(batch) else -1
-    return Message(EXPERIENCE, f"actor-{actor_index}", newest, arrays,
-                   {"actor_index": actor_index, "env_frames": env_frames, "env_errors": env_errors,
-                    "sequence": sequence})
+    return Message(EXPERIENCE, f"actor-{actor_index}", newest, arrays, meta)
+
+
+def _read_recorded(message: Message, episodes: int) -> tuple[Recorded, ...]:
+    """The recorded episodes of an experience message, checked to add up; () when it has none."""
+    arrays = message.arrays
+    if "recorded_lengths" not in arrays:
+        return ()
+    lengths, indices = arrays["recorded_lengths"], arrays["recorded_index"]
+    terminated, agent_ids = arrays["recorded_terminated"], list(message.meta["recorded_agent_ids"])
+    steps = {name: arrays[f"recorded_{name}"] for name in _RECORDED_STEP_FIELDS}
+    if not (len(lengths) == len(indices) == len(terminated) == len(agent_ids)) or (lengths < 1).any():
+        raise ValueError("recorded episodes do not line up")
+    if any(len(column) != int(lengths.sum()) for column in steps.values()):
+        raise ValueError("recorded steps do not add up to their episodes")
+    if ((indices < 0) | (indices >= episodes)).any() or not all(isinstance(agent, str) for agent in agent_ids):
+        raise ValueError("recorded episodes name episodes the message does not have")
+    ends = np.cumsum(lengths)
+    return tuple((int(index), RecordedSteps(agent, *(column[end - length:end] for column in steps.values()),
+                                            bool(done)))
+                 for index, length, end, done, agent in zip(indices, lengths, ends, terminated, agent_ids))
 
 
 def read_experience(message: Message) -> ActorExperience:
@@ -63,7 +94,8 @@ def read_experience(message: Message) -> ActorExperience:
         raise ValueError("experience fragments do not add up to its steps")
     return ActorExperience(int(message.meta["actor_index"]), batch, arrays["episode_returns"],
                            arrays["episode_lengths"], int(message.meta["env_frames"]),
-                           int(message.meta.get("env_errors", 0)), int(message.meta.get("sequence", -1)))
+                           int(message.meta.get("env_errors", 0)), int(message.meta.get("sequence", -1)),
+                           _read_recorded(message, len(arrays["episode_returns"])))
 
 
 def concatenate(batches: list[ExperienceBatch]) -> ExperienceBatch:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..storage.trajectories import EpisodeRecord
+
 
 @dataclass(frozen=True)
 class UpdateReport:
@@ -22,6 +24,7 @@ class UpdateReport:
     episodes: int
     recent_return_mean: float | None
     metrics: dict[str, float] = field(default_factory=dict)
+    recorded: tuple[EpisodeRecord, ...] = ()  # episodes recorded since the previous report, for the run file
 
 
 @dataclass(frozen=True)

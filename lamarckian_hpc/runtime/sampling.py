@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..config import A3CConfig, DQNConfig, RunConfig
-from ..mdp import ExperienceBuffer, GymMDP, PolicyOutput, Sampler, TrainingController, make_gym_env
+from ..mdp import EpisodeSelector, ExperienceBuffer, GymMDP, PolicyOutput, Sampler, TrainingController, make_gym_env
 from .network_layout import actor_critic_layout, q_network_layout
 from .numpy_policy import NumpyActorCriticPolicy, NumpyEpsilonGreedyPolicy
 
@@ -127,9 +127,10 @@ def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | No
     else:
         policy, model = torch_policy(config, observation_space, action_space, seed, model)
     experience = ExperienceBuffer()
+    selector = EpisodeSelector(config.storage.trajectories.every_episodes)  # episodes kept for the run file
     sampler = Sampler(
         mdps,
-        controller_factory=lambda env_index, agent_id: TrainingController(POLICY_ID, experience),
+        controller_factory=lambda env_index, agent_id: TrainingController(POLICY_ID, experience, selector),
         policies={POLICY_ID: policy},
         seed=seed,
     )

@@ -9,6 +9,7 @@ one PPO update, and reports to observers after each.
 from __future__ import annotations
 
 import copy
+import socket
 import time
 from typing import Sequence
 
@@ -19,6 +20,7 @@ from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .learner import STALENESS_METRICS, make_learner
 from .observers import TrainObserver, TrainResult, UpdateReport
+from .recording import RecordedEpisodes
 from .sampling import make_sampling_side, spaces_of, steps_per_update
 
 #: Every metric this trainer writes; run files declare them up front.
@@ -37,13 +39,15 @@ class SerialTrainer:
         if isinstance(config.algorithm, A3CConfig):
             raise ValueError("a3c needs actor processes that compute gradients: use runtime.mode=ray")
         torch.set_num_threads(config.runtime.torch_threads)
-        self.learner = make_learner(config, *spaces_of(config))
+        self.spaces = spaces_of(config)
+        self.learner = make_learner(config, *self.spaces)
         # Sampling runs on the CPU: a batch of a few observations is faster there than a GPU round trip.
         model = self.learner.model
         self.sampling_model = model if self.learner.device.type == "cpu" else copy.deepcopy(model).cpu()
         self.sampling = make_sampling_side(config, config.seed, self.sampling_model)
         self.sampler, self.experience = self.sampling.sampler, self.sampling.experience
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
+        self.recorded = RecordedEpisodes(self.sampling.policy_id)
 
     def checkpoint(self) -> TrainingCheckpoint:
         self.progress.env_frames = self.sampler.env_frames
@@ -74,7 +78,10 @@ class SerialTrainer:
             sampling_seconds += sampling_elapsed
             env_frames = progress.env_frames = self.sampler.env_frames
             completed = self.sampler.take_completed()
-            episodes.add((r.episode_return for r in completed), (r.length for r in completed))
+            returns = [r.episode_return for r in completed]
+            self.recorded.add(episodes.count, returns, ((k, r.recorded) for k, r in enumerate(completed) if r.recorded),
+                              actor=0, host=socket.gethostname())
+            episodes.add(returns, (r.length for r in completed))
 
             # Learning phase: one PPO update on the batch.
             metrics = self.learner.update(experience, env_frames)
@@ -89,8 +96,10 @@ class SerialTrainer:
             metrics["env_errors"] = float(self.sampler.env_errors)
             metrics["env_frames_per_second"] = (env_frames - frames_before) / max(sampling_elapsed, 1e-9)
             metrics["trained_frames_per_second"] = len(experience) / max(time.monotonic() - sampling_start, 1e-9)
-            report = UpdateReport(progress.updates, env_frames, progress.trained_steps, progress.wall_time,
-                                  self.learner.version, episodes.count, episodes.mean_return, metrics)
+            wall_time = progress.wall_time
+            report = UpdateReport(progress.updates, env_frames, progress.trained_steps, wall_time,
+                                  self.learner.version, episodes.count, episodes.mean_return, metrics,
+                                  self.recorded.take(env_frames, wall_time))
             if episodes.reached(stop.target_return) and progress.reached_at is None:
                 progress.reached_at = env_frames
             for observer in self.observers:

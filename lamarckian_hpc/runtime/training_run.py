@@ -16,7 +16,8 @@ from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .checkpoint import Checkpointer, checkpoint_path, load_checkpoint
 from .node_watch import NodeLostError
 from .observers import TrainObserver, TrainResult
-from .recording import MetricsRecorder
+from .recording import MetricsRecorder, trajectory_writer_options
+from .sampling import POLICY_ID
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,15 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
     try:
         names = metric_names_for(config)
         reserve = int(config.storage.min_free_megabytes * MEGABYTE)
+        options = trajectory_writer_options(config, trainer.spaces, POLICY_ID)
         if checkpoint is not None:
             trainer.restore(checkpoint)
-            writer = continue_run_file(run_path, names, checkpoint.policy_version, meta, min_free_bytes=reserve)
+            writer = continue_run_file(run_path, names, checkpoint.policy_version, meta, min_free_bytes=reserve,
+                                       through_env_frames=checkpoint.env_frames, **options)
             log.info("resumed %s at policy version %d, %d frames", run_path, checkpoint.policy_version,
                      checkpoint.env_frames)
         else:
-            writer = RunWriter(run_path, config.to_json_dict(), names, meta=meta, min_free_bytes=reserve)
+            writer = RunWriter(run_path, config.to_json_dict(), names, meta=meta, min_free_bytes=reserve, **options)
         if on_start is not None:
             on_start(run_path)
         recorder = MetricsRecorder(writer, config.storage.metrics_interval_seconds)

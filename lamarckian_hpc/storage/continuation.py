@@ -17,16 +17,36 @@ from typing import Any
 
 import numpy as np
 
-from .reader import open_run
+from .reader import RunReader, open_run
 from .private_files import fsync_folder
 from .run_file import RunWriter
+from .trajectories import EpisodeRecord, TrajectorySpec
+
+
+def _kept_episodes(old: RunReader, specs: Iterable[TrajectorySpec], through_env_frames: int | None):
+    """The old file's recorded episodes of the policies the new file records, up to the checkpoint."""
+    recorded = set(old.trajectory_policies())
+    for spec in specs:
+        if spec.policy_id not in recorded:
+            continue
+        index = old.episodes(spec.policy_id)
+        for row in range(len(index["episode"])):
+            if through_env_frames is not None and index["env_frames"][row] > through_env_frames:
+                continue
+            steps = old.episode(int(index["episode"][row]), spec.policy_id)
+            yield EpisodeRecord(spec.policy_id, str(steps["agent_id"][0]), steps["observations"], steps["actions"],
+                                steps["rewards"], steps["policy_version"], bool(steps["terminated"][-1]),
+                                int(index["episode"][row]), float(index["return"][row]), int(index["actor"][row]),
+                                str(index["host"][row]), int(index["env_frames"][row]), float(index["wall_time"][row]))
 
 
 def continue_run_file(path: str | Path, metric_names: Iterable[str], through_version: int,
-                      meta: Mapping[str, Any] | None = None, **writer_options: Any) -> RunWriter:
-    """A writer on `path` that holds every metric row with policy_version <= `through_version` and
+                      meta: Mapping[str, Any] | None = None, *, through_env_frames: int | None = None,
+                      **writer_options: Any) -> RunWriter:
+    """A writer on `path` that holds every metric row with policy_version <= `through_version`,
     every population row with generation <= `through_version` (an evolution run's metrics carry the
-    generation as their version).
+    generation as their version) and, when the writer records trajectories (`writer_options`), every
+    recorded episode written at or before `through_env_frames`.
 
     `meta` entries are added to the file's `/meta`; `resumes` counts how often the run was
     continued. The old file stays untouched until the new one is complete, so a crash during the
@@ -39,6 +59,7 @@ def continue_run_file(path: str | Path, metric_names: Iterable[str], through_ver
         config = old.config
         population = old.population()
         genome_names = old.genome_names()
+        episodes = list(_kept_episodes(old, writer_options.get("trajectories", ()), through_env_frames))
     names = list(dict.fromkeys([*old_series, *metric_names]))
     old_meta.update(meta or {})
     old_meta["resumes"] = int(old_meta.get("resumes", 0)) + 1
@@ -57,6 +78,8 @@ def continue_run_file(path: str | Path, metric_names: Iterable[str], through_ver
         if population:
             keep = population["generation"] <= through_version
             writer.append_population({column: values[keep] for column, values in population.items()})
+        for record in episodes:
+            writer.append_episode(record)
         writer.flush()
     except BaseException:
         writer.close(completed=False)

@@ -32,6 +32,12 @@ import numpy as np
 
 from lamarckian_hpc.storage.attributes import to_python, read_attributes
 from lamarckian_hpc.storage.population import read_genome_names, read_population
+from lamarckian_hpc.storage.trajectories import (
+    LARGEST_COMPRESSION_RATIO,
+    read_episode_index,
+    read_episode_steps,
+    trajectory_policies,
+)
 from lamarckian_hpc.storage.run_file import (
     CONFIG_GROUP,
     CONFIG_JSON_ATTRIBUTE,
@@ -248,6 +254,56 @@ class RunReader:
         """The population's genomes as one named column each (empty when the genome is unnamed)."""
         genomes = self.population().get("genome")
         return {} if genomes is None else {name: genomes[:, k] for k, name in enumerate(self.genome_names())}
+
+    @_readable
+    def trajectory_policies(self) -> list[str]:
+        """Policies whose episodes the run records ([] when it records none)."""
+        return trajectory_policies(self._file)
+
+    def _policy(self, policy_id: str | None) -> str:
+        """`policy_id`, or the only recorded policy when None; KeyError naming what is recorded."""
+        policies = self.trajectory_policies()
+        if policy_id is None:
+            if len(policies) == 1:
+                return policies[0]
+            raise KeyError(f"{self.path} records no trajectories" if not policies
+                           else f"{self.path} records trajectories of policies {policies}: name one")
+        if policy_id not in policies:
+            raise KeyError(f"{self.path} records no trajectories of policy {policy_id!r} "
+                           f"(it records {policies or 'none'})")
+        return policy_id
+
+    def episodes(self, policy_id: str | None = None) -> dict[str, np.ndarray]:
+        """The index of the recorded episodes of `policy_id` (the only policy when None): one row
+        per episode whose steps are all in the file (columns: see storage.trajectories)."""
+        return self._read_index(self._policy(policy_id))
+
+    @_readable
+    def _read_index(self, policy_id: str) -> dict[str, np.ndarray]:
+        return read_episode_index(self._file, policy_id, check=self._bounded)
+
+    def episode(self, episode: int, policy_id: str | None = None) -> dict[str, np.ndarray]:
+        """Every step of recorded episode number `episode` (the run's episode count), as arrays:
+        observations, actions, rewards, terminated, truncated, policy_version, episode, step, agent_id."""
+        policy_id = self._policy(policy_id)
+        index = self._read_index(policy_id)
+        where = np.flatnonzero(index["episode"] == episode)
+        if not len(where):
+            shown = ", ".join(str(number) for number in index["episode"][:10])
+            raise KeyError(f"episode {episode} of policy {policy_id!r} is not recorded in {self.path} "
+                           f"({len(index['episode'])} are{': ' + shown if shown else ''}"
+                           f"{', ...' if len(index['episode']) > 10 else ''})")
+        row = int(where[0])
+        return self._read_steps(policy_id, int(index["first_row"][row]), int(index["length"][row]))
+
+    @_readable
+    def _read_steps(self, policy_id: str, first_row: int, length: int) -> dict[str, np.ndarray]:
+        def check(claimed: int) -> None:
+            if claimed > LARGEST_COMPRESSION_RATIO * self._file_bytes():
+                raise RunFileReadError(f"{self.path}: damaged run file: an episode of {policy_id!r} claims "
+                                       f"{claimed:,} bytes, more than the file's {self._file_bytes():,} could hold")
+
+        return read_episode_steps(self._file, policy_id, first_row, length, check=check)
 
     def metrics(self) -> dict[str, MetricSeries]:
         return {name: self.metric(name) for name in self._columns}

@@ -28,6 +28,7 @@ Layout:
 - ``/metrics/<name>/{wall_time, env_frames, policy_version, value}``: resizable chunked 1-D
   datasets (float64, int64, int64, float64) of equal length once a flush completes.
 - ``/status/closed``: int8, shape (1,).
+- ``/trajectories/<policy>/...``: recorded episodes, when the run records them (``trajectories``).
 
 A run file is created under a temporary name (``<name>.creating``), private to its owner from the
 moment it exists (no window in which another user of the cluster could open it), laid out, put in
@@ -62,6 +63,7 @@ from .attributes import to_json, write_attributes
 from .disk_space import MEGABYTE, StorageFullError, ensure_free_space, failure_reason, is_write_failure
 from .private_files import create_private_file, fsync_file, fsync_folder, make_private_folder
 from .population import append_population_rows, create_population_datasets
+from .trajectories import EpisodeRecord, TrajectorySpec, TrajectoryTables
 
 SCHEMA_VERSION: int = 1
 
@@ -208,8 +210,12 @@ class RunWriter:
         overwrite: bool = False,
         population_shape: tuple[int, int] | None = None,
         min_free_bytes: int = 64 * MEGABYTE,
+        trajectories: Iterable[TrajectorySpec] = (),
+        trajectory_compression: str = "gzip",
+        max_trajectory_bytes: int | None = None,
     ) -> None:
         self.path: Path = Path(path)
+        self._trajectory_options = (list(trajectories), trajectory_compression, max_trajectory_bytes)
         self.min_free_bytes = min_free_bytes
         self._refused = False  # set once a flush was refused for lack of space: nothing more is written
         self.metric_names: tuple[str, ...] = _checked_metric_names(metric_names)
@@ -271,6 +277,8 @@ class RunWriter:
             }
         self._population = (create_population_datasets(file, *population_shape)
                             if population_shape is not None else None)
+        specs, compression, max_bytes = self._trajectory_options
+        self._trajectories = TrajectoryTables(file, specs, compression, max_bytes) if specs else None
         self._closed_flag = file.create_dataset(STATUS_CLOSED_DATASET, data=np.zeros(1, dtype=np.int8))
 
     def _abandon(self, file: h5py.File, error: BaseException) -> None:
@@ -375,6 +383,8 @@ class RunWriter:
                 dataset.resize((old_length + len(rows),))
                 dataset[old_length:] = np.asarray(columns_by_name[column], dtype=dataset.dtype)
             rows.clear()
+        if self._trajectories is not None:
+            self._trajectories.flush()
         run_file.flush()
         self._last_flush_monotonic_seconds = time.monotonic()
 
@@ -385,6 +395,17 @@ class RunWriter:
         self._require_open()
         append_population_rows(self._population, rows)
         self.flush()
+
+    def append_episode(self, record: EpisodeRecord) -> bool:
+        """Buffer one recorded episode for the next flush; False once the trajectory cap was reached
+        (see `storage.trajectories`) or when the file records no trajectories."""
+        self._require_open()
+        return self._trajectories is not None and self._trajectories.add(record)
+
+    @property
+    def trajectories_stopped(self) -> bool:
+        """Whether recording stopped at `max_trajectory_bytes`."""
+        return self._trajectories is not None and self._trajectories.stopped
 
     def flush_if_due(self, interval_seconds: float) -> bool:
         """Flush when at least `interval_seconds` passed since the last flush; say whether it did."""

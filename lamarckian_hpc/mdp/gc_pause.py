@@ -14,7 +14,7 @@ import gc
 from types import TracebackType
 
 
-class collector_paused:  # noqa: N801 (used like a function: `with collector_paused():`)
+class gc_paused:  # noqa: N801 (used like a function: `with gc_paused():`)
     """Context manager: the collector is off inside and back on after, errors included. Nested or
     under a caller that turned the collector off itself, it changes nothing. The switch is global
     and not coordinated between threads: a pause in one thread may end while another's goes on,
