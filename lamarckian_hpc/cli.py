@@ -306,6 +306,22 @@ def export_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def replay_command(args: argparse.Namespace) -> int:
+    """A recorded episode as an animated GIF; see lamarckian_hpc.analysis.replay."""
+    try:  # Pillow (with matplotlib, the analysis extra)
+        from .analysis.replay import ReplayError, replay_episode
+    except ImportError as error:
+        return _fail(f"error: replay needs the analysis extra ({error.name} is missing): "
+                     "pip install -c constraints.txt -e '.[analysis]'")
+    try:
+        replay = replay_episode(Path(args.run), args.episode, args.policy, args.out, args.fps)
+    except ReplayError as error:
+        return _fail(str(error))
+    print(replay.summary(), file=sys.stderr)
+    print(replay.path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -338,6 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write DIR/<run>/events.out.tfevents.* (step: env frames); needs the export extra")
     export.add_argument("--csv", type=Path, metavar="DIR", help="write DIR/<run>/<metric>.csv, one file per metric")
     export.set_defaults(handler=export_command)
+    replay = commands.add_parser("replay", help="a recorded episode of a run as an animated GIF")
+    replay.add_argument("run", metavar="RUN.h5", help="a run file that records episodes (storage.trajectories)")
+    replay.add_argument("--episode", type=int, required=True, metavar="K", help="the episode's number in the run")
+    replay.add_argument("--policy", metavar="P", help="whose episode (default: the only policy recorded)")
+    replay.add_argument("--out", type=Path, metavar="FILE.gif",
+                        help="where the GIF goes (default: <run>-<policy>-episode<K>.gif here)")
+    replay.add_argument("--fps", type=int, default=30, metavar="N", help="frames (steps) per second (default: 30)")
+    replay.set_defaults(handler=replay_command)
     config = commands.add_parser("config", help="show the resolved config of a config file")
     config_commands = config.add_subparsers(dest="config_command", required=True)
     show = config_commands.add_parser("show", help="print the config with the overrides applied and every default")

@@ -25,7 +25,7 @@ from lamarckian_hpc.ec import hypervolume, non_dominated_fronts
 from lamarckian_hpc.storage import RunWriter, open_run
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ("learning_curves", "staleness", "scaling", "pareto", "lineage", "league")
+SCRIPTS = ("learning_curves", "staleness", "scaling", "pareto", "lineage", "league", "trajectories")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -187,6 +187,7 @@ def empty_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ("pareto", "ppo_path", "/population with two objectives", "multi-objective evolve runs"),
     ("lineage", "ppo_path", "/population (generation, id, parent_ids)", "evolve runs"),
     ("league", "ppo_path", "/league group", "league runs"),
+    ("trajectories", "nsga2_path", "recorded episodes (/trajectories)", "`storage.trajectories.every_episodes` > 0"),
 ])
 def test_a_run_without_the_data_is_one_line(script: str, fixture: str, missing: str, writer: str,
                                             request: pytest.FixtureRequest, tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ the Markdown report of `lamarckian-hpc report`. Needs the `analysis` extra (pand
 
 Each topic is one function that takes runs and a folder and returns an `Analysis` (its figures and
 a table): `learning_curve_analysis`, `staleness_analysis`, `scaling_analysis`, `pareto_analysis`,
-`lineage_analysis`, `league_analysis`. The scripts in the repository's `analysis/` folder and
+`lineage_analysis`, `league_analysis`, `trajectory_analysis`. The scripts in the repository's `analysis/` folder and
 `lamarckian-hpc report` call the same ones."""
 
 from lamarckian_hpc.analysis.benchmarks import benchmark_table, find_benchmark_files, load_benchmarks
@@ -25,6 +25,7 @@ from lamarckian_hpc.analysis.scaling import (plot_staleness, plot_throughput, pl
 from lamarckian_hpc.analysis.staleness import (plot_staleness_against_hosts, plot_staleness_histograms,
                                                staleness_across_runs, staleness_analysis, staleness_histogram_data)
 from lamarckian_hpc.analysis.tables import cpu_utilization_table, markdown_table, run_summary
+from lamarckian_hpc.analysis.trajectories import trajectory_analysis
 
 __all__ = [
     "Analysis", "FigureResult", "MissingDataError", "Report", "Requirement", "RunData", "RunFileError",
@@ -36,5 +37,5 @@ __all__ = [
     "plot_pareto_fronts", "plot_payoff", "plot_staleness", "plot_staleness_against_hosts",
     "plot_staleness_histograms", "plot_throughput", "plot_tree_vs_flat", "progress_metric", "run_summary",
     "scaling_analysis", "scaling_from_benchmark", "scaling_from_runs", "staleness_across_runs", "staleness_analysis",
-    "staleness_histogram_data", "tree_vs_flat_from_runs",
+    "staleness_histogram_data", "trajectory_analysis", "tree_vs_flat_from_runs",
 ]

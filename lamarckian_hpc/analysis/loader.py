@@ -63,6 +63,8 @@ class RunData:
     genome_names: list[str] = field(default_factory=list)
     league: dict[str, np.ndarray] = field(default_factory=dict)  # datasets under /league, by path
     status: str = "completed"  # run_status() when the file was read
+    #: Recorded episodes (/trajectories) by policy id: whole episodes only; {} when none are recorded.
+    trajectories: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -195,13 +197,14 @@ def load_run(path: str | Path) -> RunData:
             genome_names = reader.genome_names()
             population = population_frame(reader.population(), genome_names)
             meta, config = reader.meta, reader.config
+            trajectories = {policy: len(reader.episodes(policy)["episode"]) for policy in reader.trajectory_policies()}
         league = read_league(path)
     except (OSError, KeyError, ValueError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise RunFileError(f"error: {path} is not a readable run file: {reason}") from None
     return RunData(path=path, meta=meta, config=config, closed_cleanly=closed_cleanly, metrics=metrics,
                    population=population, genome_names=genome_names, league=league,
-                   status=run_status(closed_cleanly, meta))
+                   status=run_status(closed_cleanly, meta), trajectories=trajectories)
 
 
 def find_run_files(directory: str | Path) -> list[Path]:

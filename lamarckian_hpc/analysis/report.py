@@ -6,7 +6,8 @@ metric, staleness histograms (and staleness against hosts across runs) for train
 figures when runs or the sampling benchmark cover more than one core count, the tree comparison
 when the broadcast or staleness results (or runs differing in `runtime.broadcast`) are there,
 Pareto fronts and hypervolume for multi-objective populations, lineage for any population,
-hyperparameters for PBT, payoff and Elo for runs with a `/league`. Each section is one topic's
+hyperparameters for PBT, payoff and Elo for runs with a `/league`, and the returns, lengths, actions
+and step rewards of the episodes a run recorded (`/trajectories`). Each section is one topic's
 `Analysis`, from the same function that the topic's `analysis/NAME.py` script calls.
 """
 
@@ -28,6 +29,7 @@ from .pareto import pareto_analysis
 from .plotting import Analysis, FigureResult
 from .scaling import plot_scale_model, plot_tree_vs_flat, scaling_analysis, tree_vs_flat_from_runs
 from .staleness import staleness_analysis
+from .trajectories import trajectory_analysis
 from .tables import cpu_utilization_table, markdown_table, run_summary
 
 REPORT_NAME = "report.md"
@@ -105,6 +107,7 @@ def _draw(runs: list[RunData], results: dict[str, Any], figures_dir: Path) -> di
     add("Pareto fronts", pareto_analysis(runs, figures_dir))
     add("Population lineage", lineage_analysis(runs, figures_dir))
     add("League", league_analysis(runs, figures_dir))
+    add("Recorded episodes", trajectory_analysis(runs, figures_dir))
     return sections
 
 

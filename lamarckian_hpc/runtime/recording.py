@@ -12,11 +12,12 @@ from ..mdp import RecordedSteps
 from ..storage import MEGABYTE, RunWriter
 from ..storage.trajectories import EpisodeRecord, TrajectorySpec
 from .observers import TrainResult, UpdateReport
+from .sampling import recorded_every
 
 
 def trajectory_specs(config: RunConfig, spaces: tuple[Any, Any], policy_id: str) -> list[TrajectorySpec]:
     """The run file's trajectory datasets for `policy_id`; none when the run records no episodes."""
-    if config.storage.trajectories.every_episodes == 0:
+    if recorded_every(config) == 0:
         return []
     observation_space, action_space = spaces
     discrete = np.issubdtype(action_space.dtype, np.integer)

@@ -71,6 +71,12 @@ def steps_per_update(config: RunConfig) -> int:
     return batch_size if batch_size is not None else config.runtime.rollout_steps * config.env.num_envs
 
 
+def recorded_every(config: RunConfig) -> int:
+    """One episode in how many the run records (0: none); A3C's actors send gradients, not
+    experience, so nothing would carry their episodes to the learner."""
+    return 0 if isinstance(config.algorithm, A3CConfig) else config.storage.trajectories.every_episodes
+
+
 def make_env_mdps(config: RunConfig) -> list[GymMDP]:
     env = config.env
     return [GymMDP(make_gym_env(env.id, env.kwargs, env.max_episode_steps)) for _ in range(env.num_envs)]
@@ -127,7 +133,7 @@ def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | No
     else:
         policy, model = torch_policy(config, observation_space, action_space, seed, model)
     experience = ExperienceBuffer()
-    selector = EpisodeSelector(config.storage.trajectories.every_episodes)  # episodes kept for the run file
+    selector = EpisodeSelector(recorded_every(config))  # episodes kept for the run file
     sampler = Sampler(
         mdps,
         controller_factory=lambda env_index, agent_id: TrainingController(POLICY_ID, experience, selector),

@@ -1,0 +1,268 @@
+"""Recorded episodes (/trajectories): what the agent did, not only how well it did. Per run and
+policy: the distribution of episode returns and lengths, how the choice of actions changed as the
+policy was trained (one histogram per range of policy versions), and the reward of every step of a
+few chosen episodes. `trajectory_analysis` is the topic that `analysis/trajectories.py` and
+`lamarckian-hpc report` both draw.
+
+Only whole episodes are drawn (`RunReader.episodes` keeps those whose steps are all in the file),
+so a growing or killed run shows what it recorded up to its last flush. The action histograms read
+only the actions and policy versions of the steps, never the observations: an image run's frames
+are most of its file, and a histogram needs none of them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import h5py
+import numpy as np
+import pandas as pd
+
+from lamarckian_hpc.storage import open_run
+from lamarckian_hpc.storage.run_file import FILE_LOCKING
+from lamarckian_hpc.storage.trajectories import TRAJECTORIES_GROUP
+
+from .loader import MissingDataError, Requirement, RunData, RunFileError
+from .plotting import Analysis, FigureResult, new_figure, save
+
+WRITTEN_BY = "`storage.trajectories.every_episodes` > 0 in train"
+NEEDS = Requirement("recorded episodes (/trajectories)", WRITTEN_BY, lambda run: any(run.trajectories.values()))
+#: Ranges of policy versions the action histograms are split into (fewer when fewer versions acted).
+VERSION_BUCKETS = 4
+MAX_BINS = 30
+TABLE_COLUMNS = ["run", "policy", "episodes", "steps", "return_mean", "return_min", "return_max", "length_mean",
+                 "version_first", "version_last", "versions"]
+
+
+def policy_requirement(policy: str) -> Requirement:
+    """What a run needs for the figures of one named policy (`--policy`)."""
+    return Requirement(f"recorded episodes of policy {policy!r} (/trajectories/{policy})", WRITTEN_BY,
+                       lambda run: run.trajectories.get(policy, 0) > 0)
+
+
+@dataclass(frozen=True)
+class RecordedPolicy:
+    """One run's recorded episodes of one policy, read once for all its figures: the episode index
+    and the action and policy version of every step (no observations)."""
+
+    run: RunData
+    policy: str
+    index: pd.DataFrame  # one row per whole episode: the columns of RunReader.episodes
+    actions: np.ndarray  # [steps, action dimensions] (one dimension for a discrete action)
+    versions: np.ndarray  # [steps] the policy version that chose each action
+
+    @property
+    def discrete(self) -> bool:
+        return np.issubdtype(self.actions.dtype, np.integer)
+
+    @property
+    def label(self) -> str:
+        """`<run>_<policy>`, safe in a file name."""
+        return re.sub(r"[^\w.-]", "_", f"{self.run.name}_{self.policy}")
+
+
+def episode_rows(index: dict[str, np.ndarray]) -> np.ndarray:
+    """The step rows of every episode of `index`, in order (episodes are contiguous runs of rows)."""
+    first, length = index["first_row"].astype(np.int64), index["length"].astype(np.int64)
+    starts = np.cumsum(np.r_[0, length[:-1]])
+    return np.repeat(first - starts, length) + np.arange(int(length.sum()), dtype=np.int64)
+
+
+def read_recorded(run: RunData, policy: str) -> RecordedPolicy:
+    """The index of `policy`'s whole episodes in `run`, and their steps' actions and versions."""
+    try:
+        with open_run(run.path) as reader:
+            index = reader.episodes(policy)
+        rows = episode_rows(index)
+        end = int(rows.max()) + 1 if len(rows) else 0
+        with h5py.File(run.path, "r", libver="latest", swmr=True, locking=FILE_LOCKING) as file:
+            group = file[TRAJECTORIES_GROUP][policy]
+            actions, versions = group["actions"][:end][rows], group["policy_version"][:end][rows]
+    except (OSError, KeyError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise RunFileError(f"error: {run.path} has unreadable trajectories of {policy!r}: {reason}") from None
+    return RecordedPolicy(run, policy, pd.DataFrame(index), actions.reshape(len(rows), -1), versions)
+
+
+def version_buckets(versions: np.ndarray, buckets: int = VERSION_BUCKETS) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Each step's bucket, and each bucket's (first, last) version: one bucket per version when at
+    most `buckets` acted, else `buckets` equal ranges of version numbers (empty ones left out)."""
+    distinct = np.unique(versions)
+    if len(distinct) <= buckets:
+        return np.searchsorted(distinct, versions), [(int(v), int(v)) for v in distinct]
+    low, high = int(distinct[0]), int(distinct[-1])
+    edges = low + (high - low + 1) * np.arange(1, buckets) / buckets
+    raw = np.searchsorted(edges, versions, side="right")
+    used = np.unique(raw)
+    ranges = [(int(versions[raw == k].min()), int(versions[raw == k].max())) for k in used]
+    return np.searchsorted(used, raw), ranges
+
+
+def _versions_label(first: int, last: int) -> str:
+    return f"v{first}" if first == last else f"v{first}-{last}"
+
+
+def choose_episodes(numbers: Sequence[int], wanted: Sequence[int] | None = None) -> list[int]:
+    """The episodes of `wanted` that are recorded, or else the first, middle and last recorded."""
+    numbers = [int(number) for number in numbers]
+    if wanted is not None:
+        recorded = set(numbers)
+        return [number for number in dict.fromkeys(wanted) if number in recorded]
+    if not numbers:
+        return []
+    return list(dict.fromkeys([numbers[0], numbers[len(numbers) // 2], numbers[-1]]))
+
+
+def _bins(values: np.ndarray) -> int:
+    """A bin per distinct value, up to MAX_BINS (a handful of CartPole lengths, or many returns)."""
+    return int(min(MAX_BINS, len(np.unique(values))))
+
+
+def plot_episode_distributions(recorded: RecordedPolicy, out_path: Path) -> FigureResult:
+    """Histograms of the episodes' returns (as the learner counted them) and lengths; the rows are
+    the episode index."""
+    data = recorded.index.copy()
+    data.insert(0, "policy", recorded.policy)
+    data.insert(0, "run", recorded.run.name)
+    figure, (returns, lengths) = new_figure(columns=2, width=5.0)
+    for axis, column, label in ((returns, "return", "episode return"), (lengths, "length", "episode length (steps)")):
+        values = data[column].to_numpy(dtype=float)
+        axis.hist(values, bins=_bins(values), color="tab:blue", alpha=0.8)
+        axis.axvline(values.mean(), color="black", linestyle="--", label=f"mean {values.mean():.4g}")
+        axis.set_xlabel(label)
+        axis.set_ylabel("episodes")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    title = f"{recorded.run.name}, policy {recorded.policy}: {len(data)} recorded episodes"
+    return save(figure, out_path, title, data)
+
+
+def action_data(recorded: RecordedPolicy) -> pd.DataFrame:
+    """Per range of policy versions: discrete actions' counts (steps) and shares per action and
+    dimension; continuous actions' steps, mean and standard deviation per dimension."""
+    bucket, ranges = version_buckets(recorded.versions)
+    low = min(0, int(recorded.actions.min()))
+    actions = int(recorded.actions.max()) - low + 1
+    rows = []
+    for k, (first, last) in enumerate(ranges):
+        chosen = recorded.actions[bucket == k]
+        common = {"run": recorded.run.name, "policy": recorded.policy, "versions": _versions_label(first, last),
+                  "version_first": first, "version_last": last}
+        for dimension in range(chosen.shape[1]):
+            values = chosen[:, dimension]
+            if recorded.discrete:
+                counts = np.bincount(values - low, minlength=actions)
+                rows += [{**common, "dimension": dimension, "action": low + action, "steps": int(count),
+                          "share": count / len(values)} for action, count in enumerate(counts)]
+            else:
+                rows.append({**common, "dimension": dimension, "steps": len(values), "mean": float(values.mean()),
+                             "std": float(values.std())})
+    return pd.DataFrame(rows)
+
+
+def plot_actions(recorded: RecordedPolicy, out_path: Path) -> FigureResult:
+    """Discrete actions: each action's share of the steps, a bar per range of policy versions (a
+    panel per dimension); continuous: each dimension's mean +- std per range."""
+    data = action_data(recorded)
+    ranges = list(dict.fromkeys(data["versions"]))
+    width = 0.8 / len(ranges)
+    dimensions = int(data["dimension"].max()) + 1 if recorded.discrete else 1
+    groups = data["action"].nunique() if recorded.discrete else data["dimension"].nunique()
+    figure, axes = new_figure(columns=dimensions, width=max(5.0, min(16.0, 0.4 * len(ranges) * groups)))
+    for dimension, axis in enumerate(axes):
+        rows = data[data["dimension"] == dimension] if recorded.discrete else data
+        x_column = "action" if recorded.discrete else "dimension"
+        for k, versions in enumerate(ranges):
+            part = rows[rows["versions"] == versions]
+            x = part[x_column].to_numpy() + (k - (len(ranges) - 1) / 2) * width
+            if recorded.discrete:
+                axis.bar(x, 100.0 * part["share"], width=width, label=versions)
+            else:
+                axis.errorbar(x, part["mean"], yerr=part["std"], fmt="o", capsize=3, label=versions)
+        ticks = sorted(rows[x_column].unique())
+        axis.set_xticks(ticks, [str(tick) for tick in ticks])
+        axis.set_xlabel(f"action (dimension {dimension})" if recorded.discrete and dimensions > 1
+                        else "action" if recorded.discrete else "action dimension")
+        axis.set_ylabel("steps (%)" if recorded.discrete else "action: mean +- std")
+        axis.grid(alpha=0.3, axis="y")
+        axis.legend(title="policy versions", fontsize="small")
+    title = f"{recorded.run.name}, policy {recorded.policy}: actions by policy version"
+    return save(figure, out_path, title, data)
+
+
+def reward_data(recorded: RecordedPolicy, episodes: Sequence[int]) -> pd.DataFrame:
+    """Rows (run, policy, episode, step, reward, return_so_far, policy_version) of each episode."""
+    frames = []
+    with open_run(recorded.run.path) as reader:
+        for number in episodes:
+            steps = reader.episode(number, recorded.policy)
+            frames.append(pd.DataFrame({
+                "run": recorded.run.name, "policy": recorded.policy, "episode": number, "step": steps["step"],
+                "reward": steps["rewards"].astype(float), "return_so_far": np.cumsum(steps["rewards"], dtype=float),
+                "policy_version": steps["policy_version"]}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def plot_rewards(recorded: RecordedPolicy, out_path: Path, episodes: Sequence[int]) -> FigureResult:
+    """The reward of every step of `episodes`, and the return so far, one line per episode."""
+    data = reward_data(recorded, episodes)
+    figure, (rewards, returns) = new_figure(rows=2, width=8.0, height=3.0)
+    for number, rows in data.groupby("episode", sort=False):
+        line, = rewards.plot(rows["step"], rows["reward"], linewidth=0.8, marker="." if len(rows) <= 300 else None,
+                             markersize=3, label=f"episode {number}")
+        returns.plot(rows["step"], rows["return_so_far"], color=line.get_color(), label=f"episode {number}")
+    rewards.set_ylabel("reward")
+    returns.set_ylabel("return so far")
+    returns.set_xlabel("step")
+    for axis in (rewards, returns):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    title = f"{recorded.run.name}, policy {recorded.policy}: rewards of episodes {', '.join(map(str, episodes))}"
+    return save(figure, out_path, title, data)
+
+
+def trajectory_table(recorded: Sequence[RecordedPolicy]) -> pd.DataFrame:
+    """One row per run and policy: episodes and steps recorded, their returns and mean length, and
+    the policy versions that chose the recorded actions (first, last, how many distinct)."""
+    rows = [{"run": item.run.name, "policy": item.policy, "episodes": len(item.index),
+             "steps": int(item.index["length"].sum()), "return_mean": float(item.index["return"].mean()),
+             "return_min": float(item.index["return"].min()), "return_max": float(item.index["return"].max()),
+             "length_mean": float(item.index["length"].mean()), "version_first": int(item.versions.min()),
+             "version_last": int(item.versions.max()), "versions": len(np.unique(item.versions))}
+            for item in recorded]
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def _check_episodes(recorded: Sequence[RecordedPolicy], episodes: Sequence[int]) -> None:
+    """Every episode asked for must be recorded somewhere; else one line naming what is."""
+    known = {int(number) for item in recorded for number in item.index["episode"]}
+    missing = [number for number in episodes if number not in known]
+    if missing:
+        shown = sorted(known)
+        listing = ", ".join(map(str, shown[:10])) + (", ..." if len(shown) > 10 else "")
+        raise MissingDataError(f"error: episode {missing[0]} is not recorded in the runs given "
+                               f"(they record {len(shown)} episodes: {listing})")
+
+
+def trajectory_analysis(runs: Sequence[RunData], out_dir: Path, policy: str | None = None,
+                        episodes: Sequence[int] | None = None) -> Analysis:
+    """Per run and policy with recorded episodes (only `policy` when given): `episodes_<run>_<policy>.png`
+    (returns and lengths), `actions_<run>_<policy>.png` and `rewards_<run>_<policy>.png` (the
+    steps of `episodes`, by default the first, middle and last recorded). Runs without recorded
+    episodes are left out; the table has one row per run and policy."""
+    recorded = [read_recorded(run, name) for run in runs for name, count in run.trajectories.items()
+                if count > 0 and (policy is None or name == policy)]
+    if episodes is not None:
+        _check_episodes(recorded, episodes)
+    figures = []
+    out_dir = Path(out_dir)
+    for item in recorded:
+        figures.append(plot_episode_distributions(item, out_dir / f"episodes_{item.label}.png"))
+        figures.append(plot_actions(item, out_dir / f"actions_{item.label}.png"))
+        chosen = choose_episodes(item.index["episode"], episodes)
+        if chosen:
+            figures.append(plot_rewards(item, out_dir / f"rewards_{item.label}.png", chosen))
+    return Analysis(figures, trajectory_table(recorded))
