@@ -83,6 +83,9 @@ class PBTRuntimeConfig(Section):
     num_workers: int | None = Field(None, ge=1, description="Worker processes sharing the members; default one per core.")
     ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
     torch_threads: int = Field(1, ge=1, le=256, description="Torch threads of every process that trains members.")
+    batched_updates: bool = Field(
+        True, description="The members of one process sample in turn and update together, one batched PPO step "
+                          "over their stacked parameters (the same learning per member); false updates them one by one.")
     reply_timeout_seconds: float = Field(
         3600.0, gt=0, le=604_800,
         description="Forked workers: one that sends no answer this long (an interval included) is taken for hung, "

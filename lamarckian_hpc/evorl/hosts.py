@@ -18,15 +18,19 @@ import numpy as np
 import torch
 
 from ..config import PBTConfig
+from .lockstep import LockstepMembers
 from .member import IntervalResult, Member
 
 
 class MemberHost:
-    """Members `slots` of the population, trained one after another in this process."""
+    """Members `slots` of the population in this process: trained together, their updates one
+    batched step (`lockstep`), or with `runtime.batched_updates: false` one after another."""
 
     def __init__(self, config: PBTConfig, slots: list[int]) -> None:
         torch.set_num_threads(config.runtime.torch_threads)
         self.members = {slot: Member(config, slot) for slot in slots}
+        together = config.runtime.batched_updates and len(self.members) > 1
+        self.lockstep = LockstepMembers(list(self.members.values())) if together else None
 
     def pid(self) -> int:
         return os.getpid()
@@ -39,6 +43,8 @@ class MemberHost:
         member reaches the target (the run is about to stop)."""
         clock_start = time.monotonic()
         deadline = None if deadline_seconds is None else clock_start + deadline_seconds
+        if self.lockstep is not None:
+            return self.lockstep.train_interval(frames, clock_start, stop_on_target, deadline)
         results = []
         for member in self.members.values():
             # Once one member reached the target the run stops: the rest only report where they are.

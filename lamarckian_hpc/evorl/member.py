@@ -17,6 +17,7 @@ import torch
 
 from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
 from ..config.evorl import SearchedHyperparameter
+from ..mdp import ExperienceBatch
 from ..runtime.episodes import RecentEpisodes
 from ..runtime.learner import make_learner
 from ..runtime.sampling import make_sampling_side, spaces_of, steps_per_update
@@ -87,31 +88,43 @@ class Member:
                        deadline: float | None = None) -> IntervalResult:
         """Train until `frames` more env frames were sampled (or the target is reached when
         `stop_on_target`, or the monotonic `deadline` passes)."""
-        sampler, experience_buffer = self.sampling.sampler, self.sampling.experience
-        batch_size = steps_per_update(self.run_config)
         start = time.monotonic()
-        end_frames = sampler.env_frames + frames
+        end_frames = self.env_frames + frames
         result = IntervalResult(self.slot, float("nan"))
-        while sampler.env_frames < end_frames:
-            self.sampling.sample(batch_size)
-            experience = experience_buffer.take()
-            completed = sampler.take_completed()
-            self.episodes.add((r.episode_return for r in completed), (r.length for r in completed))
-            result.episode_returns += [float(r.episode_return) for r in completed]
-            self.learner.update(experience, sampler.env_frames)
-            sampler.policy_versions[self.sampling.policy_id] = self.learner.version
-            result.updates += 1
-            if not self.reached and self.episodes.reached(self.target_return):
-                self.reached = True
-                result.reached_seconds = time.monotonic() - clock_start
-                result.reached_frames = sampler.env_frames
-                if stop_on_target:
-                    break
+        while self.env_frames < end_frames:
+            self.learner.update(self.sample(result), self.env_frames)
+            if self.updated(result, clock_start) and stop_on_target:
+                break
             if deadline is not None and time.monotonic() >= deadline:
                 break
+        return self.finish(result, start)
+
+    def sample(self, result: IntervalResult) -> ExperienceBatch:
+        """One update's batch; the episodes that ended while sampling it count in `result`."""
+        sampler = self.sampling.sampler
+        self.sampling.sample(steps_per_update(self.run_config))
+        experience = self.sampling.experience.take()
+        completed = sampler.take_completed()
+        self.episodes.add((r.episode_return for r in completed), (r.length for r in completed))
+        result.episode_returns += [float(r.episode_return) for r in completed]
+        return experience
+
+    def updated(self, result: IntervalResult, clock_start: float) -> bool:
+        """After an update of the learner: sample with the new version; True when this update
+        made the member reach the target."""
+        self.sampling.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+        result.updates += 1
+        if self.reached or not self.episodes.reached(self.target_return):
+            return False
+        self.reached = True
+        result.reached_seconds = time.monotonic() - clock_start
+        result.reached_frames = self.env_frames
+        return True
+
+    def finish(self, result: IntervalResult, start: float) -> IntervalResult:
         mean = self.episodes.mean_return
         result.score = float("nan") if mean is None else mean
-        result.env_frames = sampler.env_frames
+        result.env_frames = self.env_frames
         result.wall_seconds = time.monotonic() - start
         return result
 

@@ -19,6 +19,7 @@ from ..mdp import ExperienceBatch
 from ..models import ActorCritic
 from ..models.q_network import QNetwork
 from ..rl import build_rollout_batch, ppo_update
+from ..rl.ppo import RolloutBatch
 from ..rl.adam import Adam
 from ..rl.dqn import dqn_loss, linear_epsilon
 from ..rl.impala import impala_update
@@ -122,19 +123,32 @@ class ActorCriticLearner(_LearnerBase):
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         """One update on `experience`; the version goes up by one. Returns its diagnostics."""
         algorithm = self.config.algorithm
-        learning_rate = self._set_learning_rate(env_frames)
-        staleness = self.version - experience.policy_versions
         if isinstance(algorithm, PPOConfig):
-            batch = build_rollout_batch(experience, self.model, algorithm.gamma, algorithm.gae_lambda, self.device,
-                                        algorithm.reward_scale)
+            batch, learning_rate = self.ppo_batch(experience, env_frames)
             diagnostics = ppo_update(self.model, self.optimizer, batch, algorithm, self.rng)
         elif isinstance(algorithm, ImpalaConfig):
+            learning_rate = self._set_learning_rate(env_frames)
             diagnostics = impala_update(self.model, self.optimizer, experience, algorithm, self.rng, self.device)
         else:
             raise ValueError(f"{algorithm.name} does not learn from experience batches")
-        self.version += 1
+        return self.updated(experience, diagnostics, learning_rate)
+
+    def ppo_batch(self, experience: ExperienceBatch, env_frames: int) -> tuple[RolloutBatch, float]:
+        """The first half of a PPO update, for a caller that steps several learners at once
+        (`rl.batched_ppo`): the learning rate is set for `env_frames`, and GAE runs on the critic."""
+        algorithm = self.config.algorithm
+        learning_rate = self._set_learning_rate(env_frames)
+        batch = build_rollout_batch(experience, self.model, algorithm.gamma, algorithm.gae_lambda, self.device,
+                                    algorithm.reward_scale)
+        return batch, learning_rate
+
+    def updated(self, experience: ExperienceBatch, diagnostics: dict[str, float],
+                learning_rate: float) -> dict[str, float]:
+        """The last half of an update: a new version, and the diagnostics with the learning rate
+        and the staleness of `experience`."""
         diagnostics["learning_rate"] = learning_rate
-        diagnostics.update(staleness_metrics(staleness))
+        diagnostics.update(staleness_metrics(self.version - experience.policy_versions))
+        self.version += 1
         return diagnostics
 
 
