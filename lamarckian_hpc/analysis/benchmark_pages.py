@@ -117,6 +117,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
                                                                "batched_stack_only_ms", "speed_up"]],
     "trajectory_cost": lambda data: pd.DataFrame(data["results"]),
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
+    "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),
 }
 
 

@@ -17,13 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import h5py
 import numpy as np
 import pandas as pd
 
 from lamarckian_hpc.storage import open_run
-from lamarckian_hpc.storage.run_file import FILE_LOCKING
-from lamarckian_hpc.storage.trajectories import TRAJECTORIES_GROUP
 
 from .loader import MissingDataError, Requirement, RunData, RunFileError
 from .plotting import Analysis, FigureResult, new_figure, save
@@ -64,27 +61,17 @@ class RecordedPolicy:
         return re.sub(r"[^\w.-]", "_", f"{self.run.name}_{self.policy}")
 
 
-def episode_rows(index: dict[str, np.ndarray]) -> np.ndarray:
-    """The step rows of every episode of `index`, in order (episodes are contiguous runs of rows)."""
-    first, length = index["first_row"].astype(np.int64), index["length"].astype(np.int64)
-    starts = np.cumsum(np.r_[0, length[:-1]])
-    return np.repeat(first - starts, length) + np.arange(int(length.sum()), dtype=np.int64)
-
-
 def read_recorded(run: RunData, policy: str) -> RecordedPolicy:
     """The index of `policy`'s whole episodes in `run`, and their steps' actions and versions."""
     try:
         with open_run(run.path) as reader:
             index = reader.episodes(policy)
-        rows = episode_rows(index)
-        end = int(rows.max()) + 1 if len(rows) else 0
-        with h5py.File(run.path, "r", libver="latest", swmr=True, locking=FILE_LOCKING) as file:
-            group = file[TRAJECTORIES_GROUP][policy]
-            actions, versions = group["actions"][:end][rows], group["policy_version"][:end][rows]
+            columns = reader.step_columns(("actions", "policy_version"), policy, index)
+        actions, versions = columns["actions"], columns["policy_version"]
     except (OSError, KeyError, ValueError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise RunFileError(f"error: {run.path} has unreadable trajectories of {policy!r}: {reason}") from None
-    return RecordedPolicy(run, policy, pd.DataFrame(index), actions.reshape(len(rows), -1), versions)
+    return RecordedPolicy(run, policy, pd.DataFrame(index), actions.reshape(len(versions), -1), versions)
 
 
 def version_buckets(versions: np.ndarray, buckets: int = VERSION_BUCKETS) -> tuple[np.ndarray, list[tuple[int, int]]]:

@@ -296,14 +296,30 @@ class RunReader:
         row = int(where[0])
         return self._read_steps(policy_id, int(index["first_row"][row]), int(index["length"][row]))
 
+    def step_columns(self, names: tuple[str, ...], policy_id: str | None = None,
+                     index: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Step columns `names` of the episodes of `index` (by default every whole recorded episode),
+        in its order: what an analysis over all episodes needs (actions and versions, say) without
+        their observations. Pass the index read before, so that both describe the same episodes of
+        a file that grows."""
+        policy_id = self._policy(policy_id)
+        index = self._read_index(policy_id) if index is None else index
+        columns = {name: [] for name in names}
+        for first, length in zip(index["first_row"].tolist(), index["length"].tolist()):
+            steps = self._read_steps(policy_id, first, length, names)
+            for name in names:
+                columns[name].append(steps[name])
+        return {name: np.concatenate(parts) if parts else np.zeros(0) for name, parts in columns.items()}
+
     @_readable
-    def _read_steps(self, policy_id: str, first_row: int, length: int) -> dict[str, np.ndarray]:
+    def _read_steps(self, policy_id: str, first_row: int, length: int,
+                    names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
         def check(claimed: int) -> None:
             if claimed > LARGEST_COMPRESSION_RATIO * self._file_bytes():
                 raise RunFileReadError(f"{self.path}: damaged run file: an episode of {policy_id!r} claims "
                                        f"{claimed:,} bytes, more than the file's {self._file_bytes():,} could hold")
 
-        return read_episode_steps(self._file, policy_id, first_row, length, check=check)
+        return read_episode_steps(self._file, policy_id, first_row, length, check=check, names=names)
 
     def metrics(self) -> dict[str, MetricSeries]:
         return {name: self.metric(name) for name in self._columns}

@@ -281,11 +281,12 @@ def read_episode_index(file: h5py.File, policy_id: str,
 
 
 def read_episode_steps(file: h5py.File, policy_id: str, first_row: int, length: int,
-                       check: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
-    """The step rows [first_row, first_row + length) of `policy_id`; `check(bytes)` may refuse the
-    read (a damaged index claiming more than the file could hold)."""
+                       check: Callable[[int], None] | None = None,
+                       names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """The step rows [first_row, first_row + length) of `policy_id` (of the columns `names`, or
+    all); `check(bytes)` may refuse the read (a damaged index claiming more than the file could hold)."""
     group = file[TRAJECTORIES_GROUP][policy_id]
-    names = [name for name in group if name != EPISODES_GROUP]
+    names = list(names) if names is not None else [name for name in group if name != EPISODES_GROUP]
     if check is not None:
         row_bytes = sum(math.prod(group[name].shape[1:]) * group[name].dtype.itemsize for name in names)
         check(int(length) * row_bytes)
@@ -296,5 +297,6 @@ def read_episode_steps(file: h5py.File, policy_id: str, first_row: int, length: 
         if first_row < 0 or first_row + length > dataset.shape[0]:
             raise ValueError(f"rows {first_row}..{first_row + length} of {dataset.name} are not in the file")
         steps[name] = dataset[first_row:first_row + length]
-    steps["agent_id"] = _strings(steps["agent_id"])
+    if "agent_id" in steps:
+        steps["agent_id"] = _strings(steps["agent_id"])
     return steps
