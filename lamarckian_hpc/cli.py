@@ -219,6 +219,7 @@ def inspect_command(args: argparse.Namespace) -> int:
     try:
         with open_run(path) as reader:
             summary = reader.summary()
+            recorded = {policy: reader.episodes(policy)["episode"] for policy in reader.trajectory_policies()}
     except (OSError, KeyError, ValueError) as error:
         return _fail(_unreadable(path, error))
     if args.json:
@@ -234,6 +235,9 @@ def inspect_command(args: argparse.Namespace) -> int:
         hosts = ", ".join(f"{host} {count}" for host, count in per_host.items())
         console.print(f"actors connected {summary.meta.get('actors_connected', sum(per_host.values()))} "
                       f"on {len(per_host)} host(s): {hosts}", highlight=False)
+    for policy, numbers in recorded.items():  # what `replay --episode K` can show
+        shown = ", ".join(str(number) for number in numbers[:8]) + (", ..." if len(numbers) > 8 else "")
+        console.print(f"recorded episodes of {policy}: {len(numbers)}{': ' + shown if shown else ''}", highlight=False)
     config_table = Table("config", "value", title="config")
     for key, value in _flatten(summary.config):
         config_table.add_row(key, str(value))

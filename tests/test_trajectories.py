@@ -77,7 +77,7 @@ def test_recorded_episodes_that_do_not_add_up_are_refused(damage):
         read_experience(message)
 
 
-def test_a_serial_run_records_whole_episodes_with_the_returns_it_counted(tmp_path):
+def test_a_serial_run_records_whole_episodes_with_the_returns_it_counted(tmp_path, capsys):
     status = main(["train", str(CARTPOLE), *SERIAL, "stop.total_env_steps=6144", "storage.trajectories.every_episodes=3",
                    f"storage.directory={tmp_path}", "storage.run_name=run"])
     assert status == 0
@@ -90,6 +90,9 @@ def test_a_serial_run_records_whole_episodes_with_the_returns_it_counted(tmp_pat
     assert steps["observations"].shape == (len(steps["rewards"]), 4) and steps["observations"].dtype == np.float32
     assert set(np.unique(steps["actions"])) <= {0, 1}
     assert np.all(np.diff(index["env_frames"]) >= 0) and index["env_frames"][-1] <= 6144 + 512
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "run.h5")]) == 0  # lists what `replay --episode K` can show
+    assert f"recorded episodes of main: {len(index['episode'])}: {index['episode'][0]}, " in capsys.readouterr().out
 
 
 def test_recording_off_leaves_no_trajectories(tmp_path):
