@@ -59,6 +59,10 @@ class RecordedSteps:
     def __len__(self) -> int:
         return len(self.rewards)
 
+    @property
+    def nbytes(self) -> int:
+        return sum(array.nbytes for array in (self.observations, self.actions, self.rewards, self.policy_versions))
+
 
 class EpisodeTape:
     """The steps of one recorded episode, appended by its training controller."""

@@ -119,8 +119,7 @@ class ActorLoop:
             steps = result.recorded
             if steps is None:
                 continue
-            size = sum(array.nbytes for array in (steps.observations, steps.actions, steps.rewards,
-                                                  steps.policy_versions))
+            size = steps.nbytes
             if size > room:
                 self.recordings_too_large += 1
                 if self.recordings_too_large == 1:

@@ -33,7 +33,7 @@ def _kept_episodes(old: RunReader, specs: Iterable[TrajectorySpec], through_env_
         for row in range(len(index["episode"])):
             if through_env_frames is not None and index["env_frames"][row] > through_env_frames:
                 continue
-            steps = old.episode(int(index["episode"][row]), spec.policy_id)
+            steps = old.episode(int(index["episode"][row]), spec.policy_id, index)
             yield EpisodeRecord(spec.policy_id, str(steps["agent_id"][0]), steps["observations"], steps["actions"],
                                 steps["rewards"], steps["policy_version"], bool(steps["terminated"][-1]),
                                 int(index["episode"][row]), float(index["return"][row]), int(index["actor"][row]),

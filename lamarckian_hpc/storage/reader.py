@@ -282,11 +282,13 @@ class RunReader:
     def _read_index(self, policy_id: str) -> dict[str, np.ndarray]:
         return read_episode_index(self._file, policy_id, check=self._bounded)
 
-    def episode(self, episode: int, policy_id: str | None = None) -> dict[str, np.ndarray]:
+    def episode(self, episode: int, policy_id: str | None = None,
+                index: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Every step of recorded episode number `episode` (the run's episode count), as arrays:
-        observations, actions, rewards, terminated, truncated, policy_version, episode, step, agent_id."""
+        observations, actions, rewards, terminated, truncated, policy_version, episode, step, agent_id.
+        A caller reading many episodes passes the index it read once (`episodes()`)."""
         policy_id = self._policy(policy_id)
-        index = self._read_index(policy_id)
+        index = self._read_index(policy_id) if index is None else index
         where = np.flatnonzero(index["episode"] == episode)
         if not len(where):
             shown = ", ".join(str(number) for number in index["episode"][:10])
@@ -304,12 +306,13 @@ class RunReader:
         a file that grows."""
         policy_id = self._policy(policy_id)
         index = self._read_index(policy_id) if index is None else index
-        columns = {name: [] for name in names}
-        for first, length in zip(index["first_row"].tolist(), index["length"].tolist()):
-            steps = self._read_steps(policy_id, first, length, names)
-            for name in names:
-                columns[name].append(steps[name])
-        return {name: np.concatenate(parts) if parts else np.zeros(0) for name, parts in columns.items()}
+        firsts, lengths = index["first_row"], index["length"]
+        if not len(firsts):
+            return {name: np.zeros(0) for name in names}
+        low, high = int(firsts.min()), int((firsts + lengths).max())
+        span = self._read_steps(policy_id, low, high - low, names)  # one read; all of it for a whole index
+        rows = np.concatenate([np.arange(first, first + length) for first, length in zip(firsts, lengths)]) - low
+        return {name: span[name][rows] for name in names}
 
     @_readable
     def _read_steps(self, policy_id: str, first_row: int, length: int,
