@@ -47,8 +47,8 @@ def test_yaml_file_and_overrides_are_typed() -> None:
     assert config.env.num_envs == 8
     assert config.model.activation == "tanh"
     assert config.model.critic_hidden_sizes == ()
-    assert config.algorithm.batch_size == 256
-    assert config.algorithm.minibatch_size == 64
+    assert config.algorithm.batch_size == 512
+    assert config.algorithm.minibatch_size == 256
     assert config.stop.total_env_steps == 300_000
 
 
