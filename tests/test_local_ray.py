@@ -1,5 +1,5 @@
-"""The run's own Ray: lean (only the processes a run on one machine uses), private to the run, and
-gone with everything it started when the run ends."""
+"""The run's own Ray: lean (only the processes a run on one machine uses: no autoscaler monitor, log
+monitor or API server), private to the run, and gone with everything it started when the run ends."""
 
 from __future__ import annotations
 
@@ -35,6 +35,6 @@ def test_the_local_ray_is_lean_and_gone_after_the_run() -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     started = report["started"]
     assert any("gcs_server" in command for command in started) and any("raylet" in command for command in started)
-    for left_out in ("autoscaler/_private/monitor.py", "_private/log_monitor.py"):
+    for left_out in ("autoscaler/_private/monitor.py", "_private/log_monitor.py", "dashboard/dashboard.py"):
         assert not any(left_out in command for command in started), f"{left_out} was started"
     assert report["left"] == [] and not report["temp_exists"]

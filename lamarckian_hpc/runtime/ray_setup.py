@@ -8,14 +8,16 @@ a token made for the run, so Ray neither warns about authentication nor writes a
 user's home. A run with an address joins exactly that cluster, with the caller's settings.
 
 The local Ray is lean: it runs only the processes a run on one machine uses. `ray.init` would
-also start the autoscaler's monitor (about 48 MB; nothing autoscales a run's own Ray) and the log
-monitor (about 46 MB), which streams the workers' output to the driver's console; the run's
-actors report what matters (their environment failing, their progress) as messages to the
-learner, and their own output stays in `worker-*.err` under the session folder while the run
-lasts. The head node is therefore started here, with those two left out, and `ray.init`
-connects to it. What stays: the GCS and the raylet, the dashboard's API server and its agent, and
-the runtime-environment agent, which the raylet starts on every node (Ray 2.60 offers no switch
-for them), and an object store sized for weights and small results.
+also start the autoscaler's monitor (about 48 MB; nothing autoscales a run's own Ray), the log
+monitor (about 46 MB), which streams the workers' output to the driver's console, and the
+dashboard's API server (about 55 MB, and 0.6 s of start-up spent waiting for it to publish its
+address), which serves the job-submission and state APIs and `ray list`, none of which a run
+uses. The run's actors report what matters (their environment failing, their progress) as
+messages to the learner, and their own output stays in `worker-*.err` under the session folder
+while the run lasts. The head node is therefore started here, with those three left out, and
+`ray.init` connects to it. What stays: the GCS and the raylet, the dashboard agent and the
+runtime-environment agent, which the raylet starts on every node and waits for (Ray 2.60 offers
+no switch for them), and an object store sized for weights and small results.
 """
 
 from __future__ import annotations
@@ -73,15 +75,19 @@ def ensure_ray(address: str | None, num_cpus: int) -> bool:
 
 
 def _start_lean_head(num_cpus: int) -> None:
-    """A head node on this machine without the autoscaler's monitor and the log monitor (see the
-    module's docstring); the rest as `ray.init(address="local")` would start it."""
+    """A head node on this machine without the autoscaler's monitor, the log monitor and the API
+    server (see the module's docstring); the rest as `ray.init(address="local")` would start it."""
     global _local_node
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
+    class HeadWithoutApiServer(Node):
+        def start_api_server(self, *, include_dashboard: bool | None, raise_on_failure: bool) -> None:
+            """Not started: see the module's docstring."""
+
     params = RayParams(num_cpus=num_cpus, num_gpus=None, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                        temp_dir=_local_temp_dir, include_dashboard=False, no_monitor=True, include_log_monitor=False)
-    _local_node = Node(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
+    _local_node = HeadWithoutApiServer(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
 
 
 def reachable_host(started_local_ray: bool) -> str:
