@@ -30,6 +30,10 @@ Figures per side:
   shared between processes (torch's libraries, Ray's) counts once in all, split among them, so
   the figure is what the tree costs the machine. The largest sum of RSS, which counts a shared
   page once per process, is kept beside it in the JSON (`peak_rss_bytes`).
+- the raw bound of the machine, measured in the same run after each pair of sides: `--workers`
+  processes at once, each stepping `--num-envs` environments with one batched (256, 128) policy
+  inference per tick and nothing else (`benchmarks/raw_bound.py`'s loop), their env steps/s summed;
+  ours is shown as a fraction of it.
 - time to the first update and, for CartPole, to a mean return of 475 over the last 20 episodes
   (RLlib: `env_runners/episode_return_mean` with a 20-episode window), from the start of the side's
   process, so imports and start-up count; "not reached" within `--max-seconds`. The env steps it
@@ -70,8 +74,10 @@ SIDES = ("ours", "rllib")
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 CHILD_START_SLACK_SECONDS = 300
 UNBOUNDED_FRAMES = 10**12
+RAW = "raw"  # the raw bound's loop processes
+RAW_WARMUP_FRAMES = 2_000
 TARGETS = {"trained_ratio": 5.0, "cpu_utilization": 0.95, "target_time_ratio": 0.5, "pss_ratio": 0.45,
-           "first_update_seconds": 5.0}
+           "first_update_seconds": 5.0, "raw_bound_fraction": 0.7}
 
 
 def machine_busy_seconds() -> tuple[float, float]:
@@ -270,8 +276,45 @@ def run_side(args: argparse.Namespace) -> None:
     print(json.dumps(record), flush=True)
 
 
+def run_raw_loop(args: argparse.Namespace) -> None:
+    """Child process: one process of the raw bound; prints its env steps/s as one JSON line."""
+    import gymnasium as gym
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from raw_bound import RawLoop, run_config
+
+    from lamarckian_hpc.runtime.learner import build_model
+
+    torch.set_num_threads(1)
+    config = run_config(args.env, args.num_envs, args.raw_frames)
+    probe = gym.make(args.env)
+    loop = RawLoop(config, build_model(config, probe.observation_space, probe.action_space))
+    loop.run(RAW_WARMUP_FRAMES)
+    seconds = loop.run(args.raw_frames)
+    print(json.dumps({"side": RAW, "env": args.env, "steps_per_second": args.raw_frames / seconds}), flush=True)
+
+
+def measure_raw_bound(args: argparse.Namespace, env_id: str) -> dict:
+    """`--workers` raw loops at once, one per core; the bound is the sum of their env steps/s."""
+    children = [subprocess.Popen(child_command(args, RAW, env_id), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env={**os.environ, **SINGLE_THREAD}) for _ in range(args.workers)]
+    rates = []
+    for child in children:
+        stdout, stderr = child.communicate(timeout=CHILD_START_SLACK_SECONDS)
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        if child.returncode != 0 or not lines:
+            tail = "\n".join((stdout + stderr).splitlines()[-30:])
+            print(f"raw bound on {env_id} failed (exit {child.returncode}):\n{tail}", file=sys.stderr)
+            return {"side": RAW, "env": env_id, "error": f"exit {child.returncode}", "log_tail": tail}
+        rates.append(json.loads(lines[-1])["steps_per_second"])
+    return {"side": RAW, "env": env_id, "processes": len(rates), "per_process_steps_per_second": rates,
+            "steps_per_second": sum(rates)}
+
+
 def child_command(args: argparse.Namespace, side: str, env_id: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--side", side, "--env", env_id,
+            "--raw-frames", str(args.raw_frames),
             "--workers", str(args.workers), "--num-envs", str(args.num_envs),
             "--batch-size", str(args.batch_size), "--minibatch-size", str(args.minibatch_size),
             "--epochs", str(args.epochs), "--learning-rate", str(args.learning_rate),
@@ -322,6 +365,11 @@ def summarize(runs: list[dict], env_id: str, max_seconds: float) -> dict:
     ours, rllib = summary["ours"], summary["rllib"]
     summary["ratio"] = {key: ours[key] / rllib[key] if ours[key] is not None and rllib[key] else None
                         for key in FIGURES}
+    raw = median_of([run for run in runs if run["env"] == env_id and run["side"] == RAW and "error" not in run],
+                    "steps_per_second")
+    summary["raw_bound"] = {"sampled_steps_per_second": raw}
+    summary["ours_of_raw_bound"] = {key: ours[key] / raw if ours[key] is not None and raw else None
+                                    for key in ("sampled_steps_per_second", "trained_steps_per_second")}
     if ours["target_seconds"] is not None and rllib["target_reached"] is not None and rllib["target_seconds"] is None:
         # RLlib's time to the target lies beyond the budget, so the ratio is below this bound.
         summary["ratio"]["target_seconds_below"] = ours["target_seconds"] / max_seconds
@@ -358,6 +406,10 @@ def print_table(summaries: list[dict]) -> None:
                        cell(memory, ".2f"), cell(figures["first_update_seconds"], ".2f" if is_ratio else ".1f"),
                        target_cell(figures, is_ratio) if has_target else "n/a"]
             print(f"| {summary['env']} | {name} | " + " | ".join(columns) + " |")
+        raw, share = summary["raw_bound"]["sampled_steps_per_second"], summary["ours_of_raw_bound"]
+        print(f"| {summary['env']} | raw bound (no learning) | {cell(raw, ',.0f')} | | | | | | |")
+        print(f"| {summary['env']} | ours/raw bound | {cell(share['sampled_steps_per_second'], '.2f')} | "
+              f"{cell(share['trained_steps_per_second'], '.2f')} | | | | | |")
 
 
 def print_targets(summaries: list[dict]) -> None:
@@ -373,7 +425,11 @@ def print_targets(summaries: list[dict]) -> None:
                    f"{cell(ratios['peak_pss_bytes'], '.2f')}x",
                    ratios["peak_pss_bytes"] is not None and ratios["peak_pss_bytes"] <= TARGETS["pss_ratio"]),
                   (f"first update <= {TARGETS['first_update_seconds']:.0f} s from process start", first,
-                   f"{cell(first, '.1f')} s", first is not None and first <= TARGETS["first_update_seconds"])]
+                   f"{cell(first, '.1f')} s", first is not None and first <= TARGETS["first_update_seconds"]),
+                  (f"env steps/s trained >= {TARGETS['raw_bound_fraction']:.0%} of the raw bound",
+                   summary["ours_of_raw_bound"]["trained_steps_per_second"],
+                   cell(summary["ours_of_raw_bound"]["trained_steps_per_second"], ".0%"),
+                   (summary["ours_of_raw_bound"]["trained_steps_per_second"] or 0) >= TARGETS["raw_bound_fraction"])]
         if summary["ours"]["target_reached"] is not None:
             time_ratio, bound = ratios["target_seconds"], ratios.get("target_seconds_below")
             if time_ratio is None and bound is not None:
@@ -405,11 +461,16 @@ def main() -> None:
                         help="RLlib's value-loss weight; 0.25 would equal ours (0.5 x half the squared error)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--raw-frames", type=int, default=100_000,
+                        help="env steps each process of the raw bound takes (0: do not measure the bound)")
+    parser.add_argument("--side", choices=(*SIDES, RAW), help=argparse.SUPPRESS)
     parser.add_argument("--env", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.batch_size % args.minibatch_size:
         parser.error("--batch-size must be a multiple of --minibatch-size (ours splits a batch into equal parts)")
+    if args.side == RAW:
+        run_raw_loop(args)
+        return
     if args.side is not None:
         run_side(args)
         return
@@ -421,6 +482,9 @@ def main() -> None:
             for side in order:
                 print(f"repeat {repeat + 1}/{args.repeats}: {side} on {env_id}", file=sys.stderr, flush=True)
                 runs.append({"repeat": repeat, **run_child(args, side, env_id)})
+            if args.raw_frames > 0:
+                print(f"repeat {repeat + 1}/{args.repeats}: raw bound on {env_id}", file=sys.stderr, flush=True)
+                runs.append({"repeat": repeat, **measure_raw_bound(args, env_id)})
     summaries = [summarize(runs, env_id, args.max_seconds) for env_id in args.envs]
     print(f"\n{args.workers} workers x {args.num_envs} envs, batch {args.batch_size}, minibatch "
           f"{args.minibatch_size}, {args.epochs} epoch(s), our sampling {args.sampling}; {os.cpu_count()} cores; "

@@ -91,6 +91,13 @@ def _vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
                 value = values.get(key)
                 row[title] = value / 1e9 if key.startswith("peak_") and side != "ratio" and value else value
             rows.append(row)
+        if "raw_bound" in summary:  # measured in the same run since the raw bound joined the benchmark
+            share = summary["ours_of_raw_bound"]
+            rows += [{"env": summary["env"], "side": "raw bound (no learning)",
+                      columns["sampled_steps_per_second"]: summary["raw_bound"]["sampled_steps_per_second"]},
+                     {"env": summary["env"], "side": "ours / raw bound",
+                      columns["sampled_steps_per_second"]: share["sampled_steps_per_second"],
+                      columns["trained_steps_per_second"]: share["trained_steps_per_second"]}]
     return pd.DataFrame(rows).dropna(axis=1, how="all")  # older files have RSS sums, newer PSS
 
 
