@@ -309,13 +309,16 @@ class DistributedTrainer:
         return result
 
     def close(self) -> None:
+        # The learner's sockets close before the actors die. The other way round, libzmq (4.3.5)
+        # aborts the process when a peer's connection drops while a multipart message to or from
+        # it is half through a pipe that is being torn down (session_base.cpp, clean_pipes).
+        self.receiver.close()
+        self.broadcast.close()  # closes the publisher, then kills the relays, so Ray must still be up
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []
-        self.broadcast.close()  # kills the relays, so Ray must still be up
         if self.started_ray:
             shutdown_ray()
-        self.receiver.close()
         stop_authenticator(self.context)
         self.context.term()
         if self.own_key_folder is not None:

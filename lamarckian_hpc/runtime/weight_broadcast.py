@@ -150,9 +150,9 @@ class WeightBroadcast:
         return stats
 
     def close(self) -> None:
+        self.publisher.close()  # first: see DistributedTrainer.close
         for relay in self.relays.values():
             ray.kill(relay, no_restart=True)
         self.relays = {}
-        self.publisher.close()
         if self.ipc_dir is not None:
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
