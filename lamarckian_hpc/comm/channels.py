@@ -37,8 +37,9 @@ WEIGHTS = "weights"
 #: cannot fill the log (or the memory of whatever keeps log records).
 MALFORMED_LOGGED = 10
 #: Kernel buffers of the experience channel. Small on purpose: every queued message is experience
-#: that grows staler while it waits, so the queue between actors and learner is kept short (a few
-#: messages per actor) and a learner that falls behind slows the actors instead of aging the data.
+#: that grows staler while it waits, so the queue between actors and learner is kept short and a
+#: learner that falls behind slows the actors instead of aging the data. The queue's length is the
+#: sender's high-water mark: an actor's share of one batch (`runtime.sampling.queued_messages`).
 SOCKET_BUFFER_BYTES = 8 * 1024
 
 

@@ -24,7 +24,7 @@ from ..comm import ExperienceSender, JobKeys, Message, WeightSubscriber, limit_b
 from ..config import A3CConfig, RunConfig
 from ..mdp import EnvironmentFailingError
 from .messages import Recorded, env_failing_message, experience_message, gradients_message, hello_message
-from .sampling import SamplingSide, make_sampling_side, steps_per_update
+from .sampling import SamplingSide, make_sampling_side, queued_messages, steps_per_update
 
 log = logging.getLogger(__name__)
 WAIT_POLL_MS = 50
@@ -53,8 +53,10 @@ class ActorLoop:
             keys = JobKeys.load(config.runtime.key_folder)
         subscriber = WeightSubscriber(context, self.weights_address, keys=keys,
                                       max_message_bytes=limit_bytes(config.runtime.max_message_megabytes))
-        sender = ExperienceSender(context, self.experience_address, keys=keys)
         side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1), use_torch=self.use_torch)
+        observation_space = side.sampler.mdps[0].observation_space(None)
+        sender = ExperienceSender(context, self.experience_address, keys=keys,
+                                  high_water_mark=queued_messages(config, self.num_actors, observation_space))
         if side.model is not None:  # A3C, CNN or asked for: this actor runs torch
             import torch
 

@@ -9,6 +9,7 @@ out of this module's top level.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
@@ -69,6 +70,22 @@ def steps_per_update(config: RunConfig) -> int:
     """Training steps the learner gathers before an update (one actor message for DQN and A3C)."""
     batch_size = getattr(config.algorithm, "batch_size", None)
     return batch_size if batch_size is not None else config.runtime.rollout_steps * config.env.num_envs
+
+
+#: The most experience one actor keeps queued for the learner, in bytes (image observations).
+MAX_QUEUED_BYTES = 64 * 1024 * 1024
+
+
+def queued_messages(config: RunConfig, num_actors: int, observation_space: gym.Space) -> int:
+    """Messages an actor may have queued for the learner: its share of one batch (at most
+    MAX_QUEUED_BYTES). While the learner updates, its actors sample on into the queue, so the next
+    batch is waiting when the update ends; with a shorter queue they would stop until the learner
+    drained it, then the learner would wait for them. A queued step ages by at most the one update
+    it waits through."""
+    rollout = config.runtime.rollout_steps * config.env.num_envs
+    share = math.ceil(steps_per_update(config) / num_actors)
+    message_bytes = rollout * max(1, int(np.prod(observation_space.shape or (1,))) * observation_space.dtype.itemsize)
+    return max(1, min(math.ceil(share / rollout), MAX_QUEUED_BYTES // message_bytes))
 
 
 def recorded_every(config: RunConfig) -> int:
