@@ -24,12 +24,14 @@ everything runs on loopback, where all processes share the machine's cores and m
 Needs the `bench` extra (mpi4py and PyPI's mpich) for the MPI column; `--no-mpi` leaves it out.
 
     python benchmarks/broadcast.py [--receivers 4 8 16 32] [--per-node 2] [--megabytes 4] [--reps 10]
-                                   [--emulate-links] [--link-rate 1gbit] [--no-mpi]
+                                   [--emulate-links] [--link-rate 1gbit] [--no-mpi] [--output PATH]
 
-Prints a Markdown table and writes benchmarks/results/broadcast.json (one section per link mode;
-a run updates only its own mode's section). The runtime encrypts its sockets with CURVE by default
-(`runtime.transport_security`); `--curve` does the same here (every TCP or IPC connection is
-encrypted separately, so each copy also costs the sender CPU), the MPI column stays plain.
+Prints a Markdown table and writes benchmarks/results/broadcast.json, or `--output` (one section
+per link mode; a run updates only its own mode's section of that file). MPI runs `mpiexec` from
+PATH; when it, or mpi4py, is missing the row records `mpi_error` and the MPI column is n/a. The
+runtime encrypts its sockets with CURVE by default (`runtime.transport_security`); `--curve` does
+the same here (every TCP or IPC connection is encrypted separately, so each copy also costs the
+sender CPU), the MPI column stays plain.
 """
 
 from __future__ import annotations
@@ -293,6 +295,8 @@ def main() -> None:
     parser.add_argument("--no-mpi", action="store_true")
     parser.add_argument("--curve", action="store_true", help="encrypt the ZeroMQ sockets as the runtime does by default")
     parser.add_argument("--mpi-timeout", type=float, default=300.0)
+    parser.add_argument("--output", type=Path, default=RESULTS,
+                        help="results file; a run replaces only its own link mode's section (default: %(default)s)")
     parser.add_argument("--node-spec", help=argparse.SUPPRESS)
     parser.add_argument("--mpi-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
@@ -310,11 +314,12 @@ def main() -> None:
     result = run(args)
     result.update(machine=platform.node(), cores=os.cpu_count(), python=platform.python_version(),
                   date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    output = args.output
+    stored = json.loads(output.read_text()) if output.exists() else {}
     stored[result["link_mode"]] = result
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(stored, indent=2) + "\n")
-    print(f"wrote {RESULTS} ({result['link_mode']})")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(stored, indent=2) + "\n")
+    print(f"wrote {output} ({result['link_mode']})")
 
 
 if __name__ == "__main__":

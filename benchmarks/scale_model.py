@@ -40,9 +40,14 @@ whose model has those weights, because beta * actors depends on whether the lear
 the actors, which this machine cannot tell.
 
     python benchmarks/scale_model.py [--cores-per-node 40] [--update-seconds U]
+                                     [--sampling-hosts PATH] [--broadcast PATH] [--staleness PATH]
+                                     [--output PATH]
 
-Prints the calibration, the check against the measured points and the prediction table; writes
-benchmarks/results/scale_model.json and, when matplotlib is installed, scale_model.png.
+Reads benchmarks/results/sampling_hosts.json, broadcast.json and staleness.json, or the files
+`--sampling-hosts`, `--broadcast` and `--staleness` name (`benchmarks/reproduce.py` points the
+last two at the results it has just measured). Prints the calibration, the check against the
+measured points and the prediction table; writes benchmarks/results/scale_model.json (or
+`--output`) and, when matplotlib is installed, scale_model.png beside it (the same name, .png).
 """
 
 from __future__ import annotations
@@ -234,8 +239,7 @@ def figure(rows: list[dict[str, Any]], points: list[dict[str, Any]], rate: str, 
     return f"wrote {path}"
 
 
-def _load(name: str) -> dict[str, Any] | None:
-    path = RESULTS / f"{name}.json"
+def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -243,11 +247,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cores-per-node", type=int, default=40)
     parser.add_argument("--update-seconds", type=float, default=None)
+    parser.add_argument("--sampling-hosts", type=Path, default=RESULTS / "sampling_hosts.json",
+                        help="sampling_hosts.py's results: the per-hop costs (default: %(default)s)")
+    parser.add_argument("--broadcast", type=Path, default=RESULTS / "broadcast.json",
+                        help="broadcast.py's results: loopback latency, emulated checks (default: %(default)s)")
+    parser.add_argument("--staleness", type=Path, default=RESULTS / "staleness.json",
+                        help="staleness.py's results: staleness of the 4 MB model (default: %(default)s)")
+    parser.add_argument("--output", type=Path, default=RESULTS / "scale_model.json",
+                        help="results file; the figure goes beside it as .png (default: %(default)s)")
     args = parser.parse_args()
-    hosts_run = _load("sampling_hosts")
+    hosts_run = _load(args.sampling_hosts)
     if hosts_run is None or not hosts_run["links"]["hosts"]:
-        raise SystemExit("no per-hop costs: run benchmarks/sampling_hosts.py first (as root)")
-    broadcast, staleness = _load("broadcast"), _load("staleness")
+        raise SystemExit(f"no per-hop costs in {args.sampling_hosts}: run benchmarks/sampling_hosts.py first (as root)")
+    broadcast, staleness = _load(args.broadcast), _load(args.staleness)
+    for name, path, value in (("broadcast", args.broadcast, broadcast), ("staleness", args.staleness, staleness)):
+        print(f"{name}: {path}" + ("" if value is not None else " (missing: left out)"))
     rows = link_rows(hosts_run)
     params = calibrate(rows)
     alpha_h, beta_h, hosts_points = hosts_staleness(params, hosts_run)
@@ -284,11 +298,12 @@ def main() -> None:
     for p in missed:
         print(f"  missed: {p['what']} ({p['role']}): model {p['predicted']:.2f} against {p['measured']:.2f}, "
               f"{100 * p['error']:+.0f}%")
-    note = figure(prediction, points, hosts_run["links"]["rate"], RESULTS / "scale_model.png")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    note = figure(prediction, points, hosts_run["links"]["rate"], args.output.with_suffix(".png"))
     print(note)
-    (RESULTS / "scale_model.json").write_text(json.dumps({
+    args.output.write_text(json.dumps({
         "parameters_seconds": params,
-        "calibration": {"source": "sampling_hosts.json", "measured": hosts_run["date"],
+        "calibration": {"source": args.sampling_hosts.name, "measured": hosts_run["date"],
                         "commit": hosts_run.get("commit"), "megabytes": hosts_run["links"]["megabytes"],
                         "rate": hosts_run["links"]["rate"], "security": hosts_run["links"]["security"],
                         "hosts": list(CALIBRATION_HOSTS)},
@@ -298,8 +313,10 @@ def main() -> None:
         "checks_within_tolerance": f"{sum(p['within'] for p in checks)}/{len(checks)}",
         "missed": [{"what": p["what"], "error": p["error"]} for p in missed],
         "prediction": prediction, "figure": note,
+        "inputs": {"sampling_hosts": str(args.sampling_hosts), "broadcast": str(args.broadcast) if broadcast else None,
+                   "staleness": str(args.staleness) if staleness else None},
     }, indent=2) + "\n")
-    print(f"wrote {RESULTS / 'scale_model.json'}")
+    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

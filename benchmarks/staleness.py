@@ -14,9 +14,9 @@ All simulated nodes share this machine's cores and loopback, so this measures th
 inside a training run, not the network savings of separate hosts (see `broadcast.py
 --emulate-links` for those).
 
-    python benchmarks/staleness.py [--actors 2 4 8] [--per-node 2] [--frames 24000]
+    python benchmarks/staleness.py [--actors 2 4 8] [--per-node 2] [--frames 24000] [--output PATH]
 
-Prints a Markdown table and writes benchmarks/results/staleness.json.
+Prints a Markdown table and writes benchmarks/results/staleness.json (or `--output`).
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=24000)
     parser.add_argument("--hidden", type=int, default=1024, help="units of each of the two layers")
     parser.add_argument("--skip", type=int, default=2, help="first updates left out (start-up)")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="results file (default: %(default)s)")
     args = parser.parse_args()
     ray.init(address="local", num_cpus=max(args.actors), include_dashboard=False, object_store_memory=100 * 1024 * 1024,
              logging_level=logging.ERROR)
@@ -114,13 +115,13 @@ def main() -> None:
                       flush=True)
     finally:
         ray.shutdown()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({
         "rows": rows, "frames": args.frames, "per_node": args.per_node, "hidden": args.hidden, "skip": args.skip,
         "machine": platform.node(), "cores": os.cpu_count(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

@@ -295,13 +295,49 @@ def test_report_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert not os.path.exists(tmp_path / "empty" / "report")
 
 
+REPRODUCE = [sys.executable, str(ROOT / "benchmarks" / "reproduce.py")]
+
+
 def test_reproduce_lists_one_array_task_per_experiment() -> None:
-    """slurm/reproduce.sbatch sizes its job array with --count and runs task K with --task-index K."""
-    script = [sys.executable, str(ROOT / "benchmarks" / "reproduce.py")]
-    count = int(subprocess.run([*script, "--count"], capture_output=True, text=True, check=True).stdout)
-    listing = subprocess.run([*script, "--list", "--scale", "small"], capture_output=True, text=True, check=True)
-    lines = listing.stdout.splitlines()
-    assert len(lines) == count and [int(line.split()[0]) for line in lines] == list(range(count))
-    assert any("lamarckian-hpc train" in line for line in lines) and any("evolve" in line for line in lines)
-    bad = subprocess.run([*script, "--task-index", str(count)], capture_output=True, text=True)
+    """slurm/reproduce.sbatch sizes its job array with --count and runs task K with --task-index K;
+    every experiment has a command of its own at every scale: nothing is copied from benchmarks/results."""
+    count = int(subprocess.run([*REPRODUCE, "--count"], capture_output=True, text=True, check=True).stdout)
+    for scale in ("small", "medium", "large", "paper"):  # paper: the old name of large
+        listing = subprocess.run([*REPRODUCE, "--list", "--scale", scale], capture_output=True, text=True, check=True)
+        lines = listing.stdout.splitlines()
+        assert len(lines) == count and [int(line.split()[0]) for line in lines] == list(range(count))
+        assert any("lamarckian-hpc train" in line for line in lines) and any("evolve" in line for line in lines)
+        assert not [line for line in lines if "copied" in line or "not run" in line], listing.stdout
+        assert all(line.split(": ", 1)[1].startswith(("lamarckian-hpc ", "python ")) for line in lines), listing.stdout
+        for name in ("vs_rllib", "pbt_vs_tune", "broadcast", "staleness", "scale_model"):
+            assert any(f" {name}: python benchmarks/" in line and "{out}/" in line for line in lines), name
+    bad = subprocess.run([*REPRODUCE, "--task-index", str(count)], capture_output=True, text=True)
     assert bad.returncode == 2 and "--task-index must be in" in bad.stderr
+
+
+def test_reproduce_table_has_the_papers_values_and_says_when_rllib_is_missing(tmp_path: Path) -> None:
+    """A real NSGA-II run and the two peer comparisons with a peer interpreter that has no RLlib
+    (this Python without its site-packages): experiments.md puts the paper's figure and value
+    beside the figure measured here, and the peer rows say they were not run, and why."""
+    peer = tmp_path / "python-without-site-packages"
+    peer.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    peer.chmod(0o755)
+    out = tmp_path / "out"
+    subprocess.run([*REPRODUCE, "--only", "nsga2_zdt1", "vs_rllib", "pbt_vs_tune", "--peer-python", str(peer),
+                    "--no-report", "--out", str(out)], check=True, capture_output=True, text=True, timeout=300)
+    table = (out / "experiments.md").read_text()
+    header = next(line for line in table.splitlines() if line.startswith("| experiment"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert columns[:5] == ["experiment", "paper", "paper's reported value", "measured here", "where this scale differs"]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.strip("|").split("|")]
+            for line in table.splitlines() if line.startswith("| ") and not line.startswith(("| experiment", "|---"))}
+    assert set(rows) == {"nsga2_zdt1", "vs_rllib", "pbt_vs_tune"}
+    nsga2 = dict(zip(columns, rows["nsga2_zdt1"]))
+    assert nsga2["paper"] == "Fig. 11b" and "NSGA-II" in nsga2["paper's reported value"]
+    assert nsga2["how"] == "ran" and nsga2["measured here"].startswith("hypervolume 0.")
+    assert "ZDT1" in nsga2["where this scale differs"]
+    assert "copied" not in table and not list(out.glob("*.json"))
+    for name, paper in (("vs_rllib", "Table IV"), ("pbt_vs_tune", "Fig. 9")):
+        row = dict(zip(columns, rows[name]))
+        assert row["how"].startswith("not run: needs RLlib") and "benchmarks/vs_rllib.py" in row["how"], row
+        assert paper in row["paper"] and row["paper's reported value"] not in ("", "-")
