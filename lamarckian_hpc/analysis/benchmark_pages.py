@@ -120,6 +120,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "faults.tried": _fault_totals,
     "pbt_vs_tune_run2": pbt_vs_tune_frame, "pbt_vs_tune_idle": pbt_vs_tune_frame,
     "pbt_vs_tune_quiet": pbt_vs_tune_frame, "pbt_vs_tune_batched": pbt_vs_tune_frame,
+    "pbt_vs_tune_run6": pbt_vs_tune_frame,
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
     "learner_device": lambda data: pd.DataFrame(data["rows"])[["device", "device_name", "threads", "batch",
