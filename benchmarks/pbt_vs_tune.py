@@ -15,13 +15,13 @@ Sides (`--sides`, each run in a subprocess of its own that prints one JSON line,
   (0.25) and factors (1.2, 0.8), a perturbation every 16 iterations of 256 env steps (4,096 env
   frames), values clipped to the intervals after a perturbation as ours are (a `custom_explore_fn`).
 
-Both learners get the same PPO: 8 CartPole-v1 environments sampled in the learner's own process
-(RLlib: `num_env_runners=0`), a batch of 256 env steps, 20 epochs of 4 minibatches of 64, gamma
-0.98, GAE lambda 0.8, clip 0.2, gradient norm 0.5, no KL penalty, no value clip, separate (64, 64)
-tanh policy and value networks, the score a mean over the last 20 episodes. Every process runs
-one torch thread (OMP/MKL threads 1), and Ray's workers run at normal priority on both sides
-(`RAY_worker_niceness=0`; Ray's default, nice 15, starves them on a machine shared with other
-work). Each Tune trial asks for half a CPU (`num_cpus_per_learner=0.5`, `num_cpus_for_main_process=0.5`)
+Both learners get the same PPO, read from `configs/pbt_ppo_cartpole.yaml`'s `ppo` section: 8
+CartPole-v1 environments sampled in the learner's own process (RLlib: `num_env_runners=0`), a
+batch of 256 env steps, 10 epochs of 2 minibatches of 128, gamma 0.98, GAE lambda 0.8, clip 0.2,
+gradient norm 0.5, no KL penalty, no value clip, separate (64, 64) tanh policy and value
+networks, the score a mean over the last 20 episodes. Every process runs one torch thread
+(OMP/MKL threads 1), and Ray's workers run at normal priority on both sides (`RAY_worker_niceness=0`;
+Ray's default, nice 15, starves them on a machine shared with other work). Each Tune trial asks for half a CPU (`num_cpus_per_learner=0.5`, `num_cpus_for_main_process=0.5`)
 so that all four trials run at once on two cores, as our four members do; Tune's PBT runs in its
 default asynchronous mode. Times count from the start of the side's process (imports, starting
 Ray or the workers and building the learners included); a side that has not reached the target by `--cap-seconds`
@@ -58,7 +58,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "pbt_vs_tune.json"
 SIDES = ("ours", "independent", "tune")
 TARGET = 475.0
 POPULATION = 4
-BATCH, MINIBATCH, EPOCHS, INTERVAL_FRAMES = 256, 64, 20, 4096
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 
 
@@ -68,8 +67,14 @@ def process_seconds() -> float:
     return time.time() - psutil.Process().create_time()
 
 
-def run_ours(args: argparse.Namespace, independent: bool) -> dict:
+def our_config(overrides: list[str] | None = None):
+    """configs/pbt_ppo_cartpole.yaml: our side's settings, and the PPO and interval Tune's side is given."""
     from lamarckian_hpc.config import PBTConfig, load_config
+
+    return load_config(CONFIG, overrides or [], PBTConfig)
+
+
+def run_ours(args: argparse.Namespace, independent: bool) -> dict:
     from lamarckian_hpc.evorl import run_pbt
     from lamarckian_hpc.evorl.pbt_ppo import progress_line
 
@@ -79,7 +84,7 @@ def run_ours(args: argparse.Namespace, independent: bool) -> dict:
         overrides.append(f"runtime.mode={args.mode}")
     if independent:
         overrides += ["algorithm.exploit=none", "stop.until=all"]
-    config = load_config(CONFIG, overrides, PBTConfig)
+    config = our_config(overrides)
     names = tuple(config.algorithm.hyperparameters)
     result = run_pbt(config, on_interval=lambda report: print(progress_line(report, names), file=sys.stderr))
     offset = result.started_at - (time.time() - process_seconds())  # process start -> training start
@@ -97,6 +102,8 @@ def run_tune(args: argparse.Namespace) -> dict:
 
     ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
              object_store_memory=OBJECT_STORE_BYTES)
+    ours = our_config()
+    ppo, interval = ours.ppo, ours.algorithm.interval_env_frames
     ranges = {"lr": (1e-5, 0.1), "vf_loss_coeff": (0.01, 1.0), "entropy_coeff": (1e-4, 0.1)}
     config = (
         PPOConfig()
@@ -104,8 +111,9 @@ def run_tune(args: argparse.Namespace) -> dict:
         .env_runners(num_env_runners=0, num_envs_per_env_runner=8)
         .learners(num_learners=0, num_cpus_per_learner=0.5)
         .resources(num_cpus_for_main_process=0.5)
-        .training(train_batch_size_per_learner=BATCH, minibatch_size=MINIBATCH, num_epochs=EPOCHS, gamma=0.98,
-                  lambda_=0.8, clip_param=0.2, grad_clip=0.5, use_kl_loss=False, vf_clip_param=1e9,
+        .training(train_batch_size_per_learner=ppo.batch_size, minibatch_size=ppo.minibatch_size,
+                  num_epochs=ppo.num_epochs, gamma=ppo.gamma, lambda_=ppo.gae_lambda, clip_param=ppo.clip_range,
+                  grad_clip=ppo.max_grad_norm, use_kl_loss=False, vf_clip_param=1e9,
                   lr=tune.loguniform(1e-4, 3e-3), vf_loss_coeff=tune.uniform(0.1, 1.0),
                   entropy_coeff=tune.loguniform(1e-4, 1e-2))
         .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh",
@@ -120,7 +128,7 @@ def run_tune(args: argparse.Namespace) -> dict:
         return new_config
 
     scheduler = PopulationBasedTraining(
-        time_attr="training_iteration", perturbation_interval=INTERVAL_FRAMES // BATCH, quantile_fraction=0.25,
+        time_attr="training_iteration", perturbation_interval=interval // ppo.batch_size, quantile_fraction=0.25,
         resample_probability=0.25, perturbation_factors=(1.2, 0.8), custom_explore_fn=clip,
         hyperparam_mutations={"lr": tune.loguniform(*ranges["lr"]),
                               "vf_loss_coeff": tune.uniform(*ranges["vf_loss_coeff"]),
@@ -219,6 +227,8 @@ def main() -> None:
         records[side] = run_child(args, side)
         print(json.dumps({k: v for k, v in records[side].items() if k != "log_tail"}), file=sys.stderr, flush=True)
     cap = args.cap_seconds
+    ours = our_config()
+    ppo = ours.ppo
     print(f"\nCartPole-v1, population {POPULATION}, target mean return {TARGET:g} (last 20 episodes); "
           f"{os.cpu_count()} cores; seconds from process start\n")
     print("| side | best member reaches 475 (s) | median member reaches 475 (s) | members that reached it |")
@@ -247,7 +257,8 @@ def main() -> None:
         "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "load_average": os.getloadavg(),
         "settings": {"workers": args.workers, "mode": args.mode, "cap_seconds": cap, "seed": args.seed, "population": POPULATION,
-                     "batch": BATCH, "minibatch": MINIBATCH, "epochs": EPOCHS, "interval_frames": INTERVAL_FRAMES},
+                     "batch": ppo.batch_size, "minibatch": ppo.minibatch_size, "epochs": ppo.num_epochs,
+                     "interval_frames": ours.algorithm.interval_env_frames},
         "summary": summary, "records": records,
     }, indent=2))
     print(f"\nwritten: {args.output}")

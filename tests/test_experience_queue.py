@@ -30,6 +30,10 @@ def test_the_queue_is_one_batch_share_in_messages_and_bounded_in_bytes() -> None
     message_bytes = rollout * 4 * 84 * 84
     assert queued_messages(load_config(CONFIGS / "ppo_cartpole.yaml", ["algorithm.batch_size=65536"]), 2,
                            image) == MAX_QUEUED_BYTES // message_bytes < 65536 // 2 // rollout
+    # A Dict space has no dtype: its elements (here 4 + 1 of an image each) count 8 bytes.
+    game = gym.spaces.Dict({"screen": image, "score": gym.spaces.Discrete(10)})
+    assert queued_messages(load_config(CONFIGS / "ppo_cartpole.yaml", ["algorithm.batch_size=65536"]), 2,
+                           game) == MAX_QUEUED_BYTES // (rollout * (4 * 84 * 84 + 1) * 8)
 
 
 def test_an_actor_queues_its_share_while_the_learner_does_not_receive() -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..storage.trajectories import EpisodeRecord
+if TYPE_CHECKING:  # actor processes import this module: h5py stays out of them
+    from ..storage.trajectories import EpisodeRecord
 
 
 @dataclass(frozen=True)

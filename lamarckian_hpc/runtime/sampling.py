@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 import gymnasium as gym
 import numpy as np
 
+from ..comm.limits import space_elements
 from ..config import A3CConfig, DQNConfig, RunConfig
 from ..mdp import EpisodeSelector, ExperienceBuffer, GymMDP, PolicyOutput, Sampler, TrainingController, make_gym_env
 from .network_layout import actor_critic_layout, q_network_layout
@@ -84,7 +85,8 @@ def queued_messages(config: RunConfig, num_actors: int, observation_space: gym.S
     it waits through."""
     rollout = config.runtime.rollout_steps * config.env.num_envs
     share = math.ceil(steps_per_update(config) / num_actors)
-    message_bytes = rollout * max(1, int(np.prod(observation_space.shape or (1,))) * observation_space.dtype.itemsize)
+    dtype = getattr(observation_space, "dtype", None)  # None for Dict and Tuple spaces: assume 8 bytes
+    message_bytes = rollout * space_elements(observation_space) * (dtype.itemsize if dtype is not None else 8)
     return max(1, min(math.ceil(share / rollout), MAX_QUEUED_BYTES // message_bytes))
 
 
