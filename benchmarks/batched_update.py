@@ -1,10 +1,11 @@
 """PPO update time of a population, member by member (`ppo_update`) against batched (`BatchedPPO`).
 
 The PBT workload of `configs/pbt_ppo_cartpole.yaml`: its model (policy (64, 64) tanh, a critic of
-its own), batch 256 in 4 minibatches of 64, 20 epochs, Adam with eps 1e-5 as the learners build it;
-members differ in learning rate, value weight and entropy weight as PBT makes them differ. Batches
-are random but valid CartPole batches (observations of CartPole's shape, actions and their
-log-probabilities sampled from the member's policy, random advantages and returns).
+its own), its PPO batch, minibatches and epochs (256 in 2 minibatches of 128, 10 epochs), Adam with
+eps 1e-5 as the learners build it; members differ in learning rate, value weight and entropy weight
+as PBT makes them differ. Batches are random but valid CartPole batches (observations of CartPole's
+shape, actions and their log-probabilities sampled from the member's policy, random advantages and
+returns).
 
 For 1, 4 and 16 members, with torch pinned to 1 and to 2 threads: milliseconds of one update of
 the whole population, member by member and batched. "batched" includes `write_back` (each
@@ -111,7 +112,9 @@ def main() -> None:
             rows.append(measure(count, threads, args.repeats))
             summary = {k: v for k, v in rows[-1].items() if not k.endswith("_all")}
             print(json.dumps(summary), file=sys.stderr, flush=True)
-    print(f"\nPBT CartPole workload (batch 256, minibatch 64, 20 epochs, (64, 64) tanh); median of {args.repeats}; "
+    ppo = load_config(ROOT / "configs" / "pbt_ppo_cartpole.yaml", [], PBTConfig).ppo
+    print(f"\nPBT CartPole workload (batch {ppo.batch_size}, minibatch {ppo.minibatch_size}, {ppo.num_epochs} epochs, "
+          f"(64, 64) tanh); median of {args.repeats}; "
           f"{os.cpu_count()} cores; load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after\n")
     print("| members | threads | one-by-one ms | batched ms | speed-up | batched, stack only ms |")
     print("|---:|---:|---:|---:|---:|---:|")

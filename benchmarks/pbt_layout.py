@@ -1,6 +1,6 @@
 """Where should a PBT population of PPO learners live on one machine? Start-up and throughput of each layout.
 
-Population 4 of `configs/pbt_ppo_cartpole.yaml` (CartPole-v1, PPO batch 256, 20 epochs), trained
+Population 4 of `configs/pbt_ppo_cartpole.yaml` (CartPole-v1, PPO batch 256, 10 epochs), trained
 for `--intervals` intervals of 4,096 env frames per member with exploit and explore on, in each
 layout, one after another, each in a fresh process of its own (so each pays its own imports):
 

@@ -1,40 +1,46 @@
 """PBT+PPO against Ray Tune's PopulationBasedTraining with RLlib's PPO, on the same machine, in one run.
 
+Everything both sides do comes from one PBT config (`--config`, default
+`configs/pbt_ppo_cartpole.yaml`; `configs/pbt_ppo_pong.yaml` is the paper's Figure 9 on vector
+Pong): the environment and its settings, the model, the PPO settings, the population, the searched
+hyperparameters with their intervals and initial intervals, the exploit interval, quantile,
+resample probability and perturbation factors, the score window and the target.
+
 Sides (`--sides`, each run in a subprocess of its own that prints one JSON line, one after another):
 
-- `ours`: `lamarckian-hpc`'s PBT+PPO (`configs/pbt_ppo_cartpole.yaml`): population 4, the members
-  trained on `--workers` worker processes (the config's `runtime.mode`, processes forked from the
-  side's own; `--mode ray` for Ray workers, `--mode serial` for one process), exploit by truncation
-  (bottom quarter copies the top quarter) and explore by perturbation (x0.8 / x1.2, or a fresh draw
-  with probability 0.25) every 4,096 env frames per member.
+- `ours`: `lamarckian-hpc`'s PBT+PPO on the config, the members trained on `--workers` worker
+  processes (the config's `runtime.mode`, processes forked from the side's own; `--mode ray` for
+  Ray workers, `--mode serial` for one process).
 - `independent`: the same population, same seed and initial hyperparameters, with exploit "none"
   (no copies, no explore), run until every member reached the target (or the cap): the
   baseline of the speedup figure, the median member's time to the target.
-- `tune`: Ray Tune's `PopulationBasedTraining` over RLlib's PPO (new API stack): 4 trials, the same
-  hyperparameter intervals and initial intervals, the same quantile (0.25), resample probability
-  (0.25) and factors (1.2, 0.8), a perturbation every 16 iterations of 256 env steps (4,096 env
-  frames), values clipped to the intervals after a perturbation as ours are (a `custom_explore_fn`).
+- `tune`: Ray Tune's `PopulationBasedTraining` over RLlib's PPO (new API stack): one trial per
+  member, a perturbation every interval (in iterations of one train batch), values clipped to the
+  intervals after a perturbation as ours are (a `custom_explore_fn`), the score RLlib's
+  `episode_return_mean` over the same number of episodes.
 
-Both learners get the same PPO, read from `configs/pbt_ppo_cartpole.yaml`'s `ppo` section: 8
-CartPole-v1 environments sampled in the learner's own process (RLlib: `num_env_runners=0`), a
-batch of 256 env steps, 10 epochs of 2 minibatches of 128, gamma 0.98, GAE lambda 0.8, clip 0.2,
-gradient norm 0.5, no KL penalty, no value clip, separate (64, 64) tanh policy and value
-networks, the score a mean over the last 20 episodes. Every process runs one torch thread
-(OMP/MKL threads 1), and Ray's workers run at normal priority on both sides (`RAY_worker_niceness=0`;
-Ray's default, nice 15, starves them on a machine shared with other work). Each Tune trial asks for half a CPU (`num_cpus_per_learner=0.5`, `num_cpus_for_main_process=0.5`)
-so that all four trials run at once on two cores, as our four members do; Tune's PBT runs in its
-default asynchronous mode. Times count from the start of the side's process (imports, starting
-Ray or the workers and building the learners included); a side that has not reached the target by `--cap-seconds`
-is stopped and reported as '>cap'.
+Both learners sample their environments in the learner's own process (RLlib: `num_env_runners=0`)
+with no KL penalty and no value clip; with the CartPole config, 8 environments, a batch of 256 env
+steps in 10 epochs of 2 minibatches of 128, gamma 0.98, GAE lambda 0.8, separate (64, 64) tanh
+policy and value networks. Every process runs one torch thread (OMP/MKL threads 1), and Ray's
+workers run at normal priority on both sides (`RAY_worker_niceness=0`; Ray's default, nice 15,
+starves them on a machine shared with other work). Each Tune trial asks for half a CPU
+(`num_cpus_per_learner=0.5`, `num_cpus_for_main_process=0.5`) so that all four trials run at
+once on two cores, as our four members do; Tune's PBT runs in its default asynchronous mode.
+Times count from the start of the side's process (imports, starting Ray or the workers and
+building the learners included); a side that has not reached the target by `--cap-seconds` is
+stopped and reported as '>cap'.
 
-    python benchmarks/pbt_vs_tune.py [--sides ours independent tune] [--cap-seconds 900] [--mode fork]
+    python benchmarks/pbt_vs_tune.py [--config configs/pbt_ppo_pong.yaml] [--sides ours independent tune]
+                                     [--cap-seconds 900] [--mode fork]
 
-Prints Markdown tables and writes benchmarks/results/pbt_vs_tune.json.
+Prints Markdown tables and writes benchmarks/results/pbt_vs_tune.json (`--output`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -56,8 +62,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pbt_ppo_cartpole.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "pbt_vs_tune.json"
 SIDES = ("ours", "independent", "tune")
-TARGET = 475.0
-POPULATION = 4
+#: Our searched hyperparameters, by the names RLlib's PPO gives them.
+TUNE_NAMES = {"learning_rate": "lr", "value_weight": "vf_loss_coeff", "entropy_weight": "entropy_coeff"}
+ENV_NAME = "pbt-vs-tune-env"
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 
 
@@ -67,24 +74,32 @@ def process_seconds() -> float:
     return time.time() - psutil.Process().create_time()
 
 
-def our_config(overrides: list[str] | None = None):
-    """configs/pbt_ppo_cartpole.yaml: our side's settings, and the PPO and interval Tune's side is given."""
+def our_config(args: argparse.Namespace, overrides: list[str] | None = None):
+    """`--config`: our side's settings, and the environment, PPO, population, search space, interval
+    and target Tune's side is given."""
     from lamarckian_hpc.config import PBTConfig, load_config
 
-    return load_config(CONFIG, overrides or [], PBTConfig)
+    config = load_config(args.config, overrides or [], PBTConfig)
+    if config.stop.target_return is None:
+        raise SystemExit(f"{args.config}: stop.target_return is not set; both sides are timed to it")
+    unknown = set(config.algorithm.hyperparameters) - set(TUNE_NAMES)
+    if unknown:
+        raise SystemExit(f"{args.config}: Tune's side cannot search {sorted(unknown)}; it searches {sorted(TUNE_NAMES)}")
+    if config.model.critic_hidden_sizes and not config.model.share_trunk:
+        raise SystemExit(f"{args.config}: RLlib's value network is the policy's layers, without critic_hidden_sizes")
+    return config
 
 
 def run_ours(args: argparse.Namespace, independent: bool) -> dict:
     from lamarckian_hpc.evorl import run_pbt
     from lamarckian_hpc.evorl.pbt_ppo import progress_line
 
-    overrides = [f"seed={args.seed}", f"runtime.num_workers={args.workers}", f"stop.max_wall_seconds={args.cap_seconds}",
-                 f"stop.target_return={TARGET}", f"algorithm.population_size={POPULATION}"]
+    overrides = [f"seed={args.seed}", f"runtime.num_workers={args.workers}", f"stop.max_wall_seconds={args.cap_seconds}"]
     if args.mode is not None:
         overrides.append(f"runtime.mode={args.mode}")
     if independent:
         overrides += ["algorithm.exploit=none", "stop.until=all"]
-    config = our_config(overrides)
+    config = our_config(args, overrides)
     names = tuple(config.algorithm.hyperparameters)
     result = run_pbt(config, on_interval=lambda report: print(progress_line(report, names), file=sys.stderr))
     offset = result.started_at - (time.time() - process_seconds())  # process start -> training start
@@ -102,44 +117,52 @@ def run_tune(args: argparse.Namespace) -> dict:
 
     ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
              object_store_memory=OBJECT_STORE_BYTES)
-    ours = our_config()
-    ppo, interval = ours.ppo, ours.algorithm.interval_env_frames
-    ranges = {"lr": (1e-5, 0.1), "vf_loss_coeff": (0.01, 1.0), "entropy_coeff": (1e-4, 0.1)}
+    ours = our_config(args)
+    ppo, pbt, env = ours.ppo, ours.algorithm, ours.env
+    target, population = ours.stop.target_return, pbt.population_size
+    searched = {TUNE_NAMES[name]: spec for name, spec in pbt.hyperparameters.items()}
+
+    def draw(spec, low: float, high: float):
+        return tune.loguniform(low, high) if spec.log else tune.uniform(low, high)
+
+    tune.register_env(ENV_NAME, functools.partial(make_env, env.id, env.max_episode_steps))  # our ids are registered by our package
+    fixed = {"lr": ppo.learning_rate, "vf_loss_coeff": ppo.value_weight, "entropy_coeff": ppo.entropy_weight}
+    fixed.update({name: draw(spec, spec.initial_low if spec.initial_low is not None else spec.low,
+                             spec.initial_high if spec.initial_high is not None else spec.high)
+                  for name, spec in searched.items()})
     config = (
         PPOConfig()
-        .environment("CartPole-v1")
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=8)
+        .environment(ENV_NAME, env_config=dict(env.kwargs))
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=env.num_envs)
         .learners(num_learners=0, num_cpus_per_learner=0.5)
         .resources(num_cpus_for_main_process=0.5)
         .training(train_batch_size_per_learner=ppo.batch_size, minibatch_size=ppo.minibatch_size,
                   num_epochs=ppo.num_epochs, gamma=ppo.gamma, lambda_=ppo.gae_lambda, clip_param=ppo.clip_range,
-                  grad_clip=ppo.max_grad_norm, use_kl_loss=False, vf_clip_param=1e9,
-                  lr=tune.loguniform(1e-4, 3e-3), vf_loss_coeff=tune.uniform(0.1, 1.0),
-                  entropy_coeff=tune.loguniform(1e-4, 1e-2))
-        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh",
-                                                   vf_share_layers=False))
-        .reporting(metrics_num_episodes_for_smoothing=20)
+                  grad_clip=ppo.max_grad_norm, use_kl_loss=False, vf_clip_param=1e9, **fixed)
+        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=list(ours.model.policy_hidden_sizes),
+                                                   fcnet_activation=ours.model.activation,
+                                                   vf_share_layers=ours.model.share_trunk))
+        .reporting(metrics_num_episodes_for_smoothing=ours.stop.return_window)
         .debugging(seed=args.seed)
     )
 
     def clip(new_config: dict) -> dict:
-        for key, (low, high) in ranges.items():
-            new_config[key] = min(max(new_config[key], low), high)
+        for name, spec in searched.items():
+            new_config[name] = min(max(new_config[name], spec.low), spec.high)
         return new_config
 
     scheduler = PopulationBasedTraining(
-        time_attr="training_iteration", perturbation_interval=interval // ppo.batch_size, quantile_fraction=0.25,
-        resample_probability=0.25, perturbation_factors=(1.2, 0.8), custom_explore_fn=clip,
-        hyperparam_mutations={"lr": tune.loguniform(*ranges["lr"]),
-                              "vf_loss_coeff": tune.uniform(*ranges["vf_loss_coeff"]),
-                              "entropy_coeff": tune.loguniform(*ranges["entropy_coeff"])})
+        time_attr="training_iteration", perturbation_interval=max(1, pbt.interval_env_frames // ppo.batch_size),
+        quantile_fraction=pbt.truncation_fraction, resample_probability=pbt.resample_probability,
+        perturbation_factors=tuple(sorted(pbt.perturb_factors, reverse=True)), custom_explore_fn=clip,
+        hyperparam_mutations={name: draw(spec, spec.low, spec.high) for name, spec in searched.items()})
     metric = "env_runners/episode_return_mean"
     reached: dict[str, tuple[float, float]] = {}
 
     class Stop(tune.Stopper):
         def __call__(self, trial_id: str, result: dict) -> bool:
             value = result.get("env_runners", {}).get("episode_return_mean")
-            if value is not None and value >= TARGET and trial_id not in reached:
+            if value is not None and value >= target and trial_id not in reached:
                 reached[trial_id] = (process_seconds(),
                                      result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0))
             return False
@@ -151,7 +174,7 @@ def run_tune(args: argparse.Namespace) -> dict:
     start = process_seconds()
     tuner = tune.Tuner("PPO", param_space=config,
                        tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
-                                                   num_samples=POPULATION),
+                                                   num_samples=population),
                        run_config=tune.RunConfig(stop=Stop(), storage_path=storage, verbose=0))
     grid = tuner.fit()
     best = max((r.metrics.get("env_runners", {}).get("episode_return_mean") or float("-inf")) for r in grid)
@@ -161,6 +184,15 @@ def run_tune(args: argparse.Namespace) -> dict:
             "training_start_seconds": start, "best_return": best}
 
 
+def make_env(env_id: str, max_episode_steps: int | None, env_config: dict):
+    """The environment of our config in an RLlib env runner: our ids need our package imported."""
+    import gymnasium as gym
+
+    import lamarckian_hpc.envs  # noqa: F401 - registers lamarckian/* ids
+
+    return gym.make(env_id, max_episode_steps=max_episode_steps, **dict(env_config))
+
+
 def run_side(args: argparse.Namespace) -> None:
     record = run_tune(args) if args.side == "tune" else run_ours(args, args.side == "independent")
     print(json.dumps({"side": args.side, **record}), flush=True)
@@ -168,7 +200,7 @@ def run_side(args: argparse.Namespace) -> None:
 
 def run_child(args: argparse.Namespace, side: str) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--seed", str(args.seed),
-               "--workers", str(args.workers), "--cap-seconds", str(args.cap_seconds)]
+               "--workers", str(args.workers), "--cap-seconds", str(args.cap_seconds), "--config", str(args.config)]
     if args.mode is not None:
         command += ["--mode", args.mode]
     started = time.monotonic()
@@ -215,6 +247,8 @@ def main() -> None:
                         help="where our members train (runtime.mode); default: the config's")
     parser.add_argument("--cap-seconds", type=float, default=900.0, help="a side is stopped after this")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--config", type=Path, default=CONFIG,
+                        help="our PBT config; Tune's side gets its environment, PPO, search space and target")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -227,15 +261,15 @@ def main() -> None:
         records[side] = run_child(args, side)
         print(json.dumps({k: v for k, v in records[side].items() if k != "log_tail"}), file=sys.stderr, flush=True)
     cap = args.cap_seconds
-    ours = our_config()
-    ppo = ours.ppo
-    print(f"\nCartPole-v1, population {POPULATION}, target mean return {TARGET:g} (last 20 episodes); "
-          f"{os.cpu_count()} cores; seconds from process start\n")
-    print("| side | best member reaches 475 (s) | median member reaches 475 (s) | members that reached it |")
+    ours = our_config(args)
+    ppo, target, population = ours.ppo, ours.stop.target_return, ours.algorithm.population_size
+    print(f"\n{ours.env.id}, population {population}, target mean return {target:g} (last "
+          f"{ours.stop.return_window} episodes); {os.cpu_count()} cores; seconds from process start\n")
+    print(f"| side | best member reaches {target:g} (s) | median member reaches {target:g} (s) | members that reached it |")
     print("|---|---:|---:|---:|")
     for side, record in records.items():
         reached = sum(t is not None for t in record.get("reached_seconds", []))
-        count = POPULATION if side != "tune" else "–"
+        count = population if side != "tune" else "–"
         median_cell = shown(median(record), cap) if side != "tune" else "–"
         print(f"| {side} | {shown(first(record), cap)} | {median_cell} | "
               f"{reached if side != 'tune' else ('1+' if reached else 0)}/{count} |")
@@ -256,8 +290,9 @@ def main() -> None:
     args.output.write_text(json.dumps({
         "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "load_average": os.getloadavg(),
-        "settings": {"workers": args.workers, "mode": args.mode, "cap_seconds": cap, "seed": args.seed, "population": POPULATION,
-                     "batch": ppo.batch_size, "minibatch": ppo.minibatch_size, "epochs": ppo.num_epochs,
+        "settings": {"config": str(args.config), "env": ours.env.id, "target_return": target,
+                     "workers": args.workers, "mode": args.mode, "cap_seconds": cap, "seed": args.seed,
+                     "population": population, "batch": ppo.batch_size, "minibatch": ppo.minibatch_size, "epochs": ppo.num_epochs,
                      "interval_frames": ours.algorithm.interval_env_frames},
         "summary": summary, "records": records,
     }, indent=2))

@@ -102,7 +102,7 @@ class Interleaved:
 def measure(config: RunConfig) -> tuple[float, float]:
     """(raw steps/s, trainer sampling steps/s), interleaved batch by batch."""
     trainer = SerialTrainer(config)
-    observer = Interleaved(RawLoop(config, trainer.sampling_model))
+    observer = Interleaved(RawLoop(config, trainer.learner.model))  # the learner is on the CPU here
     trainer.observers.append(observer)
     try:
         trainer.train()

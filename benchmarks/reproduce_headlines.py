@@ -136,7 +136,8 @@ def _pbt_vs_tune(result: dict[str, Any]) -> str:
         shown.append(f"{side} {min(times):.0f} s" if times else f"{side} not by the cap ({cap:g} s)"
                      if cap else f"{side} not reached")
     ratio = result.get("summary", {}).get("tune_over_ours_at_least")
-    return ("475 first reached: " + ", ".join(shown)
+    target = result.get("settings", {}).get("target_return", 475)
+    return (f"{target:g} first reached: " + ", ".join(shown)
             + (f"; ours {ratio:.1f}x faster than Tune" + ("" if result["summary"].get("tune_over_ours") else
                                                             " (at least)") if ratio else ""))
 

@@ -66,7 +66,9 @@ class Member:
         self.slot = slot
         self.run_config = member_run_config(config, slot)
         self.learner = make_learner(self.run_config, *spaces_of(self.run_config))
-        self.sampling = make_sampling_side(self.run_config, self.run_config.seed, self.learner.model)
+        # Its own torch-free copy of the policy, as the serial trainer samples (`runtime.trainer`).
+        self.sampling = make_sampling_side(self.run_config, self.run_config.seed)
+        self._sync_sampling()
         self.episodes = RecentEpisodes(config.stop.return_window)
         self.target_return = config.stop.target_return
         self.reached = False
@@ -112,7 +114,7 @@ class Member:
     def updated(self, result: IntervalResult, clock_start: float) -> bool:
         """After an update of the learner: sample with the new version; True when this update
         made the member reach the target."""
-        self.sampling.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+        self._sync_sampling()
         result.updates += 1
         if self.reached or not self.episodes.reached(self.target_return):
             return False
@@ -155,6 +157,11 @@ class Member:
         self.episodes = RecentEpisodes(self.episodes.window)
         self.episodes.add(arrays[EPISODE_RETURNS].tolist(), arrays[EPISODE_LENGTHS].tolist())
         self.learner.version += 1
+        self._sync_sampling()
+
+    def _sync_sampling(self) -> None:
+        """The sampling policy takes the learner's weights and version."""
+        self.sampling.load_weights(self.learner.weights())
         self.sampling.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
 
     def checkpoint(self) -> dict:
@@ -174,7 +181,7 @@ class Member:
         self.reached = bool(state["reached"])
         self.learner.rng.bit_generator.state = state["rng"]
         self.learner.version = int(state["version"])
-        self.sampling.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+        self._sync_sampling()
         self.sampling.sampler.env_frames = int(state["env_frames"])
         self.set_hyperparameters(state["hyperparameters"])
 

@@ -1,6 +1,6 @@
 """Batched policy inference on torch networks for the sampler: numpy observations in, numpy
-actions out. For the serial trainer (which samples with its learner's model), A3C's and CNN
-actors; an actor that only acts uses the torch-free `numpy_policy` instead."""
+actions out. For A3C's actors (which compute gradients) and CNNs; a process that only acts on an
+MLP (an actor, the serial trainer's sampling, a PBT member's) uses the torch-free `numpy_policy`."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ one PPO update, and reports to observers after each.
 
 from __future__ import annotations
 
-import copy
 import socket
 import time
 from typing import Sequence
@@ -41,11 +40,12 @@ class SerialTrainer:
         torch.set_num_threads(config.runtime.torch_threads)
         self.spaces = spaces_of(config)
         self.learner = make_learner(config, *self.spaces)
-        # Sampling runs on the CPU: a batch of a few observations is faster there than a GPU round trip.
-        model = self.learner.model
-        self.sampling_model = model if self.learner.device.type == "cpu" else copy.deepcopy(model).cpu()
-        self.sampling = make_sampling_side(config, config.seed, self.sampling_model)
+        # Sampling runs its own copy of the policy on the CPU, torch-free for an MLP, as an actor
+        # does: a batch of a few observations costs a fraction of torch's per-call overhead in
+        # numpy (and a GPU round trip more). It takes the learner's weights after every update.
+        self.sampling = make_sampling_side(config, config.seed)
         self.sampler, self.experience = self.sampling.sampler, self.sampling.experience
+        self._sync_sampling()
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
         self.recorded = RecordedEpisodes(self.sampling.policy_id)
 
@@ -58,8 +58,11 @@ class SerialTrainer:
         self.learner.load_state_dict(checkpoint.learner)
         self.progress = checkpoint.progress(self.config.stop.return_window)
         self.sampler.env_frames = checkpoint.env_frames
-        if self.sampling_model is not self.learner.model:
-            self.sampling_model.load_state_dict(self.learner.model.state_dict())
+        self._sync_sampling()
+
+    def _sync_sampling(self) -> None:
+        """The sampling policy takes the learner's weights and version."""
+        self.sampling.load_weights(self.learner.weights())
         self.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
 
     def train(self) -> TrainResult:
@@ -68,6 +71,7 @@ class SerialTrainer:
         progress.started = time.monotonic()
         sampling_seconds = 0.0
         frames_at_start = self.sampler.env_frames
+        self._sync_sampling()  # the learner's weights may have been set since (EMOGI's inherited policies)
         while self.sampler.env_frames < stop.total_env_steps:
             # Sampling phase: tick the MDPs until a batch of training steps is recorded.
             sampling_start = time.monotonic()
@@ -85,9 +89,7 @@ class SerialTrainer:
 
             # Learning phase: one PPO update on the batch.
             metrics = self.learner.update(experience, env_frames)
-            if self.sampling_model is not self.learner.model:
-                self.sampling_model.load_state_dict(self.learner.model.state_dict())
-            self.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+            self._sync_sampling()
             if "epsilon" in (meta := self.learner.broadcast_meta(env_frames)):
                 self.sampling.set_epsilon(meta["epsilon"])
             progress.updates += 1
