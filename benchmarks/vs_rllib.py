@@ -192,7 +192,7 @@ class Progress:
 
 def run_ours(args: argparse.Namespace, progress: Progress) -> None:
     from lamarckian_hpc.config import RunConfig
-    from lamarckian_hpc.runtime.distributed import DistributedTrainer
+    from lamarckian_hpc.runtime.ray_setup import ray_cpus, start_ray_while_importing
 
     config = RunConfig.model_validate({
         "seed": args.seed,
@@ -205,6 +205,9 @@ def run_ours(args: argparse.Namespace, progress: Progress) -> None:
         "stop": {"total_env_steps": args.frames, "target_return": progress.target_return,
                  "return_window": 20, "max_wall_seconds": max(1.0, args.max_seconds - progress.seconds())},
     })
+
+    start_ray_while_importing(None, ray_cpus(args.workers))  # as `lamarckian-hpc train` starts it
+    from lamarckian_hpc.runtime.distributed import DistributedTrainer
 
     class Observer:
         def on_update_end(self, report) -> None:

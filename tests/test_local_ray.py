@@ -38,3 +38,35 @@ def test_the_local_ray_is_lean_and_gone_after_the_run() -> None:
     for left_out in ("autoscaler/_private/monitor.py", "_private/log_monitor.py", "dashboard/dashboard.py"):
         assert not any(left_out in command for command in started), f"{left_out} was started"
     assert report["left"] == [] and not report["temp_exists"]
+
+
+#: Starts the Ray ahead while a thread imports torch, as `lamarckian-hpc train` does, and checks who owns it.
+AHEAD = textwrap.dedent("""
+    import json, sys, psutil, ray
+    from lamarckian_hpc.runtime import ray_setup
+
+    report = {"torch_before": "torch" in sys.modules}
+    ray_setup.start_ray_while_importing(None, 2, modules=("torch", "no_such_module_here"))
+    report["torch_after"] = "torch" in sys.modules  # the failed import is left for the caller to raise
+    report["up"] = ray.is_initialized()
+    report["first_owns"] = ray_setup.ensure_ray(None, 2)  # the trainer's call takes the Ray over
+    report["second_owns"] = ray_setup.ensure_ray(None, 2)  # a second caller does not own it
+    ray_setup.shutdown_unclaimed_ray()  # claimed: nothing to do
+    report["still_up"] = ray.is_initialized()
+    ray_setup.shutdown_ray()
+    ray_setup.start_ray_while_importing(None, 2, modules=())
+    ray_setup.shutdown_unclaimed_ray()  # its trainer never came: this Ray goes
+    report["unclaimed_gone"] = not ray.is_initialized()
+    report["left"] = [p.pid for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != "zombie"]
+    print(json.dumps(report))
+""")
+
+
+def test_a_ray_started_while_torch_imports_belongs_to_the_trainer_that_takes_it_over() -> None:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    done = subprocess.run([sys.executable, "-c", AHEAD], capture_output=True, text=True, timeout=240,
+                          env=environment, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"torch_before": False, "torch_after": True, "up": True, "first_owns": True,
+                      "second_owns": False, "still_up": True, "unclaimed_gone": True, "left": []}

@@ -14,6 +14,9 @@ resumed run keeps exactly those rows (`storage.continue_run_file`).
 Evolution runs (PBT+PPO, EMOGI, game testing) keep their state in the same kind of file, through
 `save_run_state` and `load_run_state`: a tree of dicts, lists, numbers and numpy arrays (stored as
 tensors, since `weights_only` loading refuses numpy objects), tagged with the algorithm's name.
+
+torch is imported by the functions that need it, not with the module: a training run imports
+this module before it starts Ray, and it imports torch meanwhile (`ray_setup.start_ray_while_importing`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from ..storage import (RunWriter, StorageFullError, create_private_file, ensure_free_space, failure_reason,
                        fsync_folder)
@@ -88,6 +90,8 @@ class TrainingCheckpoint:
 def _write_atomically(path: Path, payload: dict[str, Any], reserve_bytes: int) -> None:
     """Write atomically and durably: a kill, a crash or a full disk mid-write leaves the previous
     checkpoint in place and no temporary file behind."""
+    import torch
+
     ensure_free_space(path, reserve_bytes, "checkpoint")
     temporary = path.with_name(path.name + ".writing")
     try:
@@ -114,6 +118,8 @@ def _read(path: Path, missing: str) -> dict[str, Any]:
     """A checkpoint's payload; a missing, foreign or damaged file is a ValueError naming it."""
     if not path.is_file():
         raise ValueError(f"no checkpoint at {path}: {missing}")
+    import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several kinds for truncated or foreign files
@@ -137,6 +143,8 @@ def load_checkpoint(path: str | Path) -> TrainingCheckpoint:
 def _storable(tree: Any) -> Any:
     """numpy arrays and scalars as tensors and Python numbers, the rest of the tree as it is."""
     if isinstance(tree, np.ndarray):
+        import torch
+
         return torch.from_numpy(np.ascontiguousarray(tree).copy())
     if isinstance(tree, np.generic):
         return tree.item()
@@ -149,6 +157,8 @@ def _storable(tree: Any) -> Any:
 
 def _arrays(tree: Any) -> Any:
     """The inverse of `_storable`: every tensor back to a numpy array."""
+    import torch
+
     if isinstance(tree, torch.Tensor):
         return tree.numpy()
     if isinstance(tree, dict):

@@ -22,12 +22,14 @@ no switch for them), and an object store sized for weights and small results.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import secrets
 import shutil
 import tempfile
-from typing import Any
+import threading
+from typing import Any, Sequence
 
 #: The object store of a local Ray: weights and small results only, so a small store is plenty
 #: and leaves the machine's memory to the actors.
@@ -38,6 +40,8 @@ MAX_TEMP_ROOT_CHARS = 28
 
 _local_temp_dir: str | None = None
 _local_node: Any = None  # the head node `ensure_ray` started (ray._private.node.Node)
+#: `start_ray_while_importing` started the local Ray and no `ensure_ray` has taken it over yet.
+_started_ahead = False
 
 
 def _use_run_token() -> None:
@@ -56,12 +60,14 @@ def _use_run_token() -> None:
 
 def ensure_ray(address: str | None, num_cpus: int) -> bool:
     """Join `address`, or start a local Ray with `num_cpus`; True when this call started it (the
-    caller then ends it with `shutdown_ray`). Does nothing when Ray is already up in this process."""
-    global _local_temp_dir
+    caller then ends it with `shutdown_ray`). Does nothing when Ray is already up in this process,
+    and then returns True only for a Ray that `start_ray_while_importing` started for this caller."""
+    global _local_temp_dir, _started_ahead
     import ray
 
     if ray.is_initialized():
-        return False
+        taken_over, _started_ahead = _started_ahead, False
+        return taken_over
     common = {"include_dashboard": False, "logging_level": logging.WARNING}
     if address:
         ray.init(address=address, **common)
@@ -72,6 +78,44 @@ def ensure_ray(address: str | None, num_cpus: int) -> bool:
     _start_lean_head(num_cpus)
     ray.init(address=_local_node.address, **common)
     return True
+
+
+def ray_cpus(num_actors: int | None) -> int:
+    """The CPUs a run's Ray offers: the machine's, or one per actor where it asks for more."""
+    cores = os.cpu_count() or 1
+    return max(cores, num_actors or cores)
+
+
+def start_ray_while_importing(address: str | None, num_cpus: int, modules: Sequence[str] = ("torch",)) -> None:
+    """Start (or join) Ray as `ensure_ray` does, while a thread imports `modules`.
+
+    A learner's process spends about 1.2 s importing torch and about 1.7 s starting Ray's head and
+    connecting to it, mostly waiting for Ray's own processes; done together they take little more
+    than the longer of the two. The Ray is the caller's as if `ensure_ray` had started it: the
+    next `ensure_ray` (the trainer's) takes it over, and returns True when this call started it.
+    An import that fails is left for the caller's own import to raise."""
+    global _started_ahead
+
+    def load() -> None:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: BLE001 - raised again, where it can be reported, by the caller's import
+                return
+
+    loader = threading.Thread(target=load, name="import-ahead", daemon=True)
+    loader.start()
+    try:
+        _started_ahead = ensure_ray(address, num_cpus)
+    finally:
+        loader.join()
+
+
+def shutdown_unclaimed_ray() -> None:
+    """End a Ray that `start_ray_while_importing` started and no trainer took over (its trainer
+    failed to start)."""
+    if _started_ahead:
+        shutdown_ray()
 
 
 def _start_lean_head(num_cpus: int) -> None:
@@ -110,7 +154,8 @@ def shutdown_ray() -> None:
     global _local_temp_dir
     import ray
 
-    global _local_node
+    global _local_node, _started_ahead
+    _started_ahead = False
     ray.shutdown()
     if _local_node is not None:
         _local_node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)

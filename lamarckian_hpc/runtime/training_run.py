@@ -32,9 +32,16 @@ def make_trainer(config: RunConfig) -> Any:
         from .trainer import SerialTrainer
 
         return SerialTrainer(config)
+    from .ray_setup import ray_cpus, shutdown_unclaimed_ray, start_ray_while_importing
+
+    start_ray_while_importing(config.runtime.ray_address, ray_cpus(config.runtime.num_actors))
     from .distributed import DistributedTrainer
 
-    return DistributedTrainer(config)
+    try:
+        return DistributedTrainer(config)
+    except BaseException:
+        shutdown_unclaimed_ray()
+        raise
 
 
 def metric_names_for(config: RunConfig) -> tuple[str, ...]:
