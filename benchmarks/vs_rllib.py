@@ -227,6 +227,9 @@ def run_ours(args: argparse.Namespace, progress: Progress) -> None:
 
 def run_rllib(args: argparse.Namespace, progress: Progress) -> None:
     import ray
+    import torch
+
+    torch.set_num_threads(1)
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
@@ -263,10 +266,8 @@ def run_rllib(args: argparse.Namespace, progress: Progress) -> None:
 
 
 def run_side(args: argparse.Namespace) -> None:
-    """Child process: run one side, print one JSON line."""
-    import torch
-
-    torch.set_num_threads(1)
+    """Child process: run one side, print one JSON line. Torch is the sides' own to import: ours
+    imports it while its Ray starts, as `lamarckian-hpc train` does (one thread: `torch_threads`)."""
     memory = PeakMemory()
     target = args.target_return if args.env.startswith("CartPole") else None
     if target is not None:
