@@ -89,9 +89,9 @@ def ray_cpus(num_actors: int | None) -> int:
 def start_ray_while_importing(address: str | None, num_cpus: int, modules: Sequence[str] = ("torch",)) -> None:
     """Start (or join) Ray as `ensure_ray` does, while a thread imports `modules`.
 
-    A learner's process spends about 1.2 s importing torch and about 1.7 s starting Ray's head and
-    connecting to it, mostly waiting for Ray's own processes; done together they take little more
-    than the longer of the two. The Ray is the caller's as if `ensure_ray` had started it: the
+    A learner's process spends 1-1.5 s importing torch and 1.5-3.5 s starting Ray's head and
+    connecting to it, mostly waiting for Ray's own processes to start; done together they save
+    about half a second on two cores (more where Ray's processes have cores of their own). The Ray is the caller's as if `ensure_ray` had started it: the
     next `ensure_ray` (the trainer's) takes it over, and returns True when this call started it.
     An import that fails is left for the caller's own import to raise."""
     global _started_ahead
