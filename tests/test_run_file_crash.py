@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from lamarckian_hpc.runtime import checkpoint as checkpoint_module
 from lamarckian_hpc.runtime.checkpoint import load_run_state, save_run_state
 from lamarckian_hpc.storage import RunFileReadError, RunWriter, StorageFullError, open_run
 
@@ -151,7 +150,7 @@ def test_a_checkpoint_is_private_while_it_is_written(tmp_path: Path, monkeypatch
         real_save(payload, target, *args, **kwargs)
         modes.extend(_mode(entry) for entry in tmp_path.iterdir() if entry.name.endswith(".writing"))
 
-    monkeypatch.setattr(checkpoint_module.torch, "save", save)
+    monkeypatch.setattr(torch, "save", save)
     path = tmp_path / "run.ckpt"
     save_run_state(path, "test", {"x": np.arange(3)})
     assert modes == [0o600] and _mode(path) == 0o600
@@ -185,7 +184,7 @@ def test_a_failed_torch_save_is_one_storage_error_and_leaves_no_temporary(tmp_pa
         real_save(payload, target, *args, **kwargs)
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
 
-    monkeypatch.setattr(checkpoint_module.torch, "save", failing)
+    monkeypatch.setattr(torch, "save", failing)
     with pytest.raises(StorageFullError, match="previous one is intact"):
         save_run_state(path, "test", {"x": np.arange(5)})
     assert sorted(entry.name for entry in tmp_path.iterdir()) == ["run.ckpt"]
@@ -202,7 +201,7 @@ def test_an_interrupted_checkpoint_leaves_no_temporary(tmp_path: Path, monkeypat
             target.write(b"PK\x03\x04 half a checkpoint")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checkpoint_module.torch, "save", interrupted)
+    monkeypatch.setattr(torch, "save", interrupted)
     with pytest.raises(KeyboardInterrupt):
         save_run_state(tmp_path / "run.ckpt", "test", {})
     assert list(tmp_path.iterdir()) == []
