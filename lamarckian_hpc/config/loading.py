@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import reprlib
+import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
@@ -210,7 +211,10 @@ def _walk(loc: tuple[Any, ...], root: type[BaseModel]) -> tuple[list[str], type[
             section = members.pop(remaining.pop(0)) if remaining and remaining[0] in members else None
             continue
         annotation = getattr(section.model_fields.get(part), "annotation", None)
-        section = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        optional = typing.get_origin(annotation) in (typing.Union, types.UnionType)  # a section or None
+        members = typing.get_args(annotation) if optional else (annotation,)
+        sections = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+        section = sections[0] if len(sections) == 1 else None
     return parts, holder
 
 
@@ -230,7 +234,8 @@ def _describe(errors: list[dict[str, Any]], root: type[BaseModel]) -> str:
         message = _cut(error["msg"].removeprefix("Value error, "), 240)
         got = error.get("input")
         shown = "" if isinstance(got, dict) else f" (got {_echo(got)})"
-        clauses.append(f"{path}: {message}{shown}")
+        # A check across sections (a root validator) names its fields in its message.
+        clauses.append(f"{path}: {message}{shown}" if parts else message)
     for names, model in unknown.values():
         field = "unknown field" if len(names) == 1 else "unknown fields"
         named = ", ".join(names[:MAX_PROBLEMS]) + (f" and {len(names) - MAX_PROBLEMS} more"

@@ -35,7 +35,7 @@ from .evolve import EvolveConfig
 from .evorl import EVORL_ALGORITHMS
 from .launch import LaunchConfig
 from .loading import apply_overrides
-from .multiagent import LeagueConfig, MultiAgentConfig
+from .multiagent import LeagueConfig
 from .train import RunConfig
 
 #: Constraints that validators check rather than field bounds.
@@ -51,8 +51,9 @@ CONSTRAINTS: dict[str, str] = {
     "HyperparameterRange.initial_low": ">= low, <= initial_high", "HyperparameterRange.initial_high": "<= high",
     "PBTAlgorithmConfig.perturb_factors": "each > 0",
     "EMOGIAlgorithmConfig.population_size": "even", "EMOGIAlgorithmConfig.weight_bounds": "low < high",
-    "MultiAgentConfig.policies": "unique", "MultiAgentConfig.policies_to_train": "each one of policies",
+    "MultiAgentConfig.policies": "unique; letters, digits, _ or -", "MultiAgentConfig.policies_to_train": "each one of policies",
     "MultiAgentConfig.centralized_critic": "needs a trained policy",
+    "MultiAgentConfig.mapping": "random, round_robin, a map to policies, or module:function",
     "LeagueConfig.capacity": "> main_agents + main_exploiters + league_exploiters",
 }
 
@@ -73,6 +74,7 @@ EXAMPLES: dict[str, Any] = {
     "HyperparameterRange.initial_high": 1e-03, "PBTStopConfig.max_wall_seconds": 3600,
     "EMOGIAlgorithmConfig.weight_bounds": [0.0, 2.0], "MultiAgentConfig.policies": ("left", "right"),
     "MultiAgentConfig.policies_to_train": ("left",), "MultiAgentConfig.shared_layers": 1,
+    "MultiAgentConfig.mapping": {"agent_0": "left", "agent_1": "right", "agent_2": "right"},
     "LaunchConfig.partition": "cpu", "LaunchConfig.account": "my-project", "LaunchConfig.time": "02:00:00",
     "LaunchConfig.exclude": "node[07-09]", "LaunchConfig.constraint": "avx512", "LaunchConfig.job_name": "cartpole",
     "LaunchConfig.folder": "/scratch/slurm-jobs", "LaunchConfig.wait_timeout_seconds": 86400,
@@ -84,7 +86,10 @@ for _section in ("RuntimeConfig", "EvolveRuntimeConfig", "PBTRuntimeConfig", "EM
 CONTEXT: dict[str, dict[str, Any]] = {
     "ProblemConfig.num_objectives": {"name": "dtlz2"}, "ProblemConfig.game_data": {"name": "balance"},
     "MultiAgentConfig.policies_to_train": {"policies": ("left", "right")},
+    "MultiAgentConfig.mapping": {"policies": ("left", "right")},
 }
+#: Overrides the examples of an optional section need (a multiagent section needs a PettingZoo env).
+SECTION_CONTEXT: dict[str, tuple[str, ...]] = {"multiagent": ("env.id=pettingzoo:mpe2.simple_spread_v3",)}
 
 #: Other sections an algorithm's examples need (the GA solves single-objective problems only).
 UNION_CONTEXT: dict[str, tuple[str, ...]] = {"GAConfig": ("problem.name=rastrigin",)}
@@ -329,6 +334,11 @@ def _root(root: Root) -> str:
                 parts.append(_table(root, f"`{name}.{field.discriminator}: {tag}`", _rows(root, member, member(), place)))
         elif name not in top:
             parts.append(_table(root, f"`{name}`", _rows(root, field.annotation, getattr(instance, name), Place(name))))
+    for name in top:  # an optional section (null by default) gets a table of its fields as well
+        section = [m for m in typing.get_args(fields[name].annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+        if section:
+            place = Place(name, SECTION_CONTEXT.get(name, ()))
+            parts.append(_table(root, f"`{name}`", _rows(root, section[0], section[0](), place)))
     return "\n".join(parts)
 
 
@@ -388,11 +398,11 @@ def roots() -> tuple[tuple[str, tuple[Root, ...]], ...]:
             Root(evolve.format("wuji"), EVORL_ALGORITHMS["wuji"],
                  "Automated testing of the built-in game (`GameTestingConfig`, `configs/game_testing.yaml`); it "
                  "runs in the command's own process."))),
-        ("Multi-agent training and the league", (Root(
-            "`multiagent` and `league` configuration", MultiAgentConfig,
-            "`MultiAgentConfig` and `LeagueConfig` (`lamarckian_hpc/config/multiagent.py`) are passed to "
-            "`MultiAgentTrainer` and `League` from Python, next to a `PPOConfig`.",
-            style="keyword", prefix="multiagent", more=((LeagueConfig, "league"),)),)),
+        ("The league", (Root(
+            "`league` configuration", LeagueConfig,
+            "`LeagueConfig` (`lamarckian_hpc/config/multiagent.py`) is passed to `League` from Python, next to a "
+            "`PPOConfig`; `MultiAgentConfig`, passed to `MultiAgentTrainer`, is the `multiagent` section of `train`.",
+            style="keyword", prefix="league"),)),
         ("Slurm launch", (Root(
             "`launch` options", LaunchConfig,
             "`lamarckian-hpc launch CONFIG [key.path=value ...] [options]`: the config and overrides are those "

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, field_validator, model_validator
 
 from .base import RootSection, Section, StorageConfig
+from .multiagent import MultiAgentConfig
+
+#: env.id prefix of a PettingZoo parallel environment: `pettingzoo:<module with parallel_env>`.
+PETTINGZOO_PREFIX = "pettingzoo:"
 
 
 class EnvConfig(Section):
-    id: str = Field("CartPole-v1", min_length=1, description="Gymnasium environment id.")
+    id: str = Field("CartPole-v1", min_length=1, description=(
+        "Gymnasium environment id, or pettingzoo:<module> for a PettingZoo parallel environment (the module's "
+        "parallel_env(**kwargs), e.g. pettingzoo:mpe2.simple_spread_v3; needs a multiagent section)."))
     num_envs: int = Field(8, ge=1, le=4096, description="Environments stepped together in one process.")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments for gymnasium.make (or the PettingZoo module's parallel_env)."))
     max_episode_steps: int | None = Field(None, ge=1, description="Episode step limit (the env's own when unset).")
 
 
@@ -217,6 +225,37 @@ class RunConfig(RootSection):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     stop: StopConfig = Field(default_factory=StopConfig)
+    multiagent: MultiAgentConfig | None = Field(
+        None, description="Several policies over the agents of a PettingZoo environment (null: single-agent).")
+
+    @model_validator(mode="after")
+    def _multiagent_fits(self) -> RunConfig:
+        """What a multi-agent run needs of the other sections; one clause naming the field at fault."""
+        pettingzoo = self.env.id.startswith(PETTINGZOO_PREFIX)
+        if self.multiagent is None:
+            if pettingzoo:
+                raise ValueError(f"env.id: {self.env.id!r} is a PettingZoo environment; it needs a multiagent "
+                                 "section (multiagent.policies, ...)")
+            return self
+        module = self.env.id.removeprefix(PETTINGZOO_PREFIX)
+        problems = []
+        if not pettingzoo or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
+            problems.append(f"env.id: multiagent training needs pettingzoo:<module> (a PettingZoo parallel "
+                            f"environment, e.g. pettingzoo:mpe2.simple_spread_v3), got {self.env.id!r}")
+        if self.algorithm.name != "ppo":
+            problems.append(f"algorithm.name: multiagent training runs ppo, got {self.algorithm.name!r}")
+        if self.runtime.mode != "ray":
+            problems.append("runtime.mode: multiagent training from a config runs on actor processes (ray); "
+                            "MultiAgentTrainer is the serial trainer, from Python")
+        if self.runtime.sampling != "async":
+            problems.append("runtime.sampling: multiagent training needs async (policies fill their batches at "
+                            "their own pace, so no actor can wait for every one)")
+        if self.env.max_episode_steps is not None:
+            problems.append("env.max_episode_steps: not applied to PettingZoo environments; set the env's own "
+                            "limit in env.kwargs (max_cycles for mpe2)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -1,13 +1,29 @@
 """Multi-agent training after RLlib's model: agents bound to policies when they appear, several
 policies per run (some frozen), layers shared across policies, an optional centralised critic, a
-PettingZoo adapter, and a serial trainer that updates every trained policy from one batched Sampler."""
+PettingZoo adapter, and a serial trainer that updates every trained policy from one batched Sampler.
+
+The names built on torch (policies, the serial trainer) are imported when first used: actor
+processes import the mapping, the adapter and the global state from here and must not load torch.
+"""
+
+from importlib import import_module
+from typing import Any
 
 from .global_state import GlobalStateMDP
-from .mapping import PolicyMapping, PolicyMappingFn, fixed_mapping, random_mapping, round_robin_mapping
+from .mapping import (PolicyMapping, PolicyMappingFn, configured_mapping, fixed_mapping, random_mapping,
+                      round_robin_mapping)
 from .pettingzoo_adapter import ParallelEnvMDP, one_hot
-from .policies import MultiPolicyLearner, build_policy_models, policy_layers
-from .trainer import MultiAgentResult, MultiAgentTrainer, default_spaces
+
+_ON_TORCH = {"MultiPolicyLearner": "policies", "build_policy_models": "policies", "policy_layers": "policies",
+             "MultiAgentResult": "trainer", "MultiAgentTrainer": "trainer", "default_spaces": "trainer"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ON_TORCH:
+        return getattr(import_module(f".{_ON_TORCH[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["GlobalStateMDP", "MultiAgentResult", "MultiAgentTrainer", "MultiPolicyLearner", "ParallelEnvMDP",
-           "PolicyMapping", "PolicyMappingFn", "build_policy_models", "default_spaces", "fixed_mapping", "one_hot",
-           "policy_layers", "random_mapping", "round_robin_mapping"]
+           "PolicyMapping", "PolicyMappingFn", "build_policy_models", "configured_mapping", "default_spaces",
+           "fixed_mapping", "one_hot", "policy_layers", "random_mapping", "round_robin_mapping"]

@@ -10,13 +10,14 @@ into their policy's buffer; agents of frozen policies get a controller that only
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from collections import Counter
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..mdp import AgentId, Controller, ExperienceBuffer, FrozenPolicyController, TrainingController
+from ..mdp import AgentId, Controller, EpisodeSelector, ExperienceBuffer, FrozenPolicyController, TrainingController
 
 #: (agent id, index of its MDP in the sampler) -> policy id
 PolicyMappingFn = Callable[[AgentId, int], str]
@@ -47,12 +48,34 @@ def fixed_mapping(agent_policies: Mapping[AgentId, str]) -> PolicyMappingFn:
     return mapping
 
 
+def configured_mapping(mapping: str | Mapping[AgentId, str], policy_ids: Sequence[str], seed: int = 0) -> PolicyMappingFn:
+    """The function `multiagent.mapping` names: a built-in one, a table, or `module:function`
+    (imported here, by the process that maps agents; ValueError naming it when it is not there)."""
+    if not isinstance(mapping, str):
+        return fixed_mapping(mapping)
+    if mapping == "random":
+        return random_mapping(policy_ids, seed)
+    if mapping == "round_robin":
+        return round_robin_mapping(policy_ids)
+    module_name, _, name = mapping.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"multiagent.mapping: cannot import {module_name!r} of {mapping!r}: {error}") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"multiagent.mapping: {module_name} has no function {name!r}")
+    return function  # type: ignore[no-any-return]
+
+
 class PolicyMapping:
     """The sampler's controller factory for a multi-agent run."""
 
     def __init__(self, mapping_fn: PolicyMappingFn, policy_ids: Iterable[str], policies_to_train: Iterable[str],
-                 experiences: Mapping[str, ExperienceBuffer]) -> None:
+                 experiences: Mapping[str, ExperienceBuffer], selector: EpisodeSelector | None = None) -> None:
+        """`selector` picks the trained agents' episodes kept whole for the run file (none without one)."""
         self.mapping_fn = mapping_fn
+        self.selector = selector
         self.policy_ids = frozenset(policy_ids)
         self.trained = frozenset(policies_to_train)
         missing = self.trained - set(experiences)
@@ -72,5 +95,5 @@ class PolicyMapping:
         self.bindings[(env_index, agent_id)] = policy_id
         self.counts[policy_id] += 1
         if policy_id in self.trained:
-            return TrainingController(policy_id, self.experiences[policy_id])
+            return TrainingController(policy_id, self.experiences[policy_id], self.selector)
         return FrozenPolicyController(policy_id)

@@ -24,7 +24,7 @@ from ..config import ModelConfig, MultiAgentConfig, PPOConfig
 from ..mdp import MDP, EpisodeResult, ExperienceBuffer, Sampler
 from ..runtime.inference import TorchPolicy
 from .global_state import GlobalStateMDP
-from .mapping import PolicyMapping, PolicyMappingFn, random_mapping, round_robin_mapping
+from .mapping import PolicyMapping, PolicyMappingFn, configured_mapping
 from .policies import MultiPolicyLearner, build_policy_models
 
 
@@ -53,8 +53,7 @@ class MultiAgentTrainer:
         self.config, self.ppo = config, ppo
         trained = config.trained
         if mapping_fn is None:
-            mapping_fn = (random_mapping(config.policies, seed) if config.mapping == "random"
-                          else round_robin_mapping(config.policies))
+            mapping_fn = configured_mapping(config.mapping, config.policies, seed)
         if spaces is None:
             first = mdps[0]
             first.reset(seed=seed)

@@ -54,7 +54,7 @@ class ActorLoop:
         subscriber = WeightSubscriber(context, self.weights_address, keys=keys,
                                       max_message_bytes=limit_bytes(config.runtime.max_message_megabytes))
         side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1), use_torch=self.use_torch)
-        observation_space = side.sampler.mdps[0].observation_space(None)
+        observation_space = side.observation_space
         sender = ExperienceSender(context, self.experience_address, keys=keys,
                                   high_water_mark=queued_messages(config, self.num_actors, observation_space))
         if side.model is not None:  # A3C, CNN or asked for: this actor runs torch
@@ -87,25 +87,28 @@ class ActorLoop:
                     sender.send(env_failing_message(self.actor_index, str(error)))
                     self.stop_event.wait()
                     break
-                batch = side.experience.take()
-                completed = side.sampler.take_completed()
                 frames, errors = side.sampler.env_frames, side.sampler.env_errors
-                returns = np.array([r.episode_return for r in completed])
-                lengths = np.array([r.length for r in completed], dtype=np.int64)
-                if isinstance(config.algorithm, A3CConfig):
-                    from ..rl.a3c import a3c_gradients  # torch: only A3C's actors compute gradients
+                # One message per policy that gathered steps (a multi-agent run's sides have several);
+                # the frames and errors since the last message are counted in the first.
+                for policy_id, batch, completed in side.take_experience():
+                    returns = np.array([r.episode_return for r in completed])
+                    lengths = np.array([r.length for r in completed], dtype=np.int64)
+                    if isinstance(config.algorithm, A3CConfig):
+                        from ..rl.a3c import a3c_gradients  # torch: only A3C's actors compute gradients
 
-                    gradients, diagnostics = a3c_gradients(side.model, batch, config.algorithm)
-                    message = gradients_message(self.actor_index, version, gradients, len(batch), returns,
-                                                lengths, frames - frames_before, diagnostics, errors - errors_before)
-                else:
-                    message = experience_message(self.actor_index, batch, returns, lengths, frames - frames_before,
-                                                 errors - errors_before, sequence=self.sent,
-                                                 recorded=self._recordings(completed))
-                sender.send(message)
-                self.sent += 1
-                frames_before, errors_before = frames, errors
-                sent_with_version += len(batch)
+                        gradients, diagnostics = a3c_gradients(side.model, batch, config.algorithm)
+                        message = gradients_message(self.actor_index, version, gradients, len(batch), returns,
+                                                    lengths, frames - frames_before, diagnostics,
+                                                    errors - errors_before)
+                    else:
+                        message = experience_message(self.actor_index, batch, returns, lengths,
+                                                     frames - frames_before, errors - errors_before,
+                                                     sequence=self.sent, recorded=self._recordings(completed),
+                                                     policy_id=policy_id)
+                    sender.send(message)
+                    self.sent += 1
+                    frames_before, errors_before = frames, errors
+                    sent_with_version += len(batch)
         finally:
             side.close()
             subscriber.close()
@@ -134,11 +137,10 @@ class ActorLoop:
         return tuple(recorded)
 
     def _load(self, message: Message, side: SamplingSide) -> int:
-        side.load_weights(message.arrays)
-        side.sampler.policy_versions[side.policy_id] = message.policy_version
+        version = side.load_broadcast(message)  # every policy's weights and version
         if "epsilon" in message.meta:
             side.set_epsilon(float(message.meta["epsilon"]))
-        return message.policy_version
+        return version
 
     def _wait_for_weights(self, subscriber: WeightSubscriber, side: SamplingSide, newer_than: int) -> int:
         while not self.stop_event.is_set():

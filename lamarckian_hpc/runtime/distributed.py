@@ -6,6 +6,12 @@ steps of the current version (RLlib's PPO, staleness 0 at the update and at most
 paper's way); asynchronous sampling takes whatever arrives, optionally dropping messages older than
 `runtime.max_staleness`. A dead actor is restarted by Ray; its new process says hello, and the
 learner counts the restart.
+
+A multi-agent run (`multiagent:`) is the same loop with a policy dimension: every experience
+message names its policy, each trained policy has its own learner, batch, version and staleness
+(`policy_learners`), a policy is updated as soon as its batch is full, and one weights message
+carries every policy under its own version. Frozen policies are never updated; experience that
+names one is refused.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import ray
 import torch
 import zmq
 
 from ..config import RunConfig
+from ..mdp import ExperienceBatch
 from ..comm import (MEGABYTE, ExperienceReceiver, JobKeys, largest_message_bytes, limit_bytes, message_limit,
                     stop_authenticator)
 from .actor_watch import ActorWatch
@@ -31,9 +38,10 @@ from .learner import A3CLearner, make_learner
 from .messages import (ENV_FAILING, GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate,
                        read_experience, read_gradients)
 from .observers import TrainObserver, TrainResult, UpdateReport
+from .policy_learners import PolicyLearners, policy_metrics
 from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
-from .ray_setup import reachable_host, shutdown_ray
+from .ray_setup import ray_cpus, reachable_host, shutdown_ray
 from .recording import RecordedEpisodes
 from .sampling import POLICY_ID, spaces_of, steps_per_update
 from .trainer import METRIC_NAMES as SERIAL_METRIC_NAMES
@@ -83,14 +91,26 @@ class DistributedTrainer:
         self.config = config
         self.observers = list(observers)
         torch.set_num_threads(config.runtime.torch_threads)
-        self.spaces = spaces = spaces_of(config)
-        self.learner = make_learner(config, *spaces)
+        self.learner: Any
+        if config.multiagent is None:
+            self.spaces = message_spaces = spaces_of(config)
+            self.learner = make_learner(config, *self.spaces)
+            #: The learner of each trained policy; a single-agent run has one, POLICY_ID's.
+            self.policy_learners: dict[str, Any] = {POLICY_ID: self.learner}
+        else:
+            from .multiagent_sampling import multiagent_spaces
+
+            agents = multiagent_spaces(config)
+            # The rows that travel and are recorded: own observation | global state.
+            self.spaces = message_spaces = (agents.row_space, agents.action_space)
+            self.learner = PolicyLearners(config, agents)
+            self.policy_learners = dict(self.learner.learners)
         cores = os.cpu_count() or 1
         self.num_actors = config.runtime.num_actors or cores
         self.context = zmq.Context()
         config, self.keys, self.own_key_folder = job_keys(config)
-        config = with_message_limit(config, self.learner.weights(), spaces)
-        self.started_ray = init_ray(config, num_cpus=max(cores, self.num_actors))
+        config = with_message_limit(config, self.learner.weights(), message_spaces)
+        self.started_ray = init_ray(config, num_cpus=ray_cpus(config.runtime.num_actors))
         # Actors may run on any node of the Ray cluster: they are given addresses bound on this
         # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.
         host = config.runtime.bind_address or reachable_host(self.started_ray)
@@ -111,9 +131,14 @@ class DistributedTrainer:
         self.next_sequence: dict[int, int] = {}  # actor index -> the sequence number expected next
         self.lost_messages = 0
         self.env_frames = 0
-        self.batch_steps = steps_per_update(config)
+        self.batch_steps = steps_per_update(config)  # per policy
+        #: Accepted batches of each trained policy not yet trained on, and their steps.
+        self.pending: dict[str, list[ExperienceBatch]] = {policy_id: [] for policy_id in self.policy_learners}
+        self.pending_steps = dict.fromkeys(self.policy_learners, 0)
+        self.policy_episodes = {policy_id: RecentEpisodes(config.stop.return_window)
+                                for policy_id in self.policy_learners}
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
-        self.recorded = RecordedEpisodes(POLICY_ID)
+        self.recorded = {policy_id: RecordedEpisodes(policy_id) for policy_id in self.policy_learners}
         self.last_wait_check = time.monotonic()
 
     @property
@@ -194,37 +219,57 @@ class DistributedTrainer:
             self.lost_messages += item.sequence - expected
         self.next_sequence[item.actor_index] = item.sequence + 1
 
-    def _fresh(self, oldest_version: int, steps: int, limit: int | None) -> bool:
-        fresh = limit is None or self.learner.version - oldest_version <= limit
+    def _fresh(self, oldest_version: int, steps: int, limit: int | None, version: int | None = None) -> bool:
+        """Whether samples of `oldest_version` are within `limit` of `version` (the learner's by default)."""
+        fresh = limit is None or (self.learner.version if version is None else version) - oldest_version <= limit
         if not fresh:
             self.dropped_stale_steps += steps
         return fresh
 
-    def _accept(self, experience: ActorExperience) -> bool:
+    def _accept(self, experience: ActorExperience, version: int) -> bool:
+        """Whether to train on `experience`; `version` is its policy's current version."""
         versions = experience.batch.policy_versions
         if not len(versions):
             return False
         if self.config.runtime.sampling == "sync":
-            return self._fresh(int(versions.min()), len(versions), 0)  # only the current version
-        return self._fresh(int(versions.min()), len(versions), self.config.runtime.max_staleness)
+            return self._fresh(int(versions.min()), len(versions), 0, version)  # only the current version
+        return self._fresh(int(versions.min()), len(versions), self.config.runtime.max_staleness, version)
 
     def _learn_from_experience(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
-        """Gather a batch and update; returns (metrics, env frames received, steps trained)."""
-        batches, steps, frames = [], 0, 0
-        while steps < self.batch_steps:
+        """Gather experience until a policy's batch is full and update every policy whose batch is;
+        returns (metrics, env frames received, steps trained)."""
+        frames = 0
+        while not (ready := [pid for pid, steps in self.pending_steps.items() if steps >= self.batch_steps]):
             item = self._next_message()
             if not isinstance(item, ActorExperience):
                 continue
             frames += item.env_frames
             self.env_errors += item.env_errors
             self._check_sequence(item)
-            self.recorded.add(episodes.count, item.episode_returns, item.recorded, item.actor_index,
-                              self.watch.hosts.get(item.actor_index, "unknown"))
+            policy_id = item.policy_id
+            learner = self.policy_learners.get(policy_id)
+            if learner is None:  # a frozen or unknown policy: nothing here may train it
+                self.receiver.malformed += 1
+                log.error("dropped experience of policy %r from actor %d; trained policies: %s", policy_id,
+                          item.actor_index, sorted(self.policy_learners))
+                continue
+            # Recorded episodes are numbered as the run counts them (a multi-agent run: per policy).
+            first = episodes.count if self.config.multiagent is None else self.policy_episodes[policy_id].count
+            self.recorded[policy_id].add(first, item.episode_returns, item.recorded, item.actor_index,
+                                         self.watch.hosts.get(item.actor_index, "unknown"))
             episodes.add(item.episode_returns, item.episode_lengths)
-            if self._accept(item):
-                batches.append(item.batch)
-                steps += len(item.batch)
-        return self.learner.update(concatenate(batches), self.env_frames + frames), frames, steps
+            self.policy_episodes[policy_id].add(item.episode_returns, item.episode_lengths)
+            if self._accept(item, learner.version):
+                self.pending[policy_id].append(item.batch)
+                self.pending_steps[policy_id] += len(item.batch)
+        updates, steps = {}, 0
+        for policy_id in ready:
+            batch, self.pending[policy_id], self.pending_steps[policy_id] = concatenate(self.pending[policy_id]), [], 0
+            updates[policy_id] = (self.policy_learners[policy_id].update(batch, self.env_frames + frames), len(batch))
+            steps += len(batch)
+        if self.config.multiagent is None:
+            return updates[POLICY_ID][0], frames, steps
+        return policy_metrics(updates, self.learner.versions, self.policy_episodes), frames, steps
 
     def _learn_from_gradients(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
         """Apply the next fresh gradients (A3C); each application is one update."""
@@ -289,7 +334,8 @@ class DistributedTrainer:
             wall_time = progress.wall_time
             report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, wall_time,
                                   self.learner.version, episodes.count, episodes.mean_return, metrics,
-                                  self.recorded.take(self.env_frames, wall_time))
+                                  tuple(record for recorded in self.recorded.values()
+                                        for record in recorded.take(self.env_frames, wall_time)))
             if episodes.reached(stop.target_return) and progress.reached_at is None:
                 progress.reached_at = self.env_frames
             for observer in self.observers:

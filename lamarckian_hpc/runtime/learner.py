@@ -73,12 +73,17 @@ class Learner(Protocol):
 
 
 class _LearnerBase:
-    def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> None:
+    def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
+                 model: torch.nn.Module | None = None) -> None:
+        """`model`: the network to train when it is built elsewhere (a multi-agent run's policies,
+        which may share layers and read a global state); by default one is built for the config."""
         self.config = config
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         self.device = select_device(config.runtime.device)
-        self.model = build_model(config, observation_space, action_space).to(self.device)
+        if model is None:
+            model = build_model(config, observation_space, action_space)
+        self.model = model.to(self.device)
         # torch.optim.Adam's update, without the torch._dynamo import every torch optimizer makes (seconds).
         self.optimizer = Adam(self.model.parameters(), lr=config.algorithm.learning_rate, eps=1e-5)
         self.version = 0

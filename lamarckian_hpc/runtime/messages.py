@@ -2,9 +2,10 @@
 
 `hello`: an actor process (re)started; its index, pid and host, so the learner can count restarts
 and the actors connected per host.
-`experience`: an ExperienceBatch as arrays, plus the episodes that ended and the env frames
-stepped since the previous message, and every step of those of them recorded for the run file
-(`recorded_*` arrays; `recorded_index` says which of the message's episodes each one is).
+`experience`: one policy's ExperienceBatch as arrays (meta `policy_id`, `main` when absent), plus
+the episodes of its agents that ended and the env frames stepped since the previous message, and
+every step of those of them recorded for the run file (`recorded_*` arrays; `recorded_index` says
+which of the message's episodes each one is).
 `env_failing`: the actor's environment raised in every recent episode; it stopped sampling and
 says why (the error's type and message).
 `gradients`: A3C's gradients of one rollout (one array per parameter, in the model's order), the
@@ -19,6 +20,7 @@ import numpy as np
 
 from ..comm import Message
 from ..mdp import ExperienceBatch, RecordedSteps
+from .sampling import POLICY_ID
 
 HELLO, EXPERIENCE, GRADIENTS, ENV_FAILING = "hello", "experience", "gradients", "env_failing"
 KINDS = {HELLO, EXPERIENCE, GRADIENTS, ENV_FAILING}
@@ -46,15 +48,17 @@ class ActorExperience:
     env_errors: int = 0  # episodes dropped since the previous message because the environment raised
     sequence: int = -1  # the actor process's message count: a gap means a lost message
     recorded: tuple[Recorded, ...] = ()
+    policy_id: str = POLICY_ID  # whose steps these are (a multi-agent run has several policies)
 
 
 def experience_message(actor_index: int, batch: ExperienceBatch, episode_returns: np.ndarray,
                        episode_lengths: np.ndarray, env_frames: int, env_errors: int = 0,
-                       sequence: int = -1, recorded: tuple[Recorded, ...] = ()) -> Message:
+                       sequence: int = -1, recorded: tuple[Recorded, ...] = (), policy_id: str = POLICY_ID) -> Message:
     arrays = {name: getattr(batch, name) for name in _BATCH_FIELDS}
     arrays["episode_returns"] = np.asarray(episode_returns, dtype=np.float64)
     arrays["episode_lengths"] = np.asarray(episode_lengths, dtype=np.int64)
-    meta = {"actor_index": actor_index, "env_frames": env_frames, "env_errors": env_errors, "sequence": sequence}
+    meta = {"actor_index": actor_index, "env_frames": env_frames, "env_errors": env_errors, "sequence": sequence,
+            "policy_id": policy_id}
     if recorded:
         arrays["recorded_index"] = np.array([index for index, _ in recorded], dtype=np.int64)
         arrays["recorded_lengths"] = np.array([len(steps) for _, steps in recorded], dtype=np.int64)
@@ -95,7 +99,14 @@ def read_experience(message: Message) -> ActorExperience:
     return ActorExperience(int(message.meta["actor_index"]), batch, arrays["episode_returns"],
                            arrays["episode_lengths"], int(message.meta["env_frames"]),
                            int(message.meta.get("env_errors", 0)), int(message.meta.get("sequence", -1)),
-                           _read_recorded(message, len(arrays["episode_returns"])))
+                           _read_recorded(message, len(arrays["episode_returns"])), _policy_id(message))
+
+
+def _policy_id(message: Message) -> str:
+    policy_id = message.meta.get("policy_id", POLICY_ID)
+    if not isinstance(policy_id, str):
+        raise ValueError(f"policy_id must be a string, got {type(policy_id).__name__}")
+    return policy_id
 
 
 def concatenate(batches: list[ExperienceBatch]) -> ExperienceBatch:

@@ -26,10 +26,10 @@ def trajectory_specs(config: RunConfig, spaces: tuple[Any, Any], policy_id: str)
                            tuple(action_space.shape or ()), "int64" if discrete else "float32")]
 
 
-def trajectory_writer_options(config: RunConfig, spaces: tuple[Any, Any], policy_id: str) -> dict[str, Any]:
-    """RunWriter's keyword arguments for the run's recorded episodes."""
+def trajectory_writer_options(config: RunConfig, spaces: tuple[Any, Any], *policy_ids: str) -> dict[str, Any]:
+    """RunWriter's keyword arguments for the run's recorded episodes (one group per policy)."""
     settings = config.storage.trajectories
-    return {"trajectories": trajectory_specs(config, spaces, policy_id),
+    return {"trajectories": [spec for policy_id in policy_ids for spec in trajectory_specs(config, spaces, policy_id)],
             "trajectory_compression": settings.compression,
             "max_trajectory_bytes": int(settings.max_megabytes * MEGABYTE)}
 

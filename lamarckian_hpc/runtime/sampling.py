@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 import gymnasium as gym
 import numpy as np
 
+from ..comm import Message
 from ..comm.limits import space_elements
 from ..config import A3CConfig, DQNConfig, RunConfig
-from ..mdp import EpisodeSelector, ExperienceBuffer, GymMDP, PolicyOutput, Sampler, TrainingController, make_gym_env
+from ..mdp import (EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, GymMDP, PolicyOutput, Sampler,
+                   TrainingController, make_gym_env)
 from .network_layout import actor_critic_layout, q_network_layout
 from .numpy_policy import NumpyActorCriticPolicy, NumpyEpsilonGreedyPolicy
 
@@ -49,6 +51,23 @@ class SamplingSide:
     def load_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Sample with the learner's broadcast weights (a dict named like the torch state_dict)."""
         self.policy.load_weights(weights)
+
+    @property
+    def observation_space(self) -> gym.Space:
+        """Of the observations that travel to the learner."""
+        return self.sampler.mdps[0].observation_space(None)
+
+    def load_broadcast(self, message: Message) -> int:
+        """The learner's weights message: the policy's weights and version; returns the version."""
+        self.load_weights(message.arrays)
+        self.sampler.policy_versions[self.policy_id] = message.policy_version
+        return message.policy_version
+
+    def take_experience(self) -> list[tuple[str, ExperienceBatch, list[EpisodeResult]]]:
+        """(policy id, batch, finished episodes) of the one policy, as the multi-agent side hands
+        back one per trained policy (`multiagent_sampling.MultiAgentSamplingSide`)."""
+        batch = self.experience.take()
+        return [(self.policy_id, batch, self.sampler.take_completed())]
 
     def set_epsilon(self, epsilon: float) -> None:
         """Exploration rate of an epsilon-greedy policy (DQN's, the only policies with an `epsilon`)."""
@@ -143,7 +162,12 @@ def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | No
                        use_torch: bool = False) -> SamplingSide:
     """Envs, controllers and sampler. `model` is shared when given (the serial trainer's CPU
     model); without one the policy is torch-free unless the run `needs_torch` or `use_torch`
-    asks for it (benchmarks/actor_footprint.py compares the two)."""
+    asks for it (benchmarks/actor_footprint.py compares the two). A multi-agent run's actors get
+    the side with a policy dimension (`multiagent_sampling`), which acts with numpy only."""
+    if config.multiagent is not None:
+        from .multiagent_sampling import make_multiagent_side
+
+        return make_multiagent_side(config, seed)  # type: ignore[return-value]
     mdps = make_env_mdps(config)
     observation_space, action_space = mdps[0].observation_space(None), mdps[0].action_space(None)
     policy: ActorPolicy

@@ -45,10 +45,15 @@ def make_trainer(config: RunConfig) -> Any:
 
 
 def metric_names_for(config: RunConfig) -> tuple[str, ...]:
+    """Every metric the run writes; a multi-agent run adds its per-policy ones."""
     if config.runtime.mode == "serial":
         from .trainer import METRIC_NAMES
     else:
         from .distributed import METRIC_NAMES
+    if config.multiagent is not None:
+        from .policy_learners import multiagent_metric_names
+
+        return (*METRIC_NAMES, *multiagent_metric_names(config))
     return METRIC_NAMES
 
 
@@ -70,7 +75,8 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
     try:
         names = metric_names_for(config)
         reserve = int(config.storage.min_free_megabytes * MEGABYTE)
-        options = trajectory_writer_options(config, trainer.spaces, POLICY_ID)
+        options = trajectory_writer_options(config, trainer.spaces, *(config.multiagent.trained if config.multiagent
+                                                                      else (POLICY_ID,)))
         if checkpoint is not None:
             trainer.restore(checkpoint)
             writer = continue_run_file(run_path, names, checkpoint.policy_version, meta, min_free_bytes=reserve,
