@@ -25,27 +25,9 @@ from lamarckian_hpc.runtime.training_run import metric_names_for  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402
 
+from test_distributed import Collect, local_ray  # noqa: E402, F401 - the module's Ray (autouse), an observer
+
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "multiagent_simple_spread.yaml"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    """One local Ray for the module; the trainers join it instead of starting their own."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-             logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.reports = []
-
-    def on_update_end(self, report) -> None:
-        self.reports.append(report)
-
-    def on_train_end(self, result) -> None:
-        pass
 
 
 def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -2,8 +2,8 @@
 policy, in whichever process samples (the serial trainer's, or an actor's).
 
 An actor that only acts samples with a torch-free policy (`numpy_policy`), so its process never
-imports torch; torch is imported here only when sampling needs a torch model: one that is shared
-(the serial trainer's), one that computes gradients (A3C's actors) or a CNN. Keep torch imports
+imports torch; torch is imported here only when sampling needs a torch model: one that computes
+gradients (A3C's actors) or a CNN. Keep torch imports
 out of this module's top level.
 """
 
@@ -145,24 +145,22 @@ def numpy_policy(config: RunConfig, observation_space: gym.Space, action_space: 
     return NumpyActorCriticPolicy(actor_critic_layout(observation_space, action_space, model), model.activation, seed)
 
 
-def torch_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space, seed: int,
-                 model: torch.nn.Module | None = None) -> tuple[Any, torch.nn.Module]:
-    """A policy on a torch network: `model` when given (shared with a learner), else a new one."""
+def torch_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
+                 seed: int) -> tuple[Any, torch.nn.Module]:
+    """A policy on a torch network of its own."""
     from .inference import EpsilonGreedyPolicy, TorchPolicy
     from .learner import build_model
 
-    if model is None:
-        model = build_model(config, observation_space, action_space)
+    model = build_model(config, observation_space, action_space)
     if isinstance(config.algorithm, DQNConfig):
         return EpsilonGreedyPolicy(model, int(action_space.n), seed, config.algorithm.epsilon_start), model
     return TorchPolicy(model), model
 
 
-def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | None = None, *,
-                       use_torch: bool = False) -> SamplingSide:
-    """Envs, controllers and sampler. `model` is shared when given (the serial trainer's CPU
-    model); without one the policy is torch-free unless the run `needs_torch` or `use_torch`
-    asks for it (benchmarks/actor_footprint.py compares the two). A multi-agent run's actors get
+def make_sampling_side(config: RunConfig, seed: int, *, use_torch: bool = False) -> SamplingSide:
+    """Envs, controllers and sampler, with a policy of the side's own (it takes the learner's
+    weights through `load_weights`): torch-free unless the run `needs_torch` or `use_torch` asks
+    for it (benchmarks/actor_footprint.py compares the two). A multi-agent run's actors get
     the side with a policy dimension (`multiagent_sampling`), which acts with numpy only."""
     if config.multiagent is not None:
         from .multiagent_sampling import make_multiagent_side
@@ -171,10 +169,11 @@ def make_sampling_side(config: RunConfig, seed: int, model: torch.nn.Module | No
     mdps = make_env_mdps(config)
     observation_space, action_space = mdps[0].observation_space(None), mdps[0].action_space(None)
     policy: ActorPolicy
-    if model is None and not use_torch and not needs_torch(config):
+    model = None
+    if not use_torch and not needs_torch(config):
         policy = numpy_policy(config, observation_space, action_space, seed)
     else:
-        policy, model = torch_policy(config, observation_space, action_space, seed, model)
+        policy, model = torch_policy(config, observation_space, action_space, seed)
     experience = ExperienceBuffer()
     selector = EpisodeSelector(recorded_every(config))  # episodes kept for the run file
     sampler = Sampler(
