@@ -16,7 +16,8 @@ from lamarckian_hpc.config import ConfigError, EvolveConfig, load_config
 from lamarckian_hpc.games.balance import BalanceProblem, LineupNSGA2
 from lamarckian_hpc.games.data import BUILT_IN_DATA
 from lamarckian_hpc.games.report import summarize
-from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve, make_problem
+from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve
+from lamarckian_hpc.runtime.evolve_components import make_problem
 from lamarckian_hpc.storage import open_run
 
 ray = pytest.importorskip("ray")

@@ -14,7 +14,8 @@ import pytest
 
 from lamarckian_hpc.config import ConfigError, EvolveConfig, load_config
 from lamarckian_hpc.ec import Problem
-from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve, make_problem
+from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve
+from lamarckian_hpc.runtime.evolve_components import make_problem
 from lamarckian_hpc.storage import open_run
 
 ray = pytest.importorskip("ray")

@@ -20,8 +20,8 @@ import numpy as np
 from ..config import EvolveConfig
 from ..ec.evaluator import Evaluator
 from ..storage import MEGABYTE, RunWriter, continue_run_file, open_run
-from .evolution import (EvolutionAlgorithm, GenerationRecorder, RayEvaluator, SerialEvaluator, evolve, make_algorithm,
-                        make_problem)
+from .evolution import GenerationRecorder, RayEvaluator, SerialEvaluator, evolve
+from .evolve_components import EvolutionAlgorithm, make_algorithm, make_problem
 
 
 class EvolutionSetupError(ValueError):
