@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from lamarckian_hpc.config import ConfigError, EvolveConfig, load_config
-from lamarckian_hpc.games.balance import BalanceProblem, LineupNSGA2
+from lamarckian_hpc.ec import NSGA2
+from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.data import BUILT_IN_DATA
 from lamarckian_hpc.games.report import summarize
 from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve
@@ -35,7 +36,7 @@ def test_balance_runs_the_same_serially_and_on_ray_workers():
     problem = make_problem(config)
     assert isinstance(problem, BalanceProblem)
     serial = evolve(config, SerialEvaluator(problem), evaluator=problem)
-    assert isinstance(serial, LineupNSGA2)
+    assert isinstance(serial, NSGA2)  # with the lineup operators (games.lineup.lineup_operators)
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
              logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
     try:

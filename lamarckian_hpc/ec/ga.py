@@ -18,6 +18,7 @@ from typing import Callable, Literal
 import numpy as np
 
 from .operators import tournament
+from .ask_tell import population_from_state, population_state
 from .population import IdCounter, Population, PopulationView, orphans
 from .variation import Crossover, Mutation
 
@@ -45,6 +46,25 @@ class GA(PopulationView):
         self._pending_parents: np.ndarray | None = None
         self.told_ids: np.ndarray | None = None  # lineage of the individuals told last
         self.told_parent_ids: np.ndarray | None = None
+        self.told_objectives: np.ndarray | None = None
+
+    @property
+    def asked_parent_ids(self) -> np.ndarray | None:
+        """[n, 2] parents of the genomes of the last ask (-1 for the initial population)."""
+        return self._pending_parents
+
+    def state_dict(self) -> dict:
+        """The population, the next id and the generator as arrays and numbers (between a tell and
+        the next ask); the operators and the variant are the configuration's, not state."""
+        return {"next_id": self.counter.next_id, "rng": self.rng.bit_generator.state,
+                "population": population_state(self.population)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue as the GA whose `state_dict()` this is (same size, variant and operators)."""
+        self.counter.next_id = int(state["next_id"])
+        self.rng.bit_generator.state = state["rng"]
+        self.population = population_from_state(state["population"])
+        self._pending_parents = None
 
     @property
     def best(self) -> tuple[np.ndarray, float]:
@@ -81,7 +101,7 @@ class GA(PopulationView):
             raise ValueError(f"the GA is single-objective; got {objectives.shape[1]} objectives per genome")
         parents = self._pending_parents if self._pending_parents is not None else orphans(len(genomes))
         newborn = Population(np.asarray(genomes, float), objectives, self.counter.take(len(genomes)), parents)
-        self.told_ids, self.told_parent_ids = newborn.ids, newborn.parent_ids
+        self.told_ids, self.told_parent_ids, self.told_objectives = newborn.ids, newborn.parent_ids, newborn.objectives
         self._pending_parents = None
         if self.population is None:
             self.population = newborn

@@ -10,7 +10,8 @@ decision vector, and three objectives, all to be maximised, say how imbalanced a
 - f3, strength of the weakest team: its remaining strength in battles against every team of the
   baseline lineups in the rules file.
 
-NSGA-II minimises, so `evaluate` returns (-f1, -f2, -f3). Every battle's seed is derived from the
+NSGA-II minimises, so `evaluate` returns (-f1, -f2, -f3); it searches lineups with the lineup
+operators (`games.lineup.lineup_operators`, passed to `ec.NSGA2`). Every battle's seed is derived from the
 two teams it pits, so an evaluation is a pure function of the genome, the same on any worker."""
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from ..ec.evaluator import Description
-from ..ec.nsga2 import NSGA2
-from ..ec.population import orphans
 from .battle import Battle
 from .data import GameData, load_game_data
-from .lineup import LineupCoding, lineup_crossover, lineup_mutation
+from .lineup import LineupCoding
 from .teams import TeamStats, compile_spec, compile_team
 
 OBJECTIVE_NAMES = ("damage_difference", "resources_multiple", "weakest_strength")
@@ -142,43 +141,3 @@ class BalanceProblem:
         return LineupScore(tuple(team.label for team in teams), strongest, weakest,
                            float(strength[strongest] - strength[weakest]), float(multiple),
                            float(np.mean(against)) if against else 0.0)
-
-
-class LineupNSGA2(NSGA2):
-    """NSGA-II with the lineup operators: a random valid population first, then order crossover
-    and lineup swaps (`games.lineup`) instead of SBX and polynomial mutation; children that field
-    the same teams as a member or an earlier child are mutated again."""
-
-    def __init__(self, coding: LineupCoding, population_size: int, rng: np.random.Generator,
-                 crossover_probability: float = 0.9) -> None:
-        bounds = coding.as_coding()
-        super().__init__(bounds.lower, bounds.upper, population_size, rng, crossover_probability=crossover_probability)
-        self.coding = coding
-
-    def ask(self) -> np.ndarray:
-        if self.genomes is None:
-            self._pending_parents = orphans(self.population_size)
-            return self.coding.sample(self.rng, self.population_size)
-        half = self.population_size // 2
-        mothers, fathers = self._tournament(half), self._tournament(half)
-        child_a, child_b = lineup_crossover(self.coding, self.genomes[mothers], self.genomes[fathers], self.rng,
-                                            self.crossover_probability)
-        offspring = lineup_mutation(self.coding, np.concatenate([child_a, child_b]), self.rng)
-        offspring = self._without_duplicates(offspring)
-        assert self.ids is not None
-        pairs = np.column_stack([self.ids[mothers], self.ids[fathers]])
-        self._pending_parents = np.concatenate([pairs, pairs])
-        return offspring
-
-    def _without_duplicates(self, offspring: np.ndarray, max_rounds: int = 10) -> np.ndarray:
-        assert self.genomes is not None
-        for _ in range(max_rounds):
-            keys = self.coding.keys(np.concatenate([self.genomes, offspring]))
-            _, first = np.unique(keys, axis=0, return_index=True)
-            duplicate = np.ones(len(keys), dtype=bool)
-            duplicate[first] = False
-            duplicate = duplicate[len(self.genomes):]
-            if not duplicate.any():
-                break
-            offspring[duplicate] = lineup_mutation(self.coding, offspring[duplicate], self.rng, swap_probability=1.0)
-        return offspring

@@ -12,6 +12,8 @@ tests check over many draws."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -95,3 +97,12 @@ def lineup_mutation(coding: LineupCoding, genomes: np.ndarray, rng: np.random.Ge
         else:
             mutated[row, 2 * h + hero] = rng.integers(0, coding.equipment_choices[hero])
     return mutated
+
+
+def lineup_operators(coding: LineupCoding, crossover_probability: float = 0.9) -> dict[str, Any]:
+    """The keyword arguments that make `ec.NSGA2` search lineups: a random valid population, then
+    `lineup_crossover` and `lineup_mutation`; a child that fields the same teams as a member or an
+    earlier child (`LineupCoding.keys`) is a duplicate and swaps a lineup slot again."""
+    return {"sampling": coding.sample, "crossover": partial(lineup_crossover, coding, probability=crossover_probability),
+            "mutation": partial(lineup_mutation, coding), "duplicate_key": coding.keys,
+            "duplicate_mutation": partial(lineup_mutation, coding, swap_probability=1.0)}

@@ -34,11 +34,13 @@ def make_problem(config: EvolveConfig) -> Problem:
 def make_algorithm(config: EvolveConfig, evaluator: Evaluator) -> EvolutionAlgorithm:
     """NSGA-II or the GA, seeded from the config, over the evaluator's coding."""
     spec, rng = config.algorithm, np.random.default_rng(config.seed)
-    if config.problem.name == "balance":  # lineups: NSGA-II with order crossover and lineup swaps
-        from ..games.balance import LineupNSGA2
-
-        return LineupNSGA2(evaluator.coding, spec.population_size, rng, spec.crossover_probability)  # type: ignore
     coding = evaluator.describe().coding
+    if config.problem.name == "balance":  # lineups: NSGA-II with order crossover and lineup swaps
+        from ..games.lineup import lineup_operators
+
+        return NSGA2(coding.lower, coding.upper, spec.population_size, rng,
+                     crossover_probability=spec.crossover_probability,
+                     **lineup_operators(evaluator.coding, spec.crossover_probability))  # type: ignore
     if isinstance(spec, GAConfig):
         crossover = make_crossover(spec.crossover, coding, spec.crossover_probability, spec.crossover_eta)
         mutation = make_mutation(spec.mutation, coding, spec.mutation_eta, spec.mutation_probability)
