@@ -22,7 +22,7 @@ from lamarckian_hpc.games import BUG_NAMES, Battle, compile_spec, load_game_data
 from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.report import summarize
 from lamarckian_hpc.games.testing import random_play, search
-from lamarckian_hpc.runtime.evolution import SerialEvaluator, evolve
+from lamarckian_hpc.runtime.evolution import evolve
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "game_use_cases.json"
@@ -58,7 +58,7 @@ def balancing(population_size: int, generations: int) -> dict:
                                                              f"algorithm.generations={generations}"], EvolveConfig)
     problem = BalanceProblem()
     start = time.perf_counter()
-    algorithm = evolve(config, SerialEvaluator(problem), evaluator=problem)
+    algorithm = evolve(config, problem)
     wall = time.perf_counter() - start
     summary = summarize(problem, algorithm.genomes, algorithm.objectives)
     return {"population_size": population_size, "generations": generations, "wall_seconds": wall,

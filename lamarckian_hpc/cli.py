@@ -167,37 +167,9 @@ def evolve_command(args: argparse.Namespace) -> int:
         from .games.testing_command import game_testing_command
 
         return game_testing_command(config, path, args.config, resume)  # type: ignore
-    from .runtime.evolution_run import EvolutionSetupError, run_evolution
-    from .storage import StorageFullError
+    from .runtime.evolution_command import evolution_command
 
-    console = Console(stderr=True)
-    try:
-        outcome = run_evolution(config, path, resume=args.resume is not None,
-                                meta=None if args.resume else {"config_file": str(args.config)},
-                                report=lambda line: console.print(line, highlight=False),
-                                on_start=lambda p: console.print(f"run file: {p}", highlight=False))
-    except StorageFullError as error:
-        print(_storage_full(error, path, "evolve"), file=sys.stderr)
-        return 1  # the run failed; exit 2 is for a command line that could not start one
-    except EvolutionSetupError as error:  # game data, or a history that does not replay: one line
-        return _fail(f"error: {error}")
-    algorithm, recorder, problem = outcome.algorithm, outcome.recorder, outcome.problem
-    table = Table(title="result", show_header=False)
-    table.add_row("problem", problem.name)
-    table.add_row("algorithm", config.algorithm.name)
-    table.add_row("generations", str(config.algorithm.generations))
-    if outcome.resumed_at_generation is not None:
-        table.add_row("resumed after generation", str(outcome.resumed_at_generation))
-    for label, value in recorder.summary(algorithm):
-        table.add_row(label, value)
-    table.add_row("wall time", f"{time.monotonic() - recorder.start:.1f} s")
-    Console().print(table)
-    if config.problem.name == "balance":  # the lineups the game's designers should weaken
-        from .games.report import print_summary, summarize
-
-        print_summary(summarize(problem, algorithm.genomes, algorithm.objectives), Console())  # type: ignore
-    print(path)
-    return 0
+    return evolution_command(config, path, args.config, resume)
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

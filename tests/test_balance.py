@@ -17,7 +17,8 @@ from lamarckian_hpc.ec import NSGA2
 from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.data import BUILT_IN_DATA
 from lamarckian_hpc.games.report import summarize
-from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve
+from lamarckian_hpc.runtime.evolution import EvolveProgram, evolve, population_runtime
+from lamarckian_hpc.runtime.population import run_population
 from lamarckian_hpc.runtime.evolve_components import make_problem
 from lamarckian_hpc.storage import open_run
 
@@ -32,17 +33,19 @@ def _config(*overrides: str) -> EvolveConfig:
 
 
 def test_balance_runs_the_same_serially_and_on_ray_workers():
-    config = _config()
+    config = _config("runtime.mode=serial")
     problem = make_problem(config)
     assert isinstance(problem, BalanceProblem)
-    serial = evolve(config, SerialEvaluator(problem), evaluator=problem)
+    serial = evolve(config, problem)
     assert isinstance(serial, NSGA2)  # with the lineup operators (games.lineup.lineup_operators)
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
              logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
     try:
-        workers: set[int] = set()
-        backend = RayEvaluator(problem, config)
-        distributed = evolve(config, backend, lambda g, a, x, e: workers.update(e.workers.tolist()), problem)
+        program = EvolveProgram(_config("runtime.mode=ray", "runtime.num_workers=2"), problem)
+        run_population(program, population_runtime(program.config))
+        distributed = program.algorithm
+        assert program.last_evaluations is not None
+        workers = set(program.last_evaluations.workers.tolist())
     finally:
         ray.shutdown()
     np.testing.assert_array_equal(serial.genomes, distributed.genomes)
@@ -79,7 +82,7 @@ def test_planted_overpowered_hero_leads_the_imbalanced_lineups(tmp_path):
                          ["runtime.mode=serial", f"problem.game_data={folder}", "algorithm.population_size=20",
                           "algorithm.generations=8"], EvolveConfig)
     problem = make_problem(config)
-    algorithm = evolve(config, SerialEvaluator(problem), evaluator=problem)
+    algorithm = evolve(config, problem)
     summary = summarize(problem, algorithm.genomes, algorithm.objectives)
     fielding = [score for score in summary.imbalanced if any(t.startswith(OVERPOWERED + "+") for t in score.teams)]
     share = len(fielding) / max(len(summary.imbalanced), 1)

@@ -14,10 +14,13 @@ from lamarckian_hpc.envs import PongEnv
 from lamarckian_hpc.envs.pong_core import STAY, UP
 from lamarckian_hpc.evorl.behaviour import GENOME_NAMES, EpisodeTrace, behaviour_of, objectives, reward_terms
 from lamarckian_hpc.ec import Evaluator
-from lamarckian_hpc.evorl.emogi import Job, PongBehaviour, SerialBackend, individual_run_config, play, run_emogi
-from lamarckian_hpc.evorl.emogi_store import METRIC_NAMES, EMOGIRecorder, population_shape, read_results, write_results
+from lamarckian_hpc.evorl.emogi import (METRIC_NAMES, EMOGIProgram, PolicyTrainer, PongBehaviour, individual_run_config,
+                                        play)
+from lamarckian_hpc.evorl.emogi_store import population_shape, read_results, write_results
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.runtime.learner import load_weights
+from lamarckian_hpc.runtime.population import PopulationRuntime, run_population
+from lamarckian_hpc.runtime.worker_pool import InProcessPool
 from lamarckian_hpc.storage import RunWriter, open_run
 
 TINY = {
@@ -70,19 +73,19 @@ def test_config_rejects_what_emogi_cannot_run():
         load_config(None, ["algorithm.population_size=3"], EMOGIConfig)
 
 
-class RecordingBackend(SerialBackend):
-    """The serial backend that remembers its jobs and fails the second job of the second generation."""
+class RecordingTrainer(PolicyTrainer):
+    """The worker's trainer that remembers its requests and fails the fourth (the second policy of
+    the second generation)."""
 
-    def __init__(self, config: EMOGIConfig) -> None:
-        super().__init__(config)
-        self.generations: list[list[Job]] = []
+    def __init__(self, config: EMOGIConfig, slots: list[int]) -> None:
+        super().__init__(config, slots)
+        self.requests: list[tuple[int, object]] = []  # (env frames, initial weights)
 
-    def run(self, jobs, on_done=None):
-        self.generations.append(jobs)
-        results = super().run(jobs, on_done)
-        if len(self.generations) == 2:
-            results[1] = None
-        return results
+    def train_and_evaluate(self, genome, seed, env_frames, initial_weights):
+        self.requests.append((env_frames, initial_weights))
+        if len(self.requests) == 4:
+            raise RuntimeError("this training crashes")
+        return super().train_and_evaluate(genome, seed, env_frames, initial_weights)
 
 
 def test_tiny_run_writes_population_front_and_policies_and_they_round_trip(tmp_path):
@@ -90,21 +93,25 @@ def test_tiny_run_writes_population_front_and_policies_and_they_round_trip(tmp_p
     path = tmp_path / "emogi.h5"
     writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, population_shape=population_shape())
     lines: list[str] = []
-    backend = RecordingBackend(config)
     trained: list[tuple[int, int]] = []
-    result = run_emogi(config, EMOGIRecorder(writer, config, lines.append), backend,
-                       on_individual=lambda generation, index, _: trained.append((generation, index)))
+    program = EMOGIProgram(config, on_individual=lambda generation, index, _: trained.append((generation, index)))
+    pool = InProcessPool(lambda slots: RecordingTrainer(config, slots), 0)
+    try:
+        run_population(program, PopulationRuntime(), writer, report=lines.append, pool=pool)
+    finally:
+        pool.close()
     writer.close()
+    result = program.result
     write_results(path, result)
     assert len(lines) == 2 and lines[-1].startswith("generation 2/2  front ")
     assert sorted(trained) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
     # Offspring start from their first parent's trained policy, and train the offspring budget.
-    first, second = backend.generations
-    assert all(job.initial_weights is None and job.env_frames == 512 for job in first)
-    for k, job in enumerate(second):
+    first, second = pool.host.requests[:2], pool.host.requests[2:]
+    assert all(weights is None and frames == 512 for frames, weights in first)
+    for k, (frames, weights) in enumerate(second):
         parent = result.history[2 + k].parent_ids[0]
-        assert job.initial_weights is result.policies[parent] and job.env_frames == 256
+        assert weights is result.policies[parent] and frames == 256
 
     with open_run(path) as reader:
         population = reader.population()

@@ -1,6 +1,6 @@
-"""The evolution driver: serial and Ray evaluation give the same population for a fixed seed (NSGA-II
-and both GA variants), failed or slow evaluations do not stop a generation, `evolve` records every
-generation of NSGA-II and GA runs, and mismatched configs are one-line errors."""
+"""Evolution on the population workflow: serial, forked and Ray workers give the same population for
+a fixed seed (NSGA-II and both GA variants), failed or slow evaluations do not stop a generation,
+`evolve` records every generation of NSGA-II and GA runs, and mismatched configs are one-line errors."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 
 from lamarckian_hpc.config import ConfigError, EvolveConfig, load_config
 from lamarckian_hpc.ec import Problem
-from lamarckian_hpc.runtime.evolution import RayEvaluator, SerialEvaluator, evolve
+from lamarckian_hpc.runtime.evolution import EvaluatorHost, Evaluations, evolve
 from lamarckian_hpc.runtime.evolve_components import make_problem
+from lamarckian_hpc.runtime.worker_pool import Request, make_pool
 from lamarckian_hpc.storage import open_run
 
 ray = pytest.importorskip("ray")
@@ -34,13 +35,12 @@ def _config(*overrides: str) -> EvolveConfig:
     return load_config(None, ["algorithm.population_size=20", "algorithm.generations=5", *overrides], EvolveConfig)
 
 
-def test_serial_and_ray_evaluation_give_the_same_population(local_ray):
-    config = _config()
-    problem = make_problem(config)
-    serial = evolve(config, SerialEvaluator(problem))
-    distributed = evolve(config, RayEvaluator(problem, config))
-    np.testing.assert_array_equal(serial.genomes, distributed.genomes)
-    np.testing.assert_array_equal(serial.objectives, distributed.objectives)
+def test_serial_forked_and_ray_evaluation_give_the_same_population(local_ray):
+    serial = evolve(_config("runtime.mode=serial"))
+    for mode in ("fork", "ray"):
+        distributed = evolve(_config(f"runtime.mode={mode}", "runtime.num_workers=2"))
+        np.testing.assert_array_equal(serial.genomes, distributed.genomes, err_msg=mode)
+        np.testing.assert_array_equal(serial.objectives, distributed.objectives, err_msg=mode)
 
 
 def test_failed_and_slow_evaluations_do_not_stop_a_generation(local_ray):
@@ -54,11 +54,18 @@ def test_failed_and_slow_evaluations_do_not_stop_a_generation(local_ray):
         return np.column_stack([X[:, 0], 1 - X[:, 0]])
 
     problem = Problem("flaky", 3, 2, np.zeros(3), np.ones(3), flaky)
-    config = _config("runtime.evaluation_timeout_seconds=5")
     genomes = np.random.default_rng(0).random((12, 3))
     genomes[:, 0] = np.linspace(0.3, 0.8, 12)  # healthy: one worker stays free for them
     genomes[0, 0], genomes[1, 0], genomes[2, 0] = 0.1, 0.95, 0.5
-    evaluations = RayEvaluator(problem, config).evaluate(genomes)
+    pool = make_pool("ray", lambda slots: EvaluatorHost(problem, 0.0, slots), 0, 2, 5.0)
+    try:
+        answers: list = [None] * len(genomes)
+        for index, answer in pool.run([Request("evaluate", (genome,)) for genome in genomes]):
+            answers[index] = answer
+        assert pool.replacements == 1  # the worker that hung was replaced; the other one stayed
+    finally:
+        pool.close()
+    evaluations = Evaluations.of(answers, 2)
     assert np.isinf(evaluations.objectives[0]).all()  # failed
     assert np.isinf(evaluations.objectives[1]).all()  # timed out
     assert evaluations.failures == 2
@@ -105,10 +112,9 @@ def _ga_config(*overrides: str) -> EvolveConfig:
 
 @pytest.mark.parametrize("variant", ["generational", "steady_state"])
 def test_ga_gives_the_same_population_serially_and_on_ray(local_ray, variant):
-    config = _ga_config(f"algorithm.variant={variant}")
-    problem = make_problem(config)
-    serial = evolve(config, SerialEvaluator(problem))
-    distributed = evolve(config, RayEvaluator(problem, config))
+    serial = evolve(_ga_config(f"algorithm.variant={variant}", "runtime.mode=serial"))
+    distributed = evolve(_ga_config(f"algorithm.variant={variant}", "runtime.mode=ray", "runtime.num_workers=2"))
+    problem = make_problem(_ga_config())
     np.testing.assert_array_equal(serial.genomes, distributed.genomes)
     np.testing.assert_array_equal(serial.ids, distributed.ids)
     assert problem.coding.valid(distributed.genomes).all()

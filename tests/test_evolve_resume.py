@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lamarckian_hpc.storage import open_run
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMON = ["runtime.mode=serial", "algorithm.population_size=20", "algorithm.generations=40"]
+COMMON = ["runtime.mode=serial", "algorithm.population_size=20", "algorithm.generations=40",
+          "storage.checkpoint_interval_seconds=0.001"]
 
 
 def _evolve(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -66,10 +68,14 @@ def test_killed_evolution_resumes_to_the_same_history_as_an_uninterrupted_run(tm
         np.testing.assert_array_equal(np.unique(reader.metric("hypervolume").policy_version), np.arange(40))
 
 
-def test_a_history_from_another_config_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize("overrides, words", [
+    (["algorithm.population_size=10", "algorithm.generations=9"], "algorithm.population_size is 10"),
+    (["problem.num_variables=12", "algorithm.generations=9"], "have 30 variables, this problem's 12"),
+    (["algorithm.generations=5"], "nothing left to do"),
+])
+def test_a_run_the_config_does_not_fit_is_refused_in_one_line(tmp_path, overrides, words):
     config = str(ROOT / "configs" / "nsga2_zdt1.yaml")
     _evolve(tmp_path, config, *COMMON, "algorithm.generations=5", "storage.run_name=short")
-    refused = _evolve(tmp_path, "--resume", str(tmp_path / "runs" / "short.h5"), "seed=7", "algorithm.generations=9",
-                      check=False)
+    refused = _evolve(tmp_path, "--resume", str(tmp_path / "runs" / "short.h5"), *overrides, check=False)
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
-    assert refused.returncode == 2 and len(lines) == 1 and "cannot be resumed" in lines[0], refused.stderr
+    assert refused.returncode == 2 and len(lines) == 1 and words in lines[0], refused.stderr

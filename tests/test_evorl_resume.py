@@ -15,10 +15,11 @@ import numpy as np
 
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import PBTConfig, load_config
-from lamarckian_hpc.evorl.hosts import SerialHosts
 from lamarckian_hpc.evorl.pbt_ppo import CHECKPOINT_KIND as PBT_KIND
-from lamarckian_hpc.evorl.pbt_ppo import make_pbt
+from lamarckian_hpc.evorl.pbt_ppo import PBTProgram, make_pbt
 from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_run_state
+from lamarckian_hpc.runtime.population import member_states, restore_members
+from lamarckian_hpc.runtime.worker_pool import InProcessPool
 from lamarckian_hpc.storage import open_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,27 +73,28 @@ def test_killed_pbt_run_resumes_on_ray_after_its_last_interval(tmp_path, capsys)
     def one_interval_past_a_snapshot() -> bool:
         if not snapshot.exists():
             data = checkpoint.read_bytes()
-            if load_run_state(checkpoint, PBT_KIND)["interval"] >= 2:
+            if load_run_state(checkpoint, PBT_KIND)["generation"] >= 2:
                 snapshot.write_bytes(data)
             return False
-        return load_run_state(checkpoint, PBT_KIND)["interval"] > load_run_state(snapshot, PBT_KIND)["interval"]
+        return load_run_state(checkpoint, PBT_KIND)["generation"] > load_run_state(snapshot, PBT_KIND)["generation"]
 
     _kill_after([sys.executable, "-m", "lamarckian_hpc", "evolve", str(ROOT / "configs" / "pbt_ppo_cartpole.yaml"),
-                 *PBT_TINY, "runtime.mode=serial", "stop.total_env_frames=100000", "storage.run_name=pbt"],
+                 *PBT_TINY, "runtime.mode=serial", "stop.total_env_frames=100000", "storage.run_name=pbt",
+                 "storage.checkpoint_interval_seconds=0.001"],
                 tmp_path, one_interval_past_a_snapshot)
     checkpoint.write_bytes(snapshot.read_bytes())
     saved = load_run_state(checkpoint, PBT_KIND)
-    done = int(saved["interval"])  # intervals the checkpoint covers
+    done = int(saved["generation"])  # intervals the checkpoint covers
     with open_run(run) as reader:
         assert reader.population()["generation"].max() >= done, "rows past the checkpoint to drop"
 
     # The restored state is the saved one: members (weights, Adam moments, counters, hyperparameters) and PBT.
     config = load_config(ROOT / "configs" / "pbt_ppo_cartpole.yaml", [*PBT_TINY, "runtime.mode=serial"],
                          PBTConfig)
-    hosts = SerialHosts(config)
+    pool = InProcessPool(PBTProgram(config).host_factory(), 4)
     try:
-        hosts.restore(saved["members"])
-        for restored, member in zip(hosts.checkpoints(), saved["members"]):
+        restore_members(pool, saved["members"])
+        for restored, member in zip(member_states(pool, 4), saved["members"]):
             assert restored["version"] == member["version"]
             assert restored["env_frames"] == member["env_frames"] == 512 * done
             assert restored["hyperparameters"] == member["hyperparameters"]
@@ -101,13 +103,13 @@ def test_killed_pbt_run_resumes_on_ray_after_its_last_interval(tmp_path, capsys)
             for name, array in member["arrays"].items():
                 np.testing.assert_array_equal(restored["arrays"][name], array, err_msg=name)
     finally:
-        hosts.close()
+        pool.close()
     pbt = make_pbt(config)
-    pbt.load_state_dict(saved["pbt"])
+    pbt.load_state_dict(saved["program"]["pbt"])
     again = pbt.state_dict()
     for key in ("ids", "parent_ids", "hyperparameters", "last_scores"):
-        np.testing.assert_array_equal(again[key], saved["pbt"][key], err_msg=key)
-    assert again["next_id"] == saved["pbt"]["next_id"] and again["rng"] == saved["pbt"]["rng"]
+        np.testing.assert_array_equal(again[key], saved["program"]["pbt"][key], err_msg=key)
+    assert again["next_id"] == saved["program"]["pbt"]["next_id"] and again["rng"] == saved["program"]["pbt"]["rng"]
 
     total = done + 2
     resumed = _evolve(tmp_path, "--resume", str(run), f"stop.total_env_frames={512 * total}", "runtime.mode=ray",
@@ -125,8 +127,8 @@ def test_killed_pbt_run_resumes_on_ray_after_its_last_interval(tmp_path, capsys)
     _assert_lineage(ids, parents)
     # After the resume the members continue from the saved ones: the first resumed interval's ids
     # are the saved population's (a saved exploit was already applied).
-    np.testing.assert_array_equal(ids[done], saved["pbt"]["ids"])
-    assert ids.max() >= saved["pbt"]["next_id"] - 1
+    np.testing.assert_array_equal(ids[done], saved["program"]["pbt"]["ids"])
+    assert ids.max() >= saved["program"]["pbt"]["next_id"] - 1
     assert len(set(rows["worker"][4 * done:].tolist())) == 2  # the resumed intervals ran on two Ray workers
 
     # Nothing left to do under the same budget, or another population: one clear line each.
@@ -169,18 +171,19 @@ def test_emogi_resumes_to_the_history_and_policies_of_an_uninterrupted_run(tmp_p
     # The saved state is the run's: its policies are those the finished run stored, and NSGA-II's
     # state survives a load.
     saved = load_run_state(checkpoint, CHECKPOINT_KIND)
-    assert saved["generations"] == 2
+    assert saved["generation"] == saved["program"]["generations"] == 2
     stored = read_results(run).policies
-    restored = result_of(saved)
+    restored = result_of(saved["program"])
     assert restored.policies.keys() == stored.keys() == {0, 1, 2, 3}
     for identifier, weights in stored.items():
         for name, array in weights.items():
             np.testing.assert_array_equal(restored.policies[identifier][name], array)
     nsga = NSGA2(np.zeros(2), np.ones(2), 2, np.random.default_rng(99))
-    nsga.load_state_dict(saved["nsga"])
+    nsga.load_state_dict(saved["program"]["nsga"])
     again = nsga.state_dict()
-    assert again["next_id"] == saved["nsga"]["next_id"] == 4 and again["rng"] == saved["nsga"]["rng"]
-    for key, array in saved["nsga"]["population"].items():
+    assert again["next_id"] == saved["program"]["nsga"]["next_id"] == 4
+    assert again["rng"] == saved["program"]["nsga"]["rng"]
+    for key, array in saved["program"]["nsga"]["population"].items():
         np.testing.assert_array_equal(again["population"][key], array, err_msg=key)
 
     assert main(["evolve", "--resume", str(run), "algorithm.generations=3"]) == 0

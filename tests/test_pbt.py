@@ -153,6 +153,15 @@ def _history(overrides: list[str]) -> list:
     return history
 
 
+def _fork_pool(config: PBTConfig):
+    from lamarckian_hpc.evorl.pbt_ppo import PBTProgram
+    from lamarckian_hpc.runtime.worker_pool import make_pool
+
+    program = PBTProgram(config)
+    return program, make_pool("fork", program.host_factory(), config.algorithm.population_size,
+                              config.runtime.num_workers, config.runtime.timeout_seconds)
+
+
 def test_forked_workers_train_as_this_process_does_and_end_with_the_run():
     """One forked worker holding the whole population trains it bitwise as the serial layout does
     (same members, same order, so the same random streams), with copies and explores going over the
@@ -160,7 +169,7 @@ def test_forked_workers_train_as_this_process_does_and_end_with_the_run():
     generator states included) both ways, and are gone after close."""
     import os
 
-    from lamarckian_hpc.evorl.pbt_ppo import make_hosts
+    from lamarckian_hpc.runtime.population import member_states, restore_members
 
     serial = _history(["runtime.mode=serial"])
     forked = _history(["runtime.mode=fork", "runtime.num_workers=1"])
@@ -168,51 +177,55 @@ def test_forked_workers_train_as_this_process_does_and_end_with_the_run():
 
     config = load_config("configs/pbt_ppo_cartpole.yaml", TINY + ["runtime.mode=fork", "runtime.num_workers=2"],
                          PBTConfig)
-    hosts = make_hosts(config)
+    program, pool = _fork_pool(config)
     try:
-        assert len(set(hosts.workers.values())) == 2 and os.getpid() not in hosts.workers.values()
-        results = hosts.train_interval(512, False, None)
-        assert [r.slot for r in results] == [0, 1, 2, 3] and all(r.env_frames == 512 for r in results)
-        saved = hosts.checkpoints()
-        hosts.copy(np.array([-1, 0, -1, 2]))  # slot 1 becomes slot 0, slot 3 becomes slot 2
-        copied = hosts.checkpoints()
+        assert len(set(pool.pids)) == 2 and os.getpid() not in pool.pids
+        results = sorted((r for batch in pool.each_worker("train_interval", 512, False, None) for r in batch),
+                         key=lambda r: r["slot"])
+        assert [r["slot"] for r in results] == [0, 1, 2, 3] and all(r["env_frames"] == 512 for r in results)
+        saved = member_states(pool, 4)
+        assert program._exploit(pool, np.array([-1, 0, -1, 2])) == 2  # slot 1 becomes slot 0, slot 3 slot 2
+        copied = member_states(pool, 4)
         for name, array in saved[0]["arrays"].items():
             if name.startswith("model/"):
                 np.testing.assert_array_equal(copied[1]["arrays"][name], array)
-        hosts.restore(saved)
-        restored = hosts.checkpoints()
+        restore_members(pool, saved)
+        restored = member_states(pool, 4)
         assert [s["rng"] for s in restored] == [s["rng"] for s in saved] and saved[0]["rng"]["state"]["state"] > 2**64
         for before, after in zip(saved, restored):
             for name, array in before["arrays"].items():
                 np.testing.assert_array_equal(after["arrays"][name], array, err_msg=name)
     finally:
-        hosts.close()
-    assert all(not process.is_alive() for process in hosts.processes)
+        pool.close()
+    assert all(not process.is_alive() for process in pool.processes)
 
 
 @pytest.mark.parametrize("fault", ["hung", "killed"])
 def test_a_hung_or_dead_forked_worker_ends_the_wait_with_its_name(fault):
-    """One stuck worker must not hang the driver: a silent one past runtime.reply_timeout_seconds,
-    or one that died, is reported with its pid and slots."""
+    """One stuck worker must not hang the driver: a silent one past runtime.timeout_seconds, or one
+    that died, is reported with its pid and slots, and a fresh worker takes its place."""
+    import contextlib
     import os
     import signal
     import time
 
-    from lamarckian_hpc.evorl.pbt_ppo import make_hosts
+    from lamarckian_hpc.runtime.population import member_states
+    from lamarckian_hpc.runtime.worker_pool import WorkerError
 
     config = load_config("configs/pbt_ppo_cartpole.yaml",
-                         TINY + ["runtime.mode=fork", "runtime.num_workers=2", "runtime.reply_timeout_seconds=2"],
+                         TINY + ["runtime.mode=fork", "runtime.num_workers=2", "runtime.timeout_seconds=2"],
                          PBTConfig)
-    hosts = make_hosts(config)
-    victim = hosts.processes[1].pid
+    _, pool = _fork_pool(config)
+    victim = pool.processes[1].pid
     try:
         os.kill(victim, signal.SIGSTOP if fault == "hung" else signal.SIGKILL)
         started = time.monotonic()
         expected = "sent no answer within 2 s" if fault == "hung" else "died"
-        with pytest.raises(RuntimeError, match=rf"PBT worker {victim} \(slots \[1, 3\]\) {expected}"):
-            hosts.checkpoints()
+        with pytest.raises(WorkerError, match=rf"worker {victim} \(slots \[1, 3\]\), checkpoints: {expected}"):
+            member_states(pool, 4)
         assert time.monotonic() - started < 10
+        assert pool.processes[1].pid != victim and pool.processes[1].is_alive() and pool.replacements == 1
     finally:
-        if fault == "hung":
+        with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)
-        hosts.close()
+        pool.close()

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from .base import RootSection, Section, StorageConfig
+from .population import TrainingPopulationRuntimeConfig
 from .train import EnvConfig, ModelConfig, PPOConfig
 
 #: Environments whose steps can carry EMOGI's move and stay reward terms.
@@ -50,12 +51,8 @@ class EMOGIAlgorithmConfig(Section):
         return self
 
 
-class EMOGIRuntimeConfig(Section):
-    mode: Literal["ray", "serial"] = Field("ray", description="ray: each policy trains in a Ray task; serial: here.")
-    num_workers: int | None = Field(None, ge=1, description="Policies trained at once; default one per core.")
-    ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
-    evaluation_timeout_seconds: float = Field(3600.0, gt=0, description="A generation's stragglers past this fail.")
-    torch_threads: int = Field(1, ge=1, le=256, description="Torch threads of every process that trains a policy.")
+class EMOGIRuntimeConfig(TrainingPopulationRuntimeConfig):
+    """Each policy trains and is measured on one worker, one policy per worker at a time."""
 
 
 def _pong() -> EnvConfig:

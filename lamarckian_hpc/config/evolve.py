@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from .base import RootSection, Section, StorageConfig
+from .population import PopulationRuntimeConfig
 
 MULTI_OBJECTIVE_PROBLEMS = ("zdt1", "zdt2", "zdt3", "zdt4", "zdt6", "dtlz1", "dtlz2", "dtlz3", "dtlz4", "dtlz5",
                             "dtlz6", "dtlz7")
@@ -105,11 +106,8 @@ EvolveAlgorithmConfig = Annotated[NSGA2Config | GAConfig, Field(discriminator="n
 EVOLVE_ALGORITHMS: dict[str, type[Section]] = {"nsga2": NSGA2Config, "ga": GAConfig}
 
 
-class EvolveRuntimeConfig(Section):
-    mode: Literal["ray", "serial"] = Field("ray", description="ray: evaluations on Ray workers; serial: here.")
-    num_workers: int | None = Field(None, ge=1, description="Concurrent evaluations; default one per core.")
-    ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
-    evaluation_timeout_seconds: float = Field(600.0, gt=0, description="An evaluation slower than this fails.")
+class EvolveRuntimeConfig(PopulationRuntimeConfig):
+    """Evaluations queue for the workers, one per worker at a time, and are collected as they finish."""
 
 
 class EvolveConfig(RootSection):

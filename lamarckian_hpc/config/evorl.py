@@ -17,6 +17,7 @@ from .emogi import EMOGIConfig
 from .evolve import EvolveConfig
 from .game_testing import GameTestingConfig
 from .loading import read_config_file
+from .population import TrainingPopulationRuntimeConfig
 from .train import ALGORITHMS, EnvConfig, ModelConfig, PPOConfig, RunConfig
 
 SearchedHyperparameter = Literal["learning_rate", "value_weight", "entropy_weight"]
@@ -76,20 +77,10 @@ class PBTAlgorithmConfig(Section):
         return self
 
 
-class PBTRuntimeConfig(Section):
-    mode: Literal["ray", "fork", "serial"] = Field(
-        "ray", description="ray: members on Ray worker processes; fork: on processes forked from this one (one "
-                           "machine, no Ray start-up); serial: all in this process.")
-    num_workers: int | None = Field(None, ge=1, description="Worker processes sharing the members; default one per core.")
-    ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
-    torch_threads: int = Field(1, ge=1, le=256, description="Torch threads of every process that trains members.")
+class PBTRuntimeConfig(TrainingPopulationRuntimeConfig):
     batched_updates: bool = Field(
         True, description="The members of one process sample in turn and update together, one batched PPO step "
                           "over their stacked parameters (the same learning per member); false updates them one by one.")
-    reply_timeout_seconds: float = Field(
-        3600.0, gt=0, le=604_800,
-        description="Forked workers: one that sends no answer this long (an interval included) is taken for hung, "
-                    "and the run ends naming it.")
 
 
 class PBTStopConfig(Section):

@@ -7,22 +7,24 @@ Offspring may start from their first parent's trained policy (`inherit_weights`)
 generations fine-tune a behaviour rather than learn Pong again: the Lamarckian inheritance of
 acquired weights.
 
-Evaluations run in this process or as Ray tasks, collected as each one finishes; selection runs
-once the whole generation is back, and one that fails or times out gets infinite objectives (it
-never survives) without stopping the others. This module has its own dispatch rather than the
-generic driver of `runtime.evolution` because an evaluation here carries a parent's policy in and
-its trained policy out, which `Evaluator.evaluate(genomes) -> objectives` cannot; `PongBehaviour`
-is still a plain `ec.Evaluator` (training from scratch) for that driver.
+It runs as a program of the population workflow (`runtime.population`): each generation's
+policies train on the workers (in this process, forked, or Ray actors on any node), an evaluation
+carrying its parent's policy in and its trained policy out as plain arrays; answers are collected
+as each finishes, selection runs once the whole generation is back, and one that fails or outlives
+`runtime.timeout_seconds` gets infinite objectives (it never survives) without stopping the
+others. `PongBehaviour` is also a plain `ec.Evaluator` (training from scratch) for the evolution
+of plain solutions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -32,11 +34,18 @@ from ..config.emogi import EMOGIConfig
 from ..ec import NSGA2, Coding, Description, non_dominated_fronts
 from ..envs import PongEnv
 from ..runtime.learner import load_weights
-from ..runtime.ray_setup import ensure_ray
+from ..runtime.population import GenerationRecord
 from ..runtime.trainer import SerialTrainer
+from ..runtime.worker_pool import Request, WorkerFailure, WorkerPool
 from .behaviour import BEHAVIOUR_NAMES, Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms
 
 log = logging.getLogger(__name__)
+
+#: The `kind` of an EMOGI run's checkpoint (`runtime.checkpoint.save_run_state`).
+CHECKPOINT_KIND = "emogi"
+#: Metrics of an EMOGI run, one row per generation.
+METRIC_NAMES: tuple[str, ...] = ("front_size", "best_normalized_score", "front_activeness_min",
+                                 "front_activeness_max", "evaluation_failures", "generation_seconds")
 
 Weights = dict[str, np.ndarray]
 
@@ -135,92 +144,6 @@ class PongBehaviour:
                          for genome in np.atleast_2d(genomes)])
 
 
-@dataclass(frozen=True)
-class Job:
-    genome: np.ndarray
-    seed: int
-    env_frames: int
-    initial_weights: Weights | None
-
-
-#: Called as each job of a generation finishes: (job index, its result or None if it failed).
-JobHook = Callable[[int, "IndividualResult | None"], None]
-
-
-class Backend(Protocol):
-    def run(self, jobs: list[Job], on_done: JobHook | None = None) -> list[IndividualResult | None]: ...
-
-    def close(self) -> None: ...
-
-
-class SerialBackend:
-    def __init__(self, config: EMOGIConfig) -> None:
-        self.config = config
-        torch.set_num_threads(config.runtime.torch_threads)
-
-    def run(self, jobs: list[Job], on_done: JobHook | None = None) -> list[IndividualResult | None]:
-        results: list[IndividualResult | None] = []
-        for index, job in enumerate(jobs):
-            try:
-                results.append(train_and_evaluate(self.config, job.genome, job.seed, job.env_frames, job.initial_weights))
-            except Exception as error:  # a failed evaluation must not stop the generation
-                log.error("training of genome %s failed: %s", job.genome, error)
-                results.append(None)
-            if on_done is not None:
-                on_done(index, results[-1])
-        return results
-
-    def close(self) -> None:
-        pass
-
-
-class RayBackend:
-    """Each policy trains in its own Ray task (one core); results are gathered as they complete."""
-
-    def __init__(self, config: EMOGIConfig) -> None:
-        import ray
-
-        self.ray = ray
-        self.started_ray = ensure_ray(config.runtime.ray_address, config.runtime.num_workers or os.cpu_count() or 1)
-        # SPREAD: on a multi-node cluster the policies train on every node, not first on the driver's.
-        self.task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(train_and_evaluate)
-        self.config_ref = ray.put(config)
-        self.timeout_seconds = config.runtime.evaluation_timeout_seconds
-
-    def run(self, jobs: list[Job], on_done: JobHook | None = None) -> list[IndividualResult | None]:
-        ray = self.ray
-        pending = {self.task.remote(self.config_ref, job.genome, job.seed, job.env_frames, job.initial_weights): index
-                   for index, job in enumerate(jobs)}
-        results: list[IndividualResult | None] = [None] * len(jobs)
-        deadline = time.monotonic() + self.timeout_seconds
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-            if not done:  # stragglers ran out of time: cancel them, they count as failed
-                for reference in pending:
-                    ray.cancel(reference, force=True)
-                log.error("%d trainings timed out after %.0f s", len(pending), self.timeout_seconds)
-                break
-            for reference in done:
-                index = pending.pop(reference)
-                try:
-                    results[index] = ray.get(reference)
-                except Exception as error:
-                    log.error("training of individual %d failed: %s", index, error)
-                if on_done is not None:
-                    on_done(index, results[index])
-        return results
-
-    def close(self) -> None:
-        if self.started_ray:
-            from ..runtime.ray_setup import shutdown_ray
-
-            shutdown_ray()
-
-
-def make_backend(config: EMOGIConfig) -> Backend:
-    return SerialBackend(config) if config.runtime.mode == "serial" else RayBackend(config)
-
-
 @dataclass
 class Individual:
     """One evaluated policy of the run's history."""
@@ -234,15 +157,6 @@ class Individual:
     env_frames: int
     wall_time: float
     worker: int
-
-
-@dataclass
-class GenerationReport:
-    generation: int
-    individuals: list[Individual]
-    front_ids: np.ndarray  # non-dominated members of the population after selection
-    failures: int
-    wall_time: float  # seconds since the run started
 
 
 @dataclass
@@ -297,64 +211,137 @@ def result_of(state: dict) -> EMOGIResult:
                        float(state["wall_time"]))
 
 
-def run_emogi(config: EMOGIConfig, on_generation: Callable[[GenerationReport], None] | None = None,
-              backend: Backend | None = None, on_individual: Callable[[int, int, IndividualResult | None], None]
-              | None = None, on_state: Callable[[dict], None] | None = None,
-              resume: dict | None = None) -> EMOGIResult:
-    """Evolve `algorithm.generations` generations; the result holds every policy's history and
-    weights and the final non-dominated set. `on_individual(generation, index, result)` hears of
-    each policy as soon as it is trained and measured; `on_state` gets the `run_state` after every
-    generation (after `on_generation`, which records it), and `resume`, such a state, continues
-    that run with the next generation."""
-    spec = config.algorithm
-    low, high = spec.weight_bounds
-    nsga = NSGA2(np.full(2, low), np.full(2, high), spec.population_size, np.random.default_rng(config.seed),
-                 spec.crossover_eta, spec.crossover_probability, spec.mutation_eta)
-    result, first = EMOGIResult(), 0
-    if resume is not None:
-        nsga.load_state_dict(resume["nsga"])
-        result, first = result_of(resume), int(resume["generations"])
-    owns_backend = backend is None
-    backend = make_backend(config) if backend is None else backend
-    start = time.monotonic() - result.wall_time
-    try:
-        for generation in range(first, spec.generations):
-            genomes = nsga.ask()
-            # NSGA-II names each offspring's parents at ask time; the first parent's policy is inherited.
-            parents = np.asarray(nsga._pending_parents)
-            jobs = []
-            for index, genome in enumerate(genomes):
-                inherited = result.policies.get(int(parents[index, 0])) if spec.inherit_weights else None
-                frames = spec.initial_env_frames if inherited is None else spec.offspring_env_frames
-                jobs.append(Job(genome, individual_seed(config.seed, generation, index), frames, inherited))
-            hook = None if on_individual is None else functools.partial(on_individual, generation)
-            outcomes = backend.run(jobs, hook)
-            objective_rows = np.array([np.full(2, np.inf) if o is None else o.objectives for o in outcomes])
-            nsga.tell(genomes, objective_rows)
-            assert nsga.told_ids is not None and nsga.told_parent_ids is not None and nsga.ids is not None
-            individuals = []
-            for k, outcome in enumerate(outcomes):
-                identifier = int(nsga.told_ids[k])
-                if outcome is not None:
-                    result.policies[identifier] = outcome.weights
-                individuals.append(Individual(
-                    generation, identifier, (int(nsga.told_parent_ids[k, 0]), int(nsga.told_parent_ids[k, 1])),
-                    genomes[k], objective_rows[k], None if outcome is None else outcome.behaviour,
-                    0 if outcome is None else outcome.env_frames, np.nan if outcome is None else outcome.wall_time,
-                    -1 if outcome is None else outcome.worker))
-            result.history += individuals
-            assert nsga.objectives is not None
-            finite = np.isfinite(nsga.objectives).all(axis=1)
-            first = non_dominated_fronts(nsga.objectives[finite])[0] if finite.any() else np.zeros(0, dtype=int)
-            result.population_ids = nsga.ids.copy()
-            result.front_ids = np.sort(nsga.ids[finite][first])
-            result.wall_time = time.monotonic() - start
-            if on_generation is not None:
-                on_generation(GenerationReport(generation, individuals, result.front_ids,
-                                               sum(o is None for o in outcomes), result.wall_time))
-            if on_state is not None:
-                on_state(run_state(generation + 1, nsga, result))
-    finally:
-        if owns_backend:
-            backend.close()
-    return result
+class PolicyTrainer:
+    """What a worker of an EMOGI run hosts: it trains and measures one policy per request."""
+
+    def __init__(self, config: EMOGIConfig, slots: list[int]) -> None:
+        self.config = config
+        torch.set_num_threads(config.runtime.torch_threads)
+
+    def train_and_evaluate(self, genome: np.ndarray, seed: int, env_frames: int,
+                           initial_weights: Weights | None) -> dict[str, Any]:
+        """`IndividualResult` as plain data (the behaviour as its row)."""
+        result = train_and_evaluate(self.config, np.asarray(genome, float), int(seed), int(env_frames), initial_weights)
+        return {**dataclasses.asdict(result), "behaviour": result.behaviour.as_row()}
+
+
+def individual_result(answer: dict[str, Any]) -> IndividualResult:
+    row = np.asarray(answer["behaviour"], float)
+    return IndividualResult(**{**answer, "behaviour": Behaviour(**dict(zip(BEHAVIOUR_NAMES, map(float, row)))),
+                               "objectives": np.asarray(answer["objectives"], float)})
+
+
+class EMOGIProgram:
+    """EMOGI for the population workflow. `on_individual(generation, index, result)` hears of each
+    policy as soon as it is trained and measured (None where its training failed)."""
+
+    kind = CHECKPOINT_KIND
+    metric_names = METRIC_NAMES
+    num_slots = 0
+
+    def __init__(self, config: EMOGIConfig,
+                 on_individual: Callable[[int, int, IndividualResult | None], None] | None = None) -> None:
+        self.config, self.on_individual = config, on_individual
+        spec = config.algorithm
+        low, high = spec.weight_bounds
+        self.nsga = NSGA2(np.full(2, low), np.full(2, high), spec.population_size, np.random.default_rng(config.seed),
+                          spec.crossover_eta, spec.crossover_probability, spec.mutation_eta)
+        self.result = EMOGIResult()
+        self.generation = 0
+        self.behaviours: dict[int, np.ndarray] = {}
+        self.genomes = np.zeros((0, 2))
+
+    def host_factory(self) -> Callable[[list[int]], PolicyTrainer]:
+        return functools.partial(PolicyTrainer, self.config)
+
+    def start(self, pool: WorkerPool) -> None:
+        pass
+
+    def finished_reason(self) -> str | None:
+        total = self.config.algorithm.generations
+        return f"all algorithm.generations={total} are done" if self.generation >= total else None
+
+    def ask(self) -> list[Request]:
+        spec = self.config.algorithm
+        self.genomes = self.nsga.ask()
+        # NSGA-II names each offspring's parents at ask time; the first parent's policy is inherited.
+        parents = np.asarray(self.nsga._pending_parents)
+        requests = []
+        for index, genome in enumerate(self.genomes):
+            inherited = self.result.policies.get(int(parents[index, 0])) if spec.inherit_weights else None
+            frames = spec.initial_env_frames if inherited is None else spec.offspring_env_frames
+            seed = individual_seed(self.config.seed, self.generation, index)
+            requests.append(Request("train_and_evaluate", (genome, seed, frames, inherited)))
+        return requests
+
+    def on_answer(self, index: int, answer: Any) -> None:
+        if self.on_individual is not None:
+            failed = isinstance(answer, WorkerFailure)
+            self.on_individual(self.generation, index, None if failed else individual_result(answer))
+
+    def tell(self, answers: list[Any], pool: WorkerPool, wall_time: float) -> GenerationRecord:
+        nsga, genomes, generation = self.nsga, self.genomes, self.generation
+        outcomes: list[IndividualResult | None] = []
+        for index, answer in enumerate(answers):
+            if isinstance(answer, WorkerFailure):
+                log.error("training of genome %s failed: %s", genomes[index], answer.reason)
+                outcomes.append(None)
+            else:
+                outcomes.append(individual_result(answer))
+        objective_rows = np.array([np.full(2, np.inf) if o is None else o.objectives for o in outcomes])
+        nsga.tell(genomes, objective_rows)
+        assert nsga.told_ids is not None and nsga.told_parent_ids is not None and nsga.ids is not None
+        individuals = []
+        for k, outcome in enumerate(outcomes):
+            identifier = int(nsga.told_ids[k])
+            if outcome is not None:
+                self.result.policies[identifier] = outcome.weights
+                self.behaviours[identifier] = outcome.behaviour.as_row()
+            individuals.append(Individual(
+                generation, identifier, (int(nsga.told_parent_ids[k, 0]), int(nsga.told_parent_ids[k, 1])),
+                genomes[k], objective_rows[k], None if outcome is None else outcome.behaviour,
+                0 if outcome is None else outcome.env_frames, np.nan if outcome is None else outcome.wall_time,
+                -1 if outcome is None else outcome.worker))
+        self.result.history += individuals
+        assert nsga.objectives is not None
+        finite = np.isfinite(nsga.objectives).all(axis=1)
+        first = non_dominated_fronts(nsga.objectives[finite])[0] if finite.any() else np.zeros(0, dtype=int)
+        self.result.population_ids = nsga.ids.copy()
+        self.result.front_ids = np.sort(nsga.ids[finite][first])
+        seconds, self.result.wall_time = wall_time - self.result.wall_time, wall_time
+        self.generation += 1
+        return self._record(individuals, sum(o is None for o in outcomes), seconds)
+
+    def _record(self, members: list[Individual], failures: int, seconds: float) -> GenerationRecord:
+        """The generation's population rows, metrics (the front's scores and activeness) and line."""
+        rows = {"generation": np.full(len(members), members[0].generation), "id": np.array([m.id for m in members]),
+                "parent_ids": np.array([m.parent_ids for m in members]), "genome": np.array([m.genome for m in members]),
+                "objectives": np.array([m.objectives for m in members]),
+                "wall_time": np.array([m.wall_time for m in members]), "worker": np.array([m.worker for m in members]),
+                "env_frames": np.array([m.env_frames for m in members])}
+        front_ids = self.result.front_ids
+        front = np.array([self.behaviours[int(i)] for i in front_ids if int(i) in self.behaviours])
+        scores = front[:, 0] if len(front) else np.array([np.nan])
+        activeness = front[:, 1] if len(front) else np.array([np.nan])
+        metrics = {"front_size": float(len(front_ids)), "best_normalized_score": float(np.max(scores)),
+                   "front_activeness_min": float(np.min(activeness)), "front_activeness_max": float(np.max(activeness)),
+                   "evaluation_failures": float(failures), "generation_seconds": seconds}
+        line = (f"generation {self.generation}/{self.config.algorithm.generations}  front {len(front_ids)}  "
+                f"score {np.min(scores):.2f}-{np.max(scores):.2f}  "
+                f"activeness {np.min(activeness):.2f}-{np.max(activeness):.2f}  failures {failures}  "
+                f"{self.result.wall_time:.0f}s")
+        return GenerationRecord(metrics, sum(m.env_frames for m in members), rows, line)
+
+    def state_dict(self) -> dict[str, Any]:
+        return run_state(self.generation, self.nsga, self.result)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.nsga.load_state_dict(state["nsga"])
+        self.result, self.generation = result_of(state), int(state["generations"])
+        self.behaviours = {m.id: m.behaviour.as_row() for m in self.result.history if m.behaviour is not None}
+
+    def mismatch(self, state: dict[str, Any]) -> str | None:
+        size, saved = self.config.algorithm.population_size, len(state["program"]["population_ids"])
+        if saved != size:
+            return f"algorithm.population_size is {size}, the saved run's population has {saved}"
+        return None

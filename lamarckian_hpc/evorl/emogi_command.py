@@ -1,10 +1,9 @@
-"""`lamarckian-hpc evolve` for an EMOGI config: the run file, a line per generation, and a table of
-the non-dominated policies' behaviour. Every generation's state (NSGA-II, the policies' weights, the
-history) is saved beside the run file, so that `evolve --resume` continues after the last one."""
+"""`lamarckian-hpc evolve` for an EMOGI config: the run file, a line per trained policy and per
+generation, and a table of the non-dominated policies' behaviour; `evolve --resume` continues after
+the last saved generation (`runtime.population_command`)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -12,14 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.emogi import EMOGIConfig
-from ..runtime.checkpoint import checkpoint_path, save_run_state
-from ..runtime.resumable_run import load_resume_state, run_closing
-from ..storage import MEGABYTE, RunWriter, continue_run_file
-from .emogi import EMOGIResult, IndividualResult, result_of, run_emogi
-from .emogi_store import METRIC_NAMES, EMOGIRecorder, population_shape, write_results
+from ..runtime.population_command import population_command
+from .emogi import CHECKPOINT_KIND, EMOGIProgram, EMOGIResult, IndividualResult
+from .emogi_store import population_shape, write_results
 
-#: The `kind` of an EMOGI run's checkpoint (`runtime.checkpoint.save_run_state`).
-CHECKPOINT_KIND = "emogi"
+__all__ = ["CHECKPOINT_KIND", "emogi_command", "front_table"]
 
 
 def front_table(result: EMOGIResult) -> Table:
@@ -58,41 +54,12 @@ def _individual_line(config: EMOGIConfig, console: Console) -> Callable[[int, in
 def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
     """Run EMOGI into `path`; with `resume`, continue that run after its last saved generation."""
     console = Console(stderr=True)
-    state = None
-    if resume:
-        state = load_resume_state(path, CHECKPOINT_KIND)
-        if state is None:
-            return 2
-        done = int(state["generations"])
-        saved_size = len(state["population_ids"])
-        if saved_size != config.algorithm.population_size:
-            print(f"error: {path} cannot be resumed: algorithm.population_size is {config.algorithm.population_size}, "
-                  f"the saved run's population has {saved_size}", file=sys.stderr)
-            return 2
-        if done >= config.algorithm.generations:
-            print(f"error: {path} has nothing left to do (all algorithm.generations={config.algorithm.generations} "
-                  "are done); resume it with a larger budget", file=sys.stderr)
-            return 2
-        # Rows of a generation after the checkpoint are dropped: the resumed run evaluates it again.
-        writer = continue_run_file(path, METRIC_NAMES, done - 1)
-        console.print(f"resuming {path} after generation {done}", highlight=False)
-    else:
-        writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, meta={"config_file": str(config_file)},
-                           population_shape=population_shape())  # type: ignore[arg-type]
-        console.print(f"run file: {path}", highlight=False)
-    recorder = EMOGIRecorder(writer, config, lambda line: console.print(line, highlight=False))
-    if state is not None:
-        recorder.continue_from(result_of(state))
-    reserve = int(config.storage.min_free_megabytes * MEGABYTE)
-
-    def save(run_state: dict) -> None:  # after the recorder flushed the generation's rows
-        save_run_state(checkpoint_path(path), CHECKPOINT_KIND, run_state, reserve)
-
-    result = run_closing(writer, path, lambda: run_emogi(config, recorder, on_individual=_individual_line(config, console),
-                                                         on_state=save, resume=state),
-                         interrupted_after="generation")
-    if isinstance(result, int):
-        return result
+    program = EMOGIProgram(config, _individual_line(config, console))
+    wall_time = population_command(program, config, path, config_file, resume, population_shape(),
+                                   cannot_resume=program.mismatch)
+    if isinstance(wall_time, int):
+        return wall_time
+    result = program.result
     write_results(path, result)
     Console().print(front_table(result))
     frames = sum(member.env_frames for member in result.history)

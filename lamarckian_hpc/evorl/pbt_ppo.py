@@ -1,31 +1,33 @@
-"""PBT+PPO: a population of PPO learners whose hyperparameters and weights evolve by PBT.
+"""PBT+PPO: a population of PPO learners whose hyperparameters and weights evolve by PBT, as a
+program of the population workflow (`runtime.population`).
 
-The loop is synchronous by interval: every member trains `algorithm.interval_env_frames` env
-frames (in parallel on Ray workers, or one after another here), the population's scores go to
-the ask/tell `ec.pbt.PBT`, the slots it names copy the weights of better members (exploit) and
-train on with explored hyperparameters. Every interval, every member is a row of the run file's
-`/population` (id, parent id, hyperparameters by name, score, env frames, wall time, worker), so
-that the lineage and hyperparameter schedule of each policy can be rebuilt afterwards. At the end
-of every interval the whole state (members, PBT, clock) is saved beside the run file, so that
-`evolve --resume` continues after the last finished interval.
+A generation is an interval: every worker trains its members `algorithm.interval_env_frames` env
+frames (all workers at once), the population's scores go to the ask/tell `ec.pbt.PBT`, the slots it
+names copy the weights of better members (exploit) and train on with explored hyperparameters.
+Every interval, every member is a row of the run file's `/population` (id, parent id,
+hyperparameters by name, score, env frames, wall time, worker), so that the lineage and
+hyperparameter schedule of each policy can be rebuilt afterwards. The workflow's checkpoint holds
+the members (from their workers), PBT's state and the clock, so that `evolve --resume` continues
+after the last saved interval.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from ..config import PBTConfig
 from ..ec.pbt import PBT, Hyperparameter
-from ..runtime.checkpoint import save_run_state
+from ..runtime.population import GenerationRecord, PopulationRuntime, run_population
+from ..runtime.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
 from ..storage import RunWriter
-from .hosts import HostPool, RayHosts, SerialHosts
 from .member import IntervalResult
+from .worker_members import WorkerMembers
 
 #: The `kind` of a PBT run's checkpoint (`runtime.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "pbt"
@@ -97,9 +99,9 @@ class PBTResult:
         return float(np.median(times)) if times else math.inf
 
 
-def _rows(report: IntervalReport, names: tuple[str, ...], workers: dict[int, int],
-          worker_hosts: dict[int, str]) -> dict[str, np.ndarray]:
+def _rows(report: IntervalReport, names: tuple[str, ...], pool: WorkerPool) -> dict[str, np.ndarray]:
     count = len(report.results)
+    workers = [pool.worker_of(r.slot) for r in report.results]
     return {
         "generation": np.full(count, report.interval),
         "id": report.ids,
@@ -107,105 +109,146 @@ def _rows(report: IntervalReport, names: tuple[str, ...], workers: dict[int, int
         "genome": np.array([[values[name] for name in names] for values in report.hyperparameters]),
         "objectives": report.scores[:, None],
         "wall_time": np.array([r.wall_seconds for r in report.results]),
-        "worker": np.array([workers[r.slot] for r in report.results]),
-        "host": np.array([worker_hosts[r.slot] for r in report.results], dtype=object),
+        "worker": np.array([pool.pids[worker] for worker in workers]),
+        "host": np.array([pool.host_names[worker] for worker in workers], dtype=object),
         "env_frames": np.array([r.env_frames for r in report.results]),
     }
 
 
-def make_hosts(config: PBTConfig) -> HostPool:
-    if config.runtime.mode == "serial":
-        return SerialHosts(config)
-    if config.runtime.mode == "fork":
-        from .fork_hosts import ForkHosts
+class PBTProgram:
+    """PBT+PPO for the population workflow; its members live in the workers (`WorkerMembers`)."""
 
-        return ForkHosts(config)
-    return RayHosts(config)
+    kind = CHECKPOINT_KIND
+    metric_names = METRIC_NAMES
+
+    def __init__(self, config: PBTConfig, on_interval: Callable[[IntervalReport], None] | None = None) -> None:
+        self.config, self.on_interval = config, on_interval
+        self.pbt = make_pbt(config)
+        self.num_slots = config.algorithm.population_size
+        self.interval, self.wall_time = 0, 0.0
+        self.reached_seconds: list[float | None] = [None] * self.num_slots
+        self.reached_frames: list[int | None] = [None] * self.num_slots
+        self.member_frames = [0] * self.num_slots
+        self.told, self.scores, self.samples = True, np.zeros(0), []  # an interval that ended the run is not told
+        self.stopped: str | None = None
+        self.last: IntervalReport | None = None
+        self._clock = time.monotonic()
+        self._round_start = 0.0
+        self._workers = 1
+
+    def host_factory(self) -> Callable[[list[int]], WorkerMembers]:
+        return functools.partial(WorkerMembers, self.config)
+
+    def start(self, pool: WorkerPool) -> None:
+        self._workers = pool.num_workers
+        if not self.told:  # the saved interval ended the run before its exploit: a longer run does it now
+            self._exploit(pool, self.pbt.tell(self.scores, self.samples))
+            self.told = True
+        self._set_hyperparameters(pool)
+        self._clock = time.monotonic() - self.wall_time  # members exist and know their values: training starts now
+
+    def finished_reason(self) -> str | None:
+        if self.stopped is not None:
+            return self.stopped
+        stop = self.config.stop
+        if self.interval and all(frames >= stop.total_env_frames for frames in self.member_frames):
+            return f"every member has trained stop.total_env_frames={stop.total_env_frames:,} frames"
+        if stop.max_wall_seconds is not None and self.wall_time >= stop.max_wall_seconds:
+            return f"the run has used stop.max_wall_seconds={stop.max_wall_seconds:g}"
+        reached = [seconds is not None for seconds in self.reached_seconds]
+        if stop.target_return is not None and (any(reached) if stop.until == "best" else all(reached)):
+            return f"stop.target_return={stop.target_return:g} was reached"
+        return None
+
+    def ask(self) -> list[Request]:
+        stop = self.config.stop
+        self._round_start = time.monotonic() - self._clock
+        remaining = None if stop.max_wall_seconds is None else max(0.0, stop.max_wall_seconds - self._round_start)
+        arguments = (self.config.algorithm.interval_env_frames, stop.until == "best", remaining)
+        return [Request("train_interval", arguments, worker) for worker in range(self._workers)]
+
+    def on_answer(self, index: int, answer: Any) -> None:
+        pass
+
+    def tell(self, answers: list[Any], pool: WorkerPool, wall_time: float) -> GenerationRecord:
+        for answer in answers:  # a member's weights died with its worker: the run cannot go on
+            if isinstance(answer, WorkerFailure):
+                raise WorkerError(f"PBT worker {answer.pid} (slots {pool.slots[answer.worker]}): {answer.reason}")
+        results = sorted((IntervalResult(**fields) for batch in answers for fields in batch), key=lambda r: r.slot)
+        for r in results:
+            self.member_frames[r.slot] = r.env_frames
+            if r.reached_seconds is not None and self.reached_seconds[r.slot] is None:
+                self.reached_seconds[r.slot] = self._round_start + r.reached_seconds
+                self.reached_frames[r.slot] = r.reached_frames
+        self.wall_time = wall_time
+        report = IntervalReport(self.interval, wall_time, results, self.pbt.ids.copy(), self.pbt.parent_ids.copy(),
+                                self.pbt.as_dicts(), 0)
+        rows = _rows(report, self.pbt.names, pool)
+        self.interval += 1
+        self.scores, self.samples = report.scores, [np.array(r.episode_returns, dtype=np.float64) for r in results]
+        self.told = self.finished_reason() is None
+        if self.told:
+            report.copies = self._exploit(pool, self.pbt.tell(self.scores, self.samples))
+        self.last = report
+        if self.on_interval is not None:
+            self.on_interval(report)
+        frames = sum(r.env_frames for r in results)
+        finite = report.scores[~np.isnan(report.scores)]
+        metrics = {"best_return": float(finite.max()) if finite.size else math.nan,
+                   "median_return": float(np.median(finite)) if finite.size else math.nan,
+                   "copies": float(report.copies), "env_frames_per_second": frames / max(wall_time, 1e-9)}
+        return GenerationRecord(metrics, frames, rows)
+
+    def _exploit(self, pool: WorkerPool, sources: np.ndarray) -> int:
+        """Copy the weights of each source into the slot that takes them (all sources are read
+        before any slot is overwritten: a slot may be both), then set everyone's values."""
+        wanted = sorted({int(source) for source in sources if source >= 0})
+        if not wanted:
+            return 0
+        states = dict(zip(wanted, pool.gather([Request("state", (slot,), pool.worker_of(slot)) for slot in wanted])))
+        pool.gather([Request("load_state", (slot, states[int(source)]), pool.worker_of(slot))
+                     for slot, source in enumerate(sources) if source >= 0])
+        self._set_hyperparameters(pool)
+        return len([source for source in sources if source >= 0])
+
+    def _set_hyperparameters(self, pool: WorkerPool) -> None:
+        pool.gather([Request("set_hyperparameters", (slot, values), pool.worker_of(slot))
+                     for slot, values in enumerate(self.pbt.as_dicts())])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"interval": self.interval, "wall_time": self.wall_time, "pbt": self.pbt.state_dict(),
+                "reached_seconds": self.reached_seconds, "reached_frames": self.reached_frames,
+                "member_frames": self.member_frames, "told": self.told, "scores": self.scores,
+                "samples": self.samples}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pbt.load_state_dict(state["pbt"])
+        self.interval, self.wall_time = int(state["interval"]), float(state["wall_time"])
+        self.reached_seconds, self.reached_frames = list(state["reached_seconds"]), list(state["reached_frames"])
+        self.member_frames = [int(frames) for frames in state["member_frames"]]
+        self.told, self.scores, self.samples = bool(state["told"]), np.asarray(state["scores"]), list(state["samples"])
+
+    def result(self, wall_time: float, started_at: float) -> PBTResult:
+        assert self.last is not None
+        best = self.last.best_slot()
+        return PBTResult(self.interval, wall_time, sum(r.env_frames for r in self.last.results),
+                         float(self.last.scores[best]), int(self.last.ids[best]), self.reached_seconds,
+                         self.reached_frames, started_at)
+
+
+def population_runtime(config: PBTConfig) -> PopulationRuntime:
+    runtime = config.runtime
+    return PopulationRuntime(runtime.mode, runtime.num_workers, runtime.timeout_seconds, runtime.ray_address)
 
 
 def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
-            on_interval: Callable[[IntervalReport], None] | None = None,
-            hosts: HostPool | None = None, checkpoint: Path | None = None,
-            resume: dict[str, Any] | None = None, reserve_bytes: int = 0) -> PBTResult:
-    """Train the population until the stop rule holds; record every interval in `writer`.
-
-    With `checkpoint`, the state of the run is saved there at the end of every interval (after
-    the run file was flushed); with `resume` (such a saved state), the run continues after the
-    interval it was saved at, with the members, the PBT state and the clock as they were then.
-    A checkpoint that would leave less than `reserve_bytes` free raises StorageFullError."""
-    stop, algorithm = config.stop, config.algorithm
-    pbt = make_pbt(config)
-    owns_hosts = hosts is None
-    hosts = make_hosts(config) if hosts is None else hosts
-    start = time.monotonic()
-    size = algorithm.population_size
-    reached_seconds: list[float | None] = [None] * size
-    reached_frames: list[int | None] = [None] * size
-    interval, wall_before = 0, 0.0
-    report: IntervalReport | None = None
-    try:
-        if resume is not None:
-            pbt.load_state_dict(resume["pbt"])
-            hosts.restore(resume["members"])
-            interval, wall_before = int(resume["interval"]), float(resume["wall_time"])
-            reached_seconds, reached_frames = list(resume["reached_seconds"]), list(resume["reached_frames"])
-            if not resume["told"]:  # the saved interval ended the run before its exploit: a longer run does it now
-                sources = pbt.tell(resume["scores"], resume["samples"])
-                if (sources >= 0).any():
-                    hosts.copy(sources)
-        hosts.set_hyperparameters(pbt.as_dicts())
-        start = time.monotonic() - wall_before  # members exist and know their hyperparameters: training starts now
-        started_at = time.time() - wall_before
-        while True:
-            round_start = time.monotonic() - start
-            remaining = None if stop.max_wall_seconds is None else max(0.0, stop.max_wall_seconds - round_start)
-            results = hosts.train_interval(algorithm.interval_env_frames, stop.until == "best", remaining)
-            results = sorted(results, key=lambda r: r.slot)
-            for r in results:
-                if r.reached_seconds is not None and reached_seconds[r.slot] is None:
-                    reached_seconds[r.slot] = round_start + r.reached_seconds
-                    reached_frames[r.slot] = r.reached_frames
-            report = IntervalReport(interval, time.monotonic() - start, results, pbt.ids.copy(),
-                                    pbt.parent_ids.copy(), pbt.as_dicts(), 0)
-            if writer is not None:
-                writer.append_population(_rows(report, pbt.names, hosts.workers, hosts.worker_hosts))
-            frames = sum(r.env_frames for r in results)
-            done = _should_stop(config, results, reached_seconds, report.wall_time)
-            samples = [np.array(r.episode_returns, dtype=np.float64) for r in results]
-            if not done:
-                sources = pbt.tell(report.scores, samples)
-                report.copies = int((sources >= 0).sum())
-                if report.copies:
-                    hosts.copy(sources)
-                    hosts.set_hyperparameters(pbt.as_dicts())
-            if writer is not None:
-                scores = report.scores
-                finite = scores[~np.isnan(scores)]
-                writer.append_many({
-                    "best_return": float(finite.max()) if finite.size else math.nan,
-                    "median_return": float(np.median(finite)) if finite.size else math.nan,
-                    "copies": float(report.copies),
-                    "env_frames_per_second": frames / max(report.wall_time, 1e-9),
-                }, env_frames=frames, policy_version=interval, wall_time=report.wall_time)
-                writer.flush()
-            if checkpoint is not None:  # after the flush: the file holds every row the checkpoint covers
-                save_run_state(checkpoint, CHECKPOINT_KIND, {
-                    "interval": interval + 1, "wall_time": report.wall_time, "pbt": pbt.state_dict(),
-                    "members": hosts.checkpoints(), "reached_seconds": reached_seconds,
-                    "reached_frames": reached_frames, "told": not done, "scores": report.scores,
-                    "samples": samples}, reserve_bytes)
-            if on_interval is not None:
-                on_interval(report)
-            interval += 1
-            if done:
-                break
-    finally:
-        if owns_hosts:
-            hosts.close()
-    assert report is not None
-    best = report.best_slot()
-    return PBTResult(interval, time.monotonic() - start, sum(r.env_frames for r in report.results),
-                     float(report.scores[best]), int(report.ids[best]), reached_seconds, reached_frames, started_at)
+            on_interval: Callable[[IntervalReport], None] | None = None, pool: WorkerPool | None = None) -> PBTResult:
+    """Train the population until the stop rule holds, recording every interval in `writer` (the
+    library entry point; `evolve` adds the checkpoint and resume)."""
+    program = PBTProgram(config, on_interval)
+    started_at = time.time()
+    wall_time = run_population(program, population_runtime(config), writer, pool=pool)
+    return program.result(wall_time, started_at)
 
 
 def mismatch(config: PBTConfig, state: dict[str, Any]) -> str | None:
@@ -213,35 +256,9 @@ def mismatch(config: PBTConfig, state: dict[str, Any]) -> str | None:
     size, names = config.algorithm.population_size, list(config.algorithm.hyperparameters)
     if len(state["members"]) != size:
         return f"algorithm.population_size is {size}, the saved run has {len(state['members'])} members"
-    if np.shape(state["pbt"]["hyperparameters"])[1] != len(names):
+    if np.shape(state["program"]["pbt"]["hyperparameters"])[1] != len(names):
         return f"algorithm.hyperparameters {names} are not the saved run's searched hyperparameters"
     return None
-
-
-def finished_reason(config: PBTConfig, state: dict[str, Any]) -> str | None:
-    """Why a saved run has nothing left to do under `config` (its stop rule already holds), or None."""
-    stop = config.stop
-    if all(int(member["env_frames"]) >= stop.total_env_frames for member in state["members"]):
-        return f"every member has trained stop.total_env_frames={stop.total_env_frames:,} frames"
-    if stop.max_wall_seconds is not None and float(state["wall_time"]) >= stop.max_wall_seconds:
-        return f"the run has used stop.max_wall_seconds={stop.max_wall_seconds:g}"
-    reached = [seconds is not None for seconds in state["reached_seconds"]]
-    if stop.target_return is not None and (any(reached) if stop.until == "best" else all(reached)):
-        return f"stop.target_return={stop.target_return:g} was reached"
-    return None
-
-
-def _should_stop(config: PBTConfig, results: list[IntervalResult], reached_seconds: list[float | None],
-                 wall_time: float) -> bool:
-    stop = config.stop
-    if stop.max_wall_seconds is not None and wall_time >= stop.max_wall_seconds:
-        return True
-    if all(r.env_frames >= stop.total_env_frames for r in results):
-        return True
-    if stop.target_return is None:
-        return False
-    reached = [t is not None for t in reached_seconds]
-    return any(reached) if stop.until == "best" else all(reached)
 
 
 def progress_line(report: IntervalReport, names: tuple[str, ...]) -> str:

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from ..config.game_testing import GameTestingConfig
 from ..runtime.checkpoint import checkpoint_path, save_run_state
-from ..runtime.resumable_run import load_resume_state, run_closing
+from ..runtime.population_command import load_resume_state, run_closing
 from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .data import GameDataError, load_game_data
 from .testing import SearchResult, random_play, replay, search

@@ -1,0 +1,29 @@
+"""The `runtime:` section every population run shares (PBT+PPO, EMOGI, NSGA-II, the GA, ES, CMA-ES,
+game balancing): where its workers run (`runtime.population.run_population`, one workflow for all)
+and how long an answer may take. Algorithms that train networks add their torch settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Section
+
+
+class PopulationRuntimeConfig(Section):
+    mode: Literal["ray", "fork", "serial"] = Field(
+        "ray", description="ray: workers are Ray actors, on every node of the cluster; fork: processes forked from "
+                           "this one (one machine, no Ray start-up); serial: everything in this process.")
+    num_workers: int | None = Field(None, ge=1, description="Worker processes; default one per core (and at most one "
+                                                            "per member where members live in the workers).")
+    ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
+    timeout_seconds: float = Field(
+        3600.0, gt=0, le=604_800,
+        description="A request (an evaluation, a member's interval) unanswered this long fails and its worker is "
+                    "replaced: an evaluation gets the worst objectives, a run whose members lived there ends naming "
+                    "the worker.")
+
+
+class TrainingPopulationRuntimeConfig(PopulationRuntimeConfig):
+    torch_threads: int = Field(1, ge=1, le=256, description="Torch threads of every process that trains.")

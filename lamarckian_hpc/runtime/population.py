@@ -1,0 +1,159 @@
+"""The one population workflow: the asynchronous EvoRL loop of the Lamarckian paper's Figure 1, for
+every population algorithm (PBT+PPO, EMOGI, NSGA-II, the GA, ES, CMA-ES, game balancing, game
+testing).
+
+An algorithm is a `PopulationProgram`: each generation it asks for requests (train these members
+an interval, evaluate these genomes, train these policies from their parents' weights), the
+workers answer them (`worker_pool`: in this process, forked, or Ray actors on any node), answers
+are collected as they finish, and the program is told them all and decides (PBT's exploit and
+explore, NSGA-II's selection). The workflow writes what the program reports to the run file (the
+population rows of the generation, its metrics, flushed together so that a generation is on disk
+whole or not at all) and saves one checkpoint beside it: the program's state, the members that
+live in the workers, the generation and the clock, every `storage.checkpoint_interval_seconds` and
+after the last generation. `evolve --resume` loads it and goes on with the next generation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from ..storage import RunWriter
+from .checkpoint import save_run_state
+from .worker_pool import HostFactory, Request, WorkerPool, make_pool
+
+
+@dataclass
+class GenerationRecord:
+    """What one generation adds to the run file and the progress output."""
+
+    metrics: dict[str, float]
+    env_frames: int  # the x axis of the generation's metric row (env frames, episodes or evaluations)
+    rows: dict[str, np.ndarray] | None = None  # /population rows, one per individual
+    line: str | None = None  # a progress line
+
+
+class PopulationProgram(Protocol):
+    """What the workflow needs of a population algorithm."""
+
+    kind: str  # the checkpoint's tag
+    metric_names: tuple[str, ...]
+    num_slots: int  # members living in the workers (0: the workers are stateless)
+
+    def host_factory(self) -> HostFactory:
+        """Builds the object every worker hosts, from its slots."""
+        ...
+
+    def start(self, pool: WorkerPool) -> None:
+        """Before the first generation (of this process): configure the members."""
+        ...
+
+    def finished_reason(self) -> str | None:
+        """Why the run is over (its budget is spent, its target reached), or None."""
+        ...
+
+    def ask(self) -> list[Request]:
+        """The requests of the next generation."""
+        ...
+
+    def on_answer(self, index: int, answer: Any) -> None:
+        """One answer, as soon as it arrives (progress output)."""
+        ...
+
+    def tell(self, answers: list[Any], pool: WorkerPool, wall_time: float) -> GenerationRecord:
+        """All answers of the generation (a `WorkerFailure` where one failed): decide."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (arrays, numbers, strings, lists, dicts) from which `load_state_dict` continues."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class PopulationRuntime:
+    """Where the workers run and how long an answer may take (from a config's `runtime:`)."""
+
+    mode: str = "serial"
+    num_workers: int | None = None
+    timeout_seconds: float | None = None
+    ray_address: str | None = None
+
+
+@dataclass
+class Checkpointing:
+    path: Path
+    interval_seconds: float | None  # None: after the last generation only
+    reserve_bytes: int = 0
+    last: float = field(default_factory=time.monotonic)
+
+    def due(self, final: bool) -> bool:
+        return final or (self.interval_seconds is not None and time.monotonic() - self.last >= self.interval_seconds)
+
+
+def member_states(pool: WorkerPool, num_slots: int) -> list[Any]:
+    """Every member's state, by slot, from the workers hosting them."""
+    states: list[Any] = [None] * num_slots
+    for worker_slots, answer in zip(pool.slots, pool.each_worker("checkpoints")):
+        for slot, state in zip(worker_slots, answer):
+            states[slot] = state
+    return states
+
+
+def restore_members(pool: WorkerPool, states: list[Any]) -> None:
+    pool.gather([Request("restore_all", ([states[slot] for slot in slots],), worker)
+                 for worker, slots in enumerate(pool.slots)])
+
+
+def run_population(program: PopulationProgram, runtime: PopulationRuntime, writer: RunWriter | None = None,
+                   checkpointing: Checkpointing | None = None, resume: dict[str, Any] | None = None,
+                   report: Callable[[str], None] | None = None, pool: WorkerPool | None = None) -> float:
+    """Run `program` to its end; returns the run's wall time in seconds (earlier processes included).
+
+    `resume` is a state saved by an earlier process of this run: the program, its members and the
+    clock continue from it. A pool given by the caller is used and left open."""
+    owns_pool = pool is None
+    if pool is None:
+        pool = make_pool(runtime.mode, program.host_factory(), program.num_slots, runtime.num_workers,
+                         runtime.timeout_seconds, runtime.ray_address)
+    generation, wall_before = 0, 0.0
+    try:
+        if resume is not None:
+            program.load_state_dict(resume["program"])
+            generation, wall_before = int(resume["generation"]), float(resume["wall_time"])
+            if program.num_slots:
+                restore_members(pool, list(resume["members"]))
+        program.start(pool)
+        start = time.monotonic() - wall_before
+        while program.finished_reason() is None:
+            requests = program.ask()
+            answers: list[Any] = [None] * len(requests)
+            for index, answer in pool.run(requests):
+                answers[index] = answer
+                program.on_answer(index, answer)
+            record = program.tell(answers, pool, time.monotonic() - start)
+            wall_time = time.monotonic() - start
+            if writer is not None:
+                if record.rows is not None:
+                    writer.append_population(record.rows)
+                writer.append_many(record.metrics, env_frames=record.env_frames, policy_version=generation,
+                                   wall_time=wall_time)
+                writer.flush()  # before the checkpoint: the file holds every row the checkpoint covers
+            generation += 1
+            if checkpointing is not None and checkpointing.due(program.finished_reason() is not None):
+                members = member_states(pool, program.num_slots) if program.num_slots else []
+                save_run_state(checkpointing.path, program.kind, {
+                    "generation": generation, "wall_time": wall_time, "program": program.state_dict(),
+                    "members": members}, checkpointing.reserve_bytes)
+                checkpointing.last = time.monotonic()
+            if report is not None and record.line:
+                report(record.line)
+        return time.monotonic() - start
+    finally:
+        if owns_pool:
+            pool.close()

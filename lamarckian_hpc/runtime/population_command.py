@@ -1,0 +1,102 @@
+"""What `lamarckian-hpc evolve` does around every population run, whatever its algorithm: open
+the run file (or, for `--resume`, continue it after the checkpoint's last generation, once the
+saved state is known to fit the config), run the workflow, and close the file on every way out,
+so that an interrupt or a full disk ends with one line saying how to continue and leaves a file
+that `evolve --resume` picks up."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from rich.console import Console
+
+from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
+from .checkpoint import checkpoint_path, load_run_state
+from .population import Checkpointing, PopulationProgram, PopulationRuntime, run_population
+
+T = TypeVar("T")
+
+
+def load_resume_state(path: Path, kind: str) -> dict[str, Any] | None:
+    """The state saved beside `path` by a run of `kind`, or None once the reason it cannot be read
+    (missing, damaged, another algorithm's) is printed as one line."""
+    try:
+        return load_run_state(checkpoint_path(path), kind)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None
+
+
+def run_closing(writer: RunWriter, path: Path, body: Callable[[], T], interrupted_after: str | None = None) -> T | int:
+    """`body()`'s result after closing `writer` as completed, or the exit code after closing it as
+    incomplete: 1 for a full disk, 130 for Ctrl-C when `interrupted_after` names what the run saves
+    (an interval, a generation); any other error propagates."""
+    hint = f"lamarckian-hpc evolve --resume {path}"
+    try:
+        result = body()
+    except KeyboardInterrupt:
+        writer.close(completed=False)
+        if interrupted_after is None:
+            raise
+        print(f"interrupted; the run up to its last saved {interrupted_after} is in {path}; continue with: {hint}",
+              file=sys.stderr)
+        return 130
+    except StorageFullError as error:
+        writer.close(completed=False)
+        print(f"error: {error}; continue later with: {hint}", file=sys.stderr)
+        return 1
+    except BaseException:
+        writer.close(completed=False)
+        raise
+    writer.close()
+    return result
+
+
+def population_command(program: PopulationProgram, config: Any, path: Path, config_file: str | None, resume: bool,
+                       population_shape: tuple, unit: str = "generation",
+                       cannot_resume: Callable[[dict[str, Any]], str | None] = lambda state: None,
+                       report: Callable[[str], None] | None = None) -> float | int:
+    """Run `program` into `path` (with `resume`, continue that run); the run's wall time in seconds,
+    or the exit code of a run that could not start (2) or did not finish (1, 130).
+
+    `cannot_resume(state)` says why a saved run does not fit `config` (another population size,
+    another search space), or None; a run whose budget is spent is refused too."""
+    console = Console(stderr=True)
+    reserve = int(config.storage.min_free_megabytes * MEGABYTE)
+    state = None
+    if resume:
+        state = load_resume_state(path, program.kind)
+        if state is None:
+            return 2
+        problem = cannot_resume(state)
+        if problem is not None:
+            print(f"error: {path} cannot be resumed: {problem}", file=sys.stderr)
+            return 2
+        program.load_state_dict(state["program"])
+        finished = program.finished_reason()
+        if finished is not None:
+            print(f"error: {path} has nothing left to do ({finished}); resume it with a larger budget",
+                  file=sys.stderr)
+            return 2
+        # Rows of a generation after the checkpoint are dropped: the resumed run does it again.
+        done = int(state["generation"])
+    try:
+        if state is not None:
+            writer = continue_run_file(path, program.metric_names, done - 1, min_free_bytes=reserve)
+            console.print(f"resuming {path} after {unit} {done - 1}", highlight=False)
+        else:
+            writer = RunWriter(path, config.to_json_dict(), program.metric_names,
+                               meta={"config_file": str(config_file)}, population_shape=population_shape,
+                               min_free_bytes=reserve)
+            console.print(f"run file: {path}", highlight=False)
+    except StorageFullError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    runtime = config.runtime
+    checkpointing = Checkpointing(checkpoint_path(path), config.storage.checkpoint_interval_seconds, reserve)
+    return run_closing(writer, path, lambda: run_population(
+        program, PopulationRuntime(runtime.mode, runtime.num_workers, runtime.timeout_seconds, runtime.ray_address),
+        writer, checkpointing, state, report or (lambda line: console.print(line, highlight=False, soft_wrap=True))),
+        interrupted_after=unit)
