@@ -1,6 +1,7 @@
-"""The config of `lamarckian-hpc evolve`: an EC algorithm (NSGA-II or the GA), its problem and how
-evaluations run. Which operators fit which problem is checked here, when the config is loaded,
-so that a GA with an order crossover on a real-coded problem stops before anything starts."""
+"""The config of `lamarckian-hpc evolve`: an EC algorithm (NSGA-II, the GA, the OpenAI ES or
+CMA-ES), its problem and how evaluations run. Which operators and algorithms fit which problem is
+checked here, when the config is loaded, so that a GA with an order crossover on a real-coded
+problem, or CMA-ES on a multi-objective one, stops before anything starts."""
 
 from __future__ import annotations
 
@@ -27,11 +28,14 @@ ProblemName = Literal["zdt1", "zdt2", "zdt3", "zdt4", "zdt6", "dtlz1", "dtlz2", 
                       "dtlz7", "sphere", "rastrigin", "onemax", "tsp", "balance"]
 #: Problems over the built-in game (`lamarckian_hpc.games`): multi-objective, with their own operators.
 GAME_PROBLEMS = ("balance",)
+#: Single-objective real-coded problems: the ones a distribution-based strategy (es, cmaes) can search.
+REAL_SINGLE_OBJECTIVE_PROBLEMS = tuple(name for name in SINGLE_OBJECTIVE_PROBLEMS if name not in PROBLEM_CODINGS)
 
 
 class ProblemConfig(Section):
     name: ProblemName = Field("zdt1", description="Test problem: ZDT/DTLZ (multi-objective) or sphere, rastrigin, "
-                                                  "onemax, tsp (single-objective, for the GA); balance: the "
+                                                  "onemax, tsp (single-objective, for the GA; sphere and "
+                                                  "rastrigin also for es and cmaes); balance: the "
                                                   "game-balancing test (nsga2).")
     num_variables: int | None = Field(None, ge=2, description="Decision variables (tsp: cities); default the "
                                                               "problem's own.")
@@ -60,7 +64,7 @@ class ProblemConfig(Section):
 
 
 class NSGA2Config(Section):
-    name: Literal["nsga2"] = Field("nsga2", description="EC algorithm: nsga2 or ga.")
+    name: Literal["nsga2"] = Field("nsga2", description="EC algorithm: nsga2, ga, es or cmaes.")
     population_size: int = Field(100, ge=2, description="Individuals per generation (even).")
     generations: int = Field(200, ge=1, description="Generations, the random initial one included.")
     crossover_eta: float = Field(15.0, gt=0, description="SBX distribution index.")
@@ -75,7 +79,7 @@ class NSGA2Config(Section):
 
 
 class GAConfig(Section):
-    name: Literal["ga"] = Field("ga", description="EC algorithm: nsga2 or ga.")
+    name: Literal["ga"] = Field("ga", description="EC algorithm: nsga2, ga, es or cmaes.")
     variant: Literal["generational", "steady_state"] = Field(
         "generational", description="generational: offspring replace all but the elites each round; steady_state: "
                                     "a few offspring per round join, the worst members leave.")
@@ -102,8 +106,39 @@ class GAConfig(Section):
         return self
 
 
-EvolveAlgorithmConfig = Annotated[NSGA2Config | GAConfig, Field(discriminator="name")]
-EVOLVE_ALGORITHMS: dict[str, type[Section]] = {"nsga2": NSGA2Config, "ga": GAConfig}
+class ESConfig(Section):
+    name: Literal["es"] = Field("es", description="EC algorithm: nsga2, ga, es or cmaes.")
+    population_size: int = Field(50, ge=2, description="Perturbations per generation (even: antithetic pairs).")
+    generations: int = Field(200, ge=1, description="Ask/tell rounds.")
+    sigma: float = Field(0.1, gt=0, description="Standard deviation of the Gaussian perturbations, in genome units.")
+    learning_rate: float = Field(0.05, gt=0, description="Adam step size on the mean (about the distance the mean "
+                                                         "moves per variable and generation).")
+    initial_mean: Literal["sample", "center"] = Field(
+        "sample", description="Where the mean starts: sample (one genome drawn uniformly within the bounds) or "
+                              "center (the middle of the bounds, which is the optimum of sphere and rastrigin).")
+
+    @model_validator(mode="after")
+    def _even_population(self) -> ESConfig:
+        if self.population_size % 2:
+            raise ValueError(f"population_size must be even (antithetic pairs), got {self.population_size}")
+        return self
+
+
+class CMAESConfig(Section):
+    name: Literal["cmaes"] = Field("cmaes", description="EC algorithm: nsga2, ga, es or cmaes.")
+    population_size: int | None = Field(None, ge=2, description="Samples per generation; default cma's, "
+                                                                "4 + floor(3 ln d).")
+    generations: int = Field(200, ge=1, description="Ask/tell rounds.")
+    sigma: float = Field(1.0, gt=0, description="Initial step size, in genome units (about a quarter of the "
+                                                "bounds' width is a common choice).")
+    initial_mean: Literal["sample", "center"] = Field(
+        "sample", description="Where the mean starts: sample (one genome drawn uniformly within the bounds) or "
+                              "center (the middle of the bounds, which is the optimum of sphere and rastrigin).")
+
+
+EvolveAlgorithmConfig = Annotated[NSGA2Config | GAConfig | ESConfig | CMAESConfig, Field(discriminator="name")]
+EVOLVE_ALGORITHMS: dict[str, type[Section]] = {"nsga2": NSGA2Config, "ga": GAConfig, "es": ESConfig,
+                                               "cmaes": CMAESConfig}
 
 
 class EvolveRuntimeConfig(PopulationRuntimeConfig):
@@ -148,4 +183,8 @@ class EvolveConfig(RootSection):
                     fitting = [name for name, codings in table.items() if problem.coding in codings]
                     raise ValueError(f"algorithm.{kind} {chosen} does not fit problem {problem.name} "
                                      f"({problem.coding} coding); use one of {', '.join(fitting)}")
+        if isinstance(algorithm, (ESConfig, CMAESConfig)) and problem.name not in REAL_SINGLE_OBJECTIVE_PROBLEMS:
+            raise ValueError(f"algorithm {algorithm.name} needs a single-objective real-coded problem: "
+                             f"problem.name must be one of {', '.join(REAL_SINGLE_OBJECTIVE_PROBLEMS)}, "
+                             f"got {problem.name}")
         return self

@@ -47,6 +47,7 @@ CONSTRAINTS: dict[str, str] = {
     "ProblemConfig.num_objectives": "dtlz problems only", "ProblemConfig.game_data": "balance only",
     "NSGA2Config.population_size": "even", "GAConfig.elite_count": "< population_size",
     "GAConfig.crossover": "fits the problem's coding", "GAConfig.mutation": "fits the problem's coding",
+    "ESConfig.population_size": "even",
     "HyperparameterRange.high": "> low", "HyperparameterRange.log": "needs low > 0",
     "HyperparameterRange.initial_low": ">= low, <= initial_high", "HyperparameterRange.initial_high": "<= high",
     "PBTAlgorithmConfig.perturb_factors": "each > 0",
@@ -92,7 +93,8 @@ CONTEXT: dict[str, dict[str, Any]] = {
 SECTION_CONTEXT: dict[str, tuple[str, ...]] = {"multiagent": ("env.id=pettingzoo:mpe2.simple_spread_v3",)}
 
 #: Other sections an algorithm's examples need (the GA solves single-objective problems only).
-UNION_CONTEXT: dict[str, tuple[str, ...]] = {"GAConfig": ("problem.name=rastrigin",)}
+UNION_CONTEXT: dict[str, tuple[str, ...]] = {"GAConfig": ("problem.name=rastrigin",), "ESConfig": ("problem.name=sphere",),
+                                             "CMAESConfig": ("problem.name=sphere",)}
 
 
 @dataclass(frozen=True)

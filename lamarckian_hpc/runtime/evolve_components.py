@@ -1,17 +1,23 @@
 """The problem and the ask/tell algorithm that an `evolve` config names: test problems (ZDT, DTLZ,
-sphere, rastrigin, onemax, tsp), the game-balancing test, and NSGA-II or the GA over their coding,
-with the hypervolume reference that scores a multi-objective population."""
+sphere, rastrigin, onemax, tsp), the game-balancing test, and NSGA-II, the GA, the OpenAI ES or
+CMA-ES over their coding, with the hypervolume reference that scores a multi-objective population.
+Every algorithm built here gives the interface of `ec.ask_tell.AskTell`."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
 from ..config import EvolveConfig, GAConfig
-from ..ec import GA, NSGA2, Evaluator, Problem, dtlz, make_crossover, make_mutation, onemax, rastrigin, sphere, tsp, zdt
+from ..config.evolve import CMAESConfig, ESConfig
+from ..ec import (GA, NSGA2, Evaluator, OpenAIES, Problem, dtlz, make_crossover, make_mutation, onemax, rastrigin,
+                  sphere, tsp, zdt)
 
-EvolutionAlgorithm = NSGA2 | GA
+if TYPE_CHECKING:
+    from ..ec.cmaes import CMAES
+
+EvolutionAlgorithm = Union[NSGA2, GA, OpenAIES, "CMAES"]
 SINGLE_OBJECTIVE_FACTORIES: dict[str, Callable[..., Problem]] = {"sphere": sphere, "rastrigin": rastrigin,
                                                                   "onemax": onemax, "tsp": tsp}
 
@@ -32,14 +38,26 @@ def make_problem(config: EvolveConfig) -> Problem:
 
 
 def make_algorithm(config: EvolveConfig, evaluator: Evaluator) -> EvolutionAlgorithm:
-    """NSGA-II or the GA, seeded from the config, over the evaluator's coding."""
+    """The configured algorithm, seeded from the config, over the evaluator's coding. The ES and
+    CMA-ES start their mean at one genome sampled uniformly within the bounds (`initial_mean:
+    sample`, the default: the test problems' optimum is the centre of their bounds, so starting
+    there would find it without searching) or at the centre of the bounds (`initial_mean: center`)."""
     spec, rng = config.algorithm, np.random.default_rng(config.seed)
     coding = evaluator.describe().coding
+    if isinstance(spec, (ESConfig, CMAESConfig)):
+        mean = (evaluator.initialize(rng, 1)[0] if spec.initial_mean == "sample"
+                else (coding.lower + coding.upper) / 2.0)
+        if isinstance(spec, ESConfig):
+            return OpenAIES(mean, spec.sigma, spec.population_size, rng, spec.learning_rate,
+                            lower=coding.lower, upper=coding.upper)
+        from ..ec.cmaes import CMAES  # on first use: cma imports scipy
+
+        return CMAES(mean, spec.sigma, rng, spec.population_size, coding.lower, coding.upper)
     if config.problem.name == "balance":  # lineups: NSGA-II with order crossover and lineup swaps
         from ..games.lineup import lineup_operators
 
-        return NSGA2(coding.lower, coding.upper, spec.population_size, rng,
-                     crossover_probability=spec.crossover_probability,
+        return NSGA2(coding.lower, coding.upper, spec.population_size, rng,  # type: ignore[union-attr]
+                     crossover_probability=spec.crossover_probability,  # type: ignore[union-attr]
                      **lineup_operators(evaluator.coding, spec.crossover_probability))  # type: ignore
     if isinstance(spec, GAConfig):
         crossover = make_crossover(spec.crossover, coding, spec.crossover_probability, spec.crossover_eta)
