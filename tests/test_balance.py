@@ -17,8 +17,8 @@ from lamarckian_hpc.ec import NSGA2
 from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.data import BUILT_IN_DATA
 from lamarckian_hpc.games.report import summarize
-from lamarckian_hpc.runtime.evolution import EvolveProgram, evolve, population_runtime
-from lamarckian_hpc.runtime.population import run_population
+from lamarckian_hpc.runtime.evolution import EvolveProgram, evolve
+from lamarckian_hpc.runtime.population import PopulationRuntime, run_population
 from lamarckian_hpc.runtime.evolve_components import make_problem
 from lamarckian_hpc.storage import open_run
 
@@ -42,7 +42,7 @@ def test_balance_runs_the_same_serially_and_on_ray_workers():
              logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
     try:
         program = EvolveProgram(_config("runtime.mode=ray", "runtime.num_workers=2"), problem)
-        run_population(program, population_runtime(program.config))
+        run_population(program, PopulationRuntime.of(program.config.runtime))
         distributed = program.algorithm
         assert program.last_evaluations is not None
         workers = set(program.last_evaluations.workers.tolist())

@@ -224,10 +224,10 @@ def test_game_testing_search_resumes_to_the_history_and_bugs_of_an_uninterrupted
     after_sixty = checkpoint.read_bytes()
     saved = load_run_state(checkpoint, CHECKPOINT_KIND)
     history, _, _ = _history(run)
-    last = history["generation"] == saved["generation"]
-    assert saved["episodes"] == 60 and saved["generation"] == 2
-    np.testing.assert_array_equal(saved["population"]["ids"], history["id"][last])
-    np.testing.assert_array_equal(saved["population"]["genomes"], history["genome"][last])
+    last = history["generation"] == saved["generation"] - 1
+    assert saved["program"]["episodes"] == 60 and saved["generation"] == 3
+    np.testing.assert_array_equal(saved["program"]["population"]["ids"], history["id"][last])
+    np.testing.assert_array_equal(saved["program"]["population"]["genomes"], history["genome"][last])
 
     assert main(["evolve", "--resume", str(run), "algorithm.episodes=100"]) == 0
     checkpoint.write_bytes(after_sixty)

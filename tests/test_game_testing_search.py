@@ -10,7 +10,8 @@ import pytest
 
 from lamarckian_hpc.ec.ask_tell import AskTell
 from lamarckian_hpc.games import BUG_NAMES, load_game_data
-from lamarckian_hpc.games.testing import EpisodeOutcome, GameTestingSearch, episode_outcome, search
+from lamarckian_hpc.games.testing import EpisodeOutcome, GameTestingSearch, episode_outcome
+from lamarckian_hpc.games.testing_program import search
 from plain_state import through_msgpack
 
 
@@ -82,3 +83,14 @@ def test_the_search_function_stops_at_its_budget_mid_generation(buggy):
 def test_an_odd_population_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="even"):
         GameTestingSearch(40, 7, seed=0)
+
+
+def test_forked_workers_play_the_search_this_process_plays(buggy):
+    """Episodes are pure functions of their genome: played on two forked workers, their outcomes
+    come back as plain data over the pipes and the search goes exactly as in this process."""
+    here = search(buggy, 60, population_size=10, seed=0)
+    forked = search(buggy, 60, population_size=10, seed=0, mode="fork", num_workers=2)
+    assert forked.bugs == here.bugs and forked.distinct_states == here.distinct_states
+    for ours, theirs in zip(here.history, forked.history, strict=True):
+        np.testing.assert_array_equal(ours["genomes"], theirs["genomes"])
+        np.testing.assert_array_equal(ours["objectives"], theirs["objectives"])

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import RootSection, Section, StorageConfig
+from .population import PopulationRuntimeConfig
 
 PlantedBug = Literal["damage_overflow", "crash_skill_combo", "stuck_battle", "over_max_health"]
 
@@ -32,10 +33,19 @@ class WujiAlgorithmConfig(Section):
     compare_random: bool = Field(True, description="Also play the same budget of random episodes and report both.")
 
 
+class GameTestingRuntimeConfig(PopulationRuntimeConfig):
+    """Episodes take milliseconds: by default they are played in this process."""
+
+    mode: Literal["ray", "fork", "serial"] = Field(
+        "serial", description="serial: episodes are played in this process; fork: on processes forked from it; "
+                              "ray: on Ray actors, on every node of the cluster.")
+
+
 class GameTestingConfig(RootSection):
     """A run of `lamarckian-hpc evolve` with `algorithm.name: wuji`."""
 
     seed: int = Field(0, ge=0, description="Seed of the search and of every episode.")
     game: GameConfig = Field(default_factory=GameConfig)
     algorithm: WujiAlgorithmConfig = Field(default_factory=WujiAlgorithmConfig)
+    runtime: GameTestingRuntimeConfig = Field(default_factory=GameTestingRuntimeConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)

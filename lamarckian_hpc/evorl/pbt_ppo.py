@@ -236,18 +236,13 @@ class PBTProgram:
                          self.reached_frames, started_at)
 
 
-def population_runtime(config: PBTConfig) -> PopulationRuntime:
-    runtime = config.runtime
-    return PopulationRuntime(runtime.mode, runtime.num_workers, runtime.timeout_seconds, runtime.ray_address)
-
-
 def run_pbt(config: PBTConfig, writer: RunWriter | None = None,
             on_interval: Callable[[IntervalReport], None] | None = None, pool: WorkerPool | None = None) -> PBTResult:
     """Train the population until the stop rule holds, recording every interval in `writer` (the
     library entry point; `evolve` adds the checkpoint and resume)."""
     program = PBTProgram(config, on_interval)
     started_at = time.time()
-    wall_time = run_population(program, population_runtime(config), writer, pool=pool)
+    wall_time = run_population(program, PopulationRuntime.of(config.runtime), writer, pool=pool)
     return program.result(wall_time, started_at)
 
 

@@ -127,6 +127,16 @@ def episode_outcome(data: GameData, seed: int, genome: np.ndarray) -> EpisodeOut
     return EpisodeOutcome.of(play(data, seed, genome))
 
 
+class EpisodePlayer:
+    """What a worker of a game testing run hosts: the game, playing one action sequence per request."""
+
+    def __init__(self, data: GameData, seed: int, slots: list[int]) -> None:
+        self.data, self.seed = data, seed
+
+    def play(self, genome: np.ndarray) -> dict[str, Any]:
+        return episode_outcome(self.data, self.seed, np.asarray(genome, np.int64)).to_plain()
+
+
 def novelty_keys(signatures: set[Signature]) -> set[Signature]:
     """What novelty counts: every whole state signature, and every single feature's value on its
     own (feature i at value v as the key (-1 - i, v)), so that a rare value of one feature (a war
@@ -323,38 +333,6 @@ class GameTestingSearch(PopulationView):
         ids = [] if self.nsga.ids is None else self.nsga.ids.tolist()
         self._signatures = {int(identifier): np.asarray(signatures, np.int64)
                             for identifier, signatures in zip(ids, state["signatures"])}
-
-
-def search(data: GameData, episodes: int, population_size: int = 20, seed: int = 0,
-           crossover_probability: float = 0.9, mutation_rate: float | None = None,
-           on_generation: Callable[[int, SearchResult], None] | None = None,
-           on_state: Callable[[dict], None] | None = None, resume: dict | None = None) -> SearchResult:
-    """`GameTestingSearch` until `episodes` episodes were played, each in this process.
-
-    `on_state` gets the search's state after every generation's selection (after `on_generation`),
-    with the generation's number and the history so far; `resume`, such a state, continues that
-    search with the next generation's offspring."""
-    searcher = GameTestingSearch(data.testing.max_decisions, population_size, seed, crossover_probability,
-                                 mutation_rate)
-    history: list[dict] = []
-    generation = -1
-    if resume is not None:
-        searcher.load_state_dict(resume)
-        history = [dict(entry) for entry in resume["history"]]
-        generation = int(resume["generation"])
-    while searcher.findings.episodes < episodes:
-        genomes = searcher.ask(episodes - searcher.findings.episodes)
-        searcher.tell(genomes, [episode_outcome(data, seed, genome) for genome in genomes])
-        generation += 1
-        members = searcher.population
-        assert members is not None
-        history.append({"generation": generation, "genomes": members.genomes, "objectives": members.objectives,
-                        "ids": members.ids, "parent_ids": members.parent_ids})
-        if on_generation is not None:
-            on_generation(generation, searcher.result(history))
-        if on_state is not None:
-            on_state({**searcher.state_dict(), "generation": generation, "history": [dict(e) for e in history]})
-    return searcher.result(history)
 
 
 def random_play(data: GameData, episodes: int, seed: int = 0) -> SearchResult:

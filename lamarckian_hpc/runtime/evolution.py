@@ -158,16 +158,11 @@ class EvolveProgram:
         return None
 
 
-def population_runtime(config: Any) -> PopulationRuntime:
-    runtime = config.runtime
-    return PopulationRuntime(runtime.mode, runtime.num_workers, runtime.timeout_seconds, runtime.ray_address)
-
-
 def evolve(config: EvolveConfig, problem: Evaluator | None = None, writer: RunWriter | None = None,
            report: Callable[[str], None] | None = None) -> EvolutionAlgorithm:
     """Run the configured algorithm for `algorithm.generations` generations on the configured
     workers (the library entry point; `evolve` adds the run file's checkpoint and resume)."""
     program = EvolveProgram(config, problem)
-    run_population(program, population_runtime(config), writer, report=report)
+    run_population(program, PopulationRuntime.of(config.runtime), writer, report=report)
     return program.algorithm
 

@@ -84,6 +84,11 @@ class PopulationRuntime:
     timeout_seconds: float | None = None
     ray_address: str | None = None
 
+    @classmethod
+    def of(cls, section: Any) -> PopulationRuntime:
+        """From a config's `runtime:` section (`config.population.PopulationRuntimeConfig`)."""
+        return cls(section.mode, section.num_workers, section.timeout_seconds, section.ray_address)
+
 
 @dataclass
 class Checkpointing:

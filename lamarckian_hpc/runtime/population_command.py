@@ -94,9 +94,8 @@ def population_command(program: PopulationProgram, config: Any, path: Path, conf
     except StorageFullError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    runtime = config.runtime
     checkpointing = Checkpointing(checkpoint_path(path), config.storage.checkpoint_interval_seconds, reserve)
     return run_closing(writer, path, lambda: run_population(
-        program, PopulationRuntime(runtime.mode, runtime.num_workers, runtime.timeout_seconds, runtime.ray_address),
+        program, PopulationRuntime.of(config.runtime),
         writer, checkpointing, state, report or (lambda line: console.print(line, highlight=False, soft_wrap=True))),
         interrupted_after=unit)
