@@ -1,6 +1,8 @@
-"""Evolutionary computation as ask/tell over arrays: the Evaluator interface, codings, populations
-with lineage, operators, ranking, NSGA-II, the GA, the ES family and test problems."""
+"""Evolutionary computation as ask/tell over arrays: the Evaluator interface, the one interface of
+the generational algorithms (AskTell), codings, populations with lineage, operators, ranking,
+NSGA-II, the GA, the ES family and test problems."""
 
+from .ask_tell import AskTell
 from .coding import CODING_KINDS, Coding
 from .evaluator import Description, Evaluator
 from .ga import GA
@@ -12,7 +14,7 @@ from .problems import Problem, circle_cities, dtlz, dtlz2, onemax, rastrigin, sp
 from .ranking import crowding_distance, non_dominated_fronts, rank_and_crowding
 from .variation import make_crossover, make_mutation
 
-__all__ = ["CMAES", "CODING_KINDS", "Coding", "Description", "Evaluator", "GA", "IdCounter", "Individual", "NSGA2",
+__all__ = ["AskTell", "CMAES", "CODING_KINDS", "Coding", "Description", "Evaluator", "GA", "IdCounter", "Individual", "NSGA2",
            "OpenAIES", "Population", "Problem", "centered_ranks", "circle_cities", "crowding_distance", "dtlz", "dtlz2",
            "hypervolume", "inverted_generational_distance", "make_crossover", "make_mutation", "non_dominated_fronts",
            "onemax", "rank_and_crowding", "rastrigin", "sphere", "tsp", "zdt"]

@@ -16,7 +16,7 @@ not be able to run code when it is read, and must survive a change of the classe
 exactly as the saved one would have (the same next genomes, the same ids).
 
 Random generator states are `numpy.random.Generator.bit_generator.state` dicts; PCG64's holds
-two 128-bit integers, which a msgpack writer must carry as strings (as `evorl.fork_hosts` does).
+two 128-bit integers, which a msgpack writer must carry as strings (as `runtime.pipe_messages` does).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ Told = TypeVar("Told", contravariant=True)
 @runtime_checkable
 class AskTell(Protocol[Told]):
     """A generational ask/tell algorithm. `Told` is what its evaluations return and `tell` takes:
-    objectives [n, m] (minimised, float) for the numeric algorithms, `games.testing_search`'s
-    episode outcomes for the game testing search, whose objectives depend on every episode so far
+    objectives [n, m] (minimised, float) for the numeric algorithms, `games.testing.EpisodeOutcome`s
+    (or their plain dicts) for the game testing search, whose objectives depend on every episode so far
     and so are computed by the algorithm, not by the evaluation."""
 
     counter: IdCounter  # numbers newborns; counter.next_id is how many individuals were ever told
