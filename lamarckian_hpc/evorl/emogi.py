@@ -34,7 +34,7 @@ from ..config.emogi import EMOGIConfig
 from ..ec import NSGA2, Coding, Description, non_dominated_fronts
 from ..envs import PongEnv
 from ..runtime.learner import load_weights
-from ..runtime.population import GenerationRecord
+from ..runtime.population import GenerationalProgram, GenerationRecord
 from ..runtime.trainer import SerialTrainer
 from ..runtime.worker_pool import Request, WorkerFailure, WorkerPool
 from .behaviour import BEHAVIOUR_NAMES, Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms
@@ -231,13 +231,12 @@ def individual_result(answer: dict[str, Any]) -> IndividualResult:
                                "objectives": np.asarray(answer["objectives"], float)})
 
 
-class EMOGIProgram:
+class EMOGIProgram(GenerationalProgram):
     """EMOGI for the population workflow. `on_individual(generation, index, result)` hears of each
     policy as soon as it is trained and measured (None where its training failed)."""
 
     kind = CHECKPOINT_KIND
     metric_names = METRIC_NAMES
-    num_slots = 0
 
     def __init__(self, config: EMOGIConfig,
                  on_individual: Callable[[int, int, IndividualResult | None], None] | None = None) -> None:
@@ -253,13 +252,6 @@ class EMOGIProgram:
 
     def host_factory(self) -> Callable[[list[int]], PolicyTrainer]:
         return functools.partial(PolicyTrainer, self.config)
-
-    def start(self, pool: WorkerPool) -> None:
-        pass
-
-    def finished_reason(self) -> str | None:
-        total = self.config.algorithm.generations
-        return f"all algorithm.generations={total} are done" if self.generation >= total else None
 
     def ask(self) -> list[Request]:
         spec = self.config.algorithm

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config.game_testing import GameTestingConfig
-from ..runtime.population import GenerationRecord, PopulationRuntime, run_population
+from ..runtime.population import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
 from ..runtime.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
 from .data import GameData
 from .testing import EpisodePlayer, GameTestingSearch, SearchResult
@@ -23,10 +23,11 @@ CHECKPOINT_KIND = "wuji"
 METRIC_NAMES = ("bugs_found", "distinct_states", "best_win", "generation_seconds")
 
 
-class GameTestingProgram:
+class GameTestingProgram(GenerationalProgram):
+    """Runs until `algorithm.episodes` episodes were played (the last generation may be short)."""
+
     kind = CHECKPOINT_KIND
     metric_names = METRIC_NAMES
-    num_slots = 0
 
     def __init__(self, config: GameTestingConfig, data: GameData) -> None:
         spec = config.algorithm
@@ -40,9 +41,6 @@ class GameTestingProgram:
     def host_factory(self) -> Callable[[list[int]], EpisodePlayer]:
         return functools.partial(EpisodePlayer, self.data, self.config.seed)
 
-    def start(self, pool: WorkerPool) -> None:
-        pass
-
     def finished_reason(self) -> str | None:
         episodes, budget = self.search.findings.episodes, self.config.algorithm.episodes
         return f"it played {episodes} episodes, algorithm.episodes={budget}" if episodes >= budget else None
@@ -50,9 +48,6 @@ class GameTestingProgram:
     def ask(self) -> list[Request]:
         self.genomes = self.search.ask(self.config.algorithm.episodes - self.search.findings.episodes)
         return [Request("play", (genome,)) for genome in self.genomes]
-
-    def on_answer(self, index: int, answer: Any) -> None:
-        pass
 
     def tell(self, answers: list[Any], pool: WorkerPool, wall_time: float) -> GenerationRecord:
         for answer in answers:  # a battle reports its own crashes as symptoms: a failure here is the worker's

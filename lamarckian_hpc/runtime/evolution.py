@@ -19,7 +19,7 @@ from ..ec import Evaluator, hypervolume
 from ..ec.evaluator import evaluate_one
 from ..storage import RunWriter
 from .evolve_components import EvolutionAlgorithm, hypervolume_reference, make_algorithm, make_problem
-from .population import GenerationRecord, PopulationRuntime, run_population
+from .population import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
 from .worker_pool import Request, WorkerFailure, WorkerPool
 
 #: The `kind` of an evolve run's checkpoint (`runtime.checkpoint.save_run_state`).
@@ -63,11 +63,10 @@ def metric_names(num_objectives: int) -> tuple[str, ...]:
     return MULTI_OBJECTIVE_METRICS if num_objectives > 1 else SINGLE_OBJECTIVE_METRICS
 
 
-class EvolveProgram:
+class EvolveProgram(GenerationalProgram):
     """An ask/tell algorithm over a stateless problem, for the population workflow."""
 
     kind = CHECKPOINT_KIND
-    num_slots = 0
 
     def __init__(self, config: EvolveConfig, problem: Evaluator | None = None, report_every: int = 10) -> None:
         self.config, self.report_every = config, report_every
@@ -83,19 +82,9 @@ class EvolveProgram:
     def host_factory(self) -> Callable[[list[int]], EvaluatorHost]:
         return functools.partial(EvaluatorHost, self.problem, self.config.problem.evaluation_delay_seconds)
 
-    def start(self, pool: WorkerPool) -> None:
-        pass
-
-    def finished_reason(self) -> str | None:
-        total = self.config.algorithm.generations
-        return f"all algorithm.generations={total} are done" if self.generation >= total else None
-
     def ask(self) -> list[Request]:
         self.genomes = self.algorithm.ask()
         return [Request("evaluate", (genome,)) for genome in self.genomes]
-
-    def on_answer(self, index: int, answer: Any) -> None:
-        pass
 
     def quality(self) -> dict[str, float]:
         """The current population's quality: hypervolume with several objectives, the best and the

@@ -75,6 +75,25 @@ class PopulationProgram(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+class GenerationalProgram:
+    """What a program that runs `config.algorithm.generations` generations of stateless requests
+    shares: nothing to set up before a generation, no per-answer progress, and that end."""
+
+    config: Any
+    generation: int
+    num_slots = 0
+
+    def start(self, pool: WorkerPool) -> None:
+        pass
+
+    def on_answer(self, index: int, answer: Any) -> None:
+        pass
+
+    def finished_reason(self) -> str | None:
+        total = self.config.algorithm.generations
+        return f"all algorithm.generations={total} are done" if self.generation >= total else None
+
+
 @dataclass
 class PopulationRuntime:
     """Where the workers run and how long an answer may take (from a config's `runtime:`)."""
