@@ -14,9 +14,22 @@ emptied every few ticks, as a learner would). Actions/s per core is actions over
 CPU seconds (one process, torch threads 1), which stays fair on a loaded machine; the wall-clock
 rate is printed beside it.
 
-    python benchmarks/multiagent_inference.py [--agents 10000] [--policies 10] [--seconds 10]
+`--distributed` runs the same crowd through the distributed runtime instead: a multi-agent
+`DistributedTrainer` with `--actors` Ray actor processes, each stepping one crowd of its share of
+the agents (benchmarks/crowd_env.py, by env id `pettingzoo:crowd_env`, through the PettingZoo
+adapter) and acting with the torch-free numpy policies of the actors, the agents mapped at random
+onto the policies when they appear. The actors only send experience, so every agent has a
+training controller (the act + record row of the one-process mode); the learner in this process
+updates each policy on batches of `--batch-size` agent steps, one epoch, and broadcasts the
+weights. Actions are counted from the env steps the learner received (every agent acts every tick)
+between the first update after `--warmup` seconds and the last; per core means over the actor
+processes' CPU seconds in that window, and also over the whole run's (learner, Ray and actors).
 
-Prints a Markdown table and writes benchmarks/results/multiagent_inference.json.
+    python benchmarks/multiagent_inference.py [--agents 10000] [--policies 10] [--seconds 10]
+    python benchmarks/multiagent_inference.py --distributed [--actors 2 4] [--seconds 20]
+
+Prints a Markdown table and writes benchmarks/results/multiagent_inference.json (distributed:
+benchmarks/results/multiagent_inference_distributed.json).
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -40,7 +54,9 @@ from lamarckian_hpc.mdp import MDP, ExperienceBuffer, Sampler, StepOutcome  # no
 from lamarckian_hpc.multiagent import PolicyMapping, build_policy_models, random_mapping  # noqa: E402
 from lamarckian_hpc.runtime.inference import TorchPolicy  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "multiagent_inference.json"
+BENCHMARKS = Path(__file__).resolve().parent
+RESULTS = BENCHMARKS / "results" / "multiagent_inference.json"
+DISTRIBUTED_RESULTS = BENCHMARKS / "results" / "multiagent_inference_distributed.json"
 OBSERVATION_SIZE = 4
 NO_INFO: dict = {}
 
@@ -146,12 +162,115 @@ class _Timed:
         return output
 
 
+def measure_distributed(args: argparse.Namespace, num_actors: int) -> dict:
+    """The crowd on `num_actors` actor processes of a multi-agent distributed run (see the docstring)."""
+    import psutil
+
+    from lamarckian_hpc.config import RunConfig
+    from lamarckian_hpc.runtime.distributed import DistributedTrainer
+    from lamarckian_hpc.runtime.process_stats import TreeCpuMeter
+
+    # The actors import the crowd by module name: benchmarks/ on their path (Ray's workers inherit it).
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(BENCHMARKS) not in paths:
+        sys.path.insert(0, str(BENCHMARKS))
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCHMARKS), *paths]))
+    share = args.agents // num_actors
+    policy_ids = [f"policy_{k}" for k in range(args.policies)]
+    config = RunConfig.model_validate({
+        "seed": 0,
+        "env": {"id": "pettingzoo:crowd_env", "num_envs": 1, "kwargs": {"num_agents": share}},
+        "model": {"policy_hidden_sizes": [16, 16], "critic_hidden_sizes": [16]},
+        "algorithm": {"batch_size": args.batch_size, "num_epochs": 1, "num_minibatches": 1},
+        "multiagent": {"policies": policy_ids, "mapping": "random"},
+        # One message per policy every `--message-ticks` ticks of an actor's crowd.
+        "runtime": {"mode": "ray", "sampling": "async", "num_actors": num_actors, "device": "cpu",
+                    "torch_threads": 1, "rollout_steps": share * args.message_ticks},
+        "stop": {"total_env_steps": 10**12, "max_wall_seconds": args.warmup + args.seconds},
+    })
+    marks: dict[str, tuple] = {}
+    num_cores = os.cpu_count() or 1
+
+    class Observer:
+        run_cpu = 0.0  # CPU seconds of the whole process tree since the window began
+        previous = 0.0
+
+        def on_update_end(self, report) -> None:
+            now = time.monotonic()
+            busy = tree.sample()  # the tree's busy cores since the previous update
+            if report.wall_time < args.warmup:
+                self.previous = now
+                return
+            if "first" in marks:
+                self.run_cpu += busy * num_cores * (now - self.previous)
+            self.previous = now
+            pids = sorted(trainer.actor_pids.values())
+            cpu = sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids if psutil.pid_exists(pid))
+            mark = (now, report.env_frames, cpu, self.run_cpu, report.update)
+            marks.setdefault("first", mark)
+            marks["last"] = mark
+
+        def on_train_end(self, result) -> None:
+            pass
+
+    tree = TreeCpuMeter(num_cores)
+    trainer = DistributedTrainer(config, [Observer()])
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    if "first" not in marks or marks["first"] is marks["last"]:
+        raise SystemExit(f"fewer than two updates after {args.warmup} s; give --seconds more time")
+    (start, frames_start, cpu_start, _, update_start), (end, frames_end, cpu_end, run_cpu, update_end) = \
+        marks["first"], marks["last"]
+    wall = end - start
+    actions = (frames_end - frames_start) * share  # every agent acts every tick of its crowd
+    actor_cpu = cpu_end - cpu_start
+    return {"actors": num_actors, "agents_per_actor": share, "actions": actions, "wall_seconds": wall,
+            "updates": update_end - update_start, "actor_cpu_seconds": actor_cpu, "run_cpu_seconds": run_cpu,
+            "actions_per_actor_cpu_second": actions / actor_cpu, "actions_per_run_cpu_second": actions / run_cpu,
+            "actions_per_wall_second": actions / wall}
+
+
+def main_distributed(args: argparse.Namespace) -> None:
+    rows = [measure_distributed(args, num_actors) for num_actors in args.actors]
+    print(f"\n{args.agents} agents, {args.policies} policies of 16x16, numpy policies in the actor processes, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
+    print("| actors | agents per actor | actions/s per actor core | actions/s per core (whole run) | actions/s (wall) "
+          "| updates |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['actors']} | {row['agents_per_actor']:,} | {row['actions_per_actor_cpu_second']:,.0f} "
+              f"| {row['actions_per_run_cpu_second']:,.0f} | {row['actions_per_wall_second']:,.0f} "
+              f"| {row['updates']} |")
+    DISTRIBUTED_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    DISTRIBUTED_RESULTS.write_text(json.dumps({
+        "benchmark": "multiagent_inference_distributed", "agents": args.agents, "policies": args.policies,
+        "hidden_sizes": [16, 16], "observation_size": OBSERVATION_SIZE, "batch_size": args.batch_size,
+        "message_ticks": args.message_ticks, "warmup_seconds": args.warmup, "seconds": args.seconds,
+        "rllib_reported_actions_per_second_per_core": 70_000, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": {"cpu_count": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version()},
+        "rows": rows}, indent=2))
+    print(f"\nwrote {DISTRIBUTED_RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=10_000)
     parser.add_argument("--policies", type=int, default=10)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds (per row)")
+    parser.add_argument("--distributed", action="store_true", help="through the distributed runtime's actors")
+    parser.add_argument("--actors", type=int, nargs="+", default=[2, 4],
+                        help="--distributed: actor processes, one run per count")
+    parser.add_argument("--batch-size", type=int, default=20_000,
+                        help="--distributed: agent steps per update of a policy")
+    parser.add_argument("--message-ticks", type=int, default=4,
+                        help="--distributed: ticks of an actor's crowd per experience message of a policy")
+    parser.add_argument("--warmup", type=float, default=5.0, help="--distributed: seconds of training not measured")
     args = parser.parse_args()
+    if args.distributed:
+        main_distributed(args)
+        return
     torch.set_num_threads(1)
     rows = []
     for label, record in (("act only (frozen policies)", False), ("act + record (training controllers)", True)):

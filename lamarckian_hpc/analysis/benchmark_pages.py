@@ -113,6 +113,33 @@ def _fault_totals(data: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame([{name.replace("_", " "): f"{count:,}" for name, count in data["tried"].items()}])
 
 
+def _multiagent_vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/multiagent_vs_rllib.py: per policy setting, each side's medians, their ratio,
+    and the raw bound of the machine with each side's share of it."""
+    columns = {"sampled_steps_per_second": "env steps/s sampled", "trained_steps_per_second": "env steps/s trained",
+               "cpu_utilization": "CPU utilization (tree)", "machine_cpu_utilization": "CPU busy (machine)",
+               "driver_cores": "cores: driver", "workers_cores": "cores: env workers", "other_cores": "cores: Ray",
+               "peak_pss_bytes": "peak PSS (GB)", "first_update_seconds": "first update (s)",
+               "return_mean": "return per agent (end)"}
+    rows = []
+    for summary in data["summaries"]:
+        for side, label in (("ours", "ours"), ("rllib", "RLlib"), ("ratio", "ours / RLlib")):
+            values = summary.get(side) or {}
+            row = {"policies": summary["setting"], "side": label}
+            for key, title in columns.items():
+                value = values.get(key)
+                row[title] = value / 1e9 if key == "peak_pss_bytes" and side != "ratio" and value else value
+            rows.append(row)
+        raw = (summary.get("raw_bound") or {}).get("sampled_steps_per_second")
+        if raw:
+            rows.append({"policies": summary["setting"], "side": "raw bound (no learning)",
+                         columns["sampled_steps_per_second"]: raw})
+            for key, label in (("ours_of_raw_bound", "ours / raw bound"), ("rllib_of_raw_bound", "RLlib / raw bound")):
+                rows.append({"policies": summary["setting"], "side": label,
+                             **{columns[name]: summary[key][name] for name in summary[key]}})
+    return pd.DataFrame(rows, columns=["policies", "side", *columns.values()])
+
+
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
@@ -130,6 +157,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "trajectory_cost": lambda data: pd.DataFrame(data["results"]),
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),
+    "multiagent_vs_rllib": _multiagent_vs_rllib,
 }
 
 
