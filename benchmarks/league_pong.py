@@ -1,12 +1,19 @@
-"""PPO self-play through the league on two-player vector Pong, scored against the scripted player.
+"""AlphaStar's league on two-player vector Pong, as a user runs it: `lamarckian-hpc league
+configs/league_pong.yaml` (one main agent, one main exploiter, one league exploiter, each a PPO
+learner, on forked workers), one run per seed, and the figures read back from its run file.
 
-The main agent plays the right paddle with PPO (the settings of configs/ppo_pong_vector.yaml);
-the left paddle is played by the current main agent (plain self-play, `league.self_play_fraction`)
-or a frozen snapshot chosen by PFSP; a snapshot joins the league every 5 updates. The main agent
-never meets the scripted player during training. Every 10 updates it plays 20 episodes of
-`lamarckian/Pong-v0` against the scripted player (skill 0.6); the score is points won minus lost.
+Per run:
+- the main agent's score against the scripted player of `lamarckian/Pong-v0` (skill 0.6, points
+  won minus lost over 20 episodes), which it never trains against, every 10 generations;
+- each learner's Elo at the end, and the main agent's Elo over the run;
+- the exploiters: each one's win rate against its targets (the main agents for a main exploiter,
+  the snapshots for a league exploiter) before each of its resets, and how the main exploiter's win
+  rate against the main agent rose and fell: the generation it first beat the main agent (win rate
+  above 0.5) and whether the main agent won most games again against the exploiter's later
+  restarts (recovered);
+- snapshots and resets, league members, wall time.
 
-    python benchmarks/league_pong.py [--updates 60] [--seeds 0 1]
+    python benchmarks/league_pong.py [--seeds 0 1] [--generations 60] [overrides ...]
 
 Prints a Markdown table and writes benchmarks/results/league_pong.json.
 """
@@ -15,62 +22,88 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import math
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(variable, "1")
+import numpy as np
 
-import torch  # noqa: E402
+from lamarckian_hpc.league.store import read_league
+from lamarckian_hpc.storage import open_run
 
-from lamarckian_hpc.config import LeagueConfig, ModelConfig, PPOConfig  # noqa: E402
-from lamarckian_hpc.envs import parallel_env  # noqa: E402
-from lamarckian_hpc.league.ppo_selfplay import LeagueSelfPlay, evaluate_against_scripted  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "league_pong.yaml"
 RESULTS = Path(__file__).resolve().parent / "results" / "league_pong.json"
-PPO = PPOConfig(batch_size=2048, num_epochs=4, num_minibatches=4, learning_rate=1e-3, gamma=0.99, gae_lambda=0.95,
-                clip_range=0.2, entropy_weight=0.01, value_weight=0.5)
-MODEL = ModelConfig(policy_hidden_sizes=(64, 64), critic_hidden_sizes=(), share_trunk=False, activation="tanh")
-LEAGUE = LeagueConfig(main_exploiters=0, league_exploiters=0, capacity=64, snapshot_interval=5)
 
 
-def run(seed: int, updates: int, every: int, episodes: int) -> list[dict[str, float]]:
-    selfplay = LeagueSelfPlay(lambda: parallel_env(), 8, LEAGUE, PPO, MODEL, seed=seed)
-    rows, training_seconds = [], 0.0
-    for update in range(1, updates + 1):
-        started = time.perf_counter()
-        selfplay.update()
-        training_seconds += time.perf_counter() - started
-        if update % every == 0:
-            score = evaluate_against_scripted(selfplay.main_model, episodes, seed=10_000, opponent_skill=0.6)
-            rows.append({"seed": seed, "update": update, "env_frames": selfplay.trainer.sampler.env_frames,
-                         "training_seconds": training_seconds, "score_vs_scripted": score,
-                         "league_members": len(selfplay.league.members)})
-            print(rows[-1], flush=True)
-    selfplay.close()
-    return rows
+def finite(values: np.ndarray) -> list[float]:
+    return [round(float(v), 3) for v in values if math.isfinite(v)]
+
+
+def summarize(path: Path, seed: int, wall_seconds: float) -> dict:
+    with open_run(path) as reader:
+        series = {name: reader.metric(name) for name in reader.metric_names()}
+    league = read_league(path)
+    scripted = series["main_score_vs_scripted"]
+    evaluated = np.isfinite(scripted.value)
+    exploiter = series["win_rate_vs_targets_main_exploiter_0"].value
+    resets = series["resets"].value
+    beat = np.flatnonzero(exploiter > 0.5)
+    first_reset = int(np.flatnonzero(resets > 0)[0]) if (resets > 0).any() else len(resets)
+    later = exploiter[first_reset + 1:]
+    return {
+        "seed": seed, "generations": len(resets), "wall_seconds": round(wall_seconds, 1),
+        "scripted_generations": (scripted.policy_version[evaluated] + 1).tolist(),
+        "main_score_vs_scripted": finite(scripted.value),
+        "elo_final": {name: round(float(series[f"elo_{name}"].value[-1]), 1)
+                      for name in ("main_0", "main_exploiter_0", "league_exploiter_0")},
+        "main_elo": finite(series["elo_main_0"].value),
+        "main_exploiter_win_rate_vs_main": finite(exploiter),
+        "league_exploiter_win_rate_vs_snapshots": finite(series["win_rate_vs_targets_league_exploiter_0"].value),
+        "main_exploiter_first_beats_main": int(beat[0]) + 1 if len(beat) else None,
+        "main_exploiter_peak_before_reset": round(float(exploiter[:first_reset + 1].max()), 3),
+        "main_recovered": bool(len(later) and float(np.median(later)) < 0.5),
+        "snapshots": int(sum(role == 3 for role in league.roles)), "resets": int(resets.sum()),
+        "matches": int(len(league.matches.get("learner", []))), "members": len(league.names),
+    }
+
+
+def run(seed: int, generations: int, overrides: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", "lamarckian_hpc", "league", str(CONFIG), f"seed={seed}",
+                        f"algorithm.generations={generations}", f"storage.directory={folder}",
+                        "storage.run_name=league", *overrides], check=True, cwd=folder)
+        return summarize(Path(folder) / "league.h5", seed, time.monotonic() - started)
+
+
+def print_table(rows: list[dict]) -> None:
+    print("| seed | main vs scripted (first -> last) | Elo main / main exploiter / league exploiter | "
+          "main exploiter beats main (generation, peak) | main recovered | snapshots, resets | wall |")
+    print("|---:|---|---|---|---|---|---:|")
+    for row in rows:
+        scores, elo = row["main_score_vs_scripted"], row["elo_final"]
+        print(f"| {row['seed']} | {scores[0]:+.2f} -> {scores[-1]:+.2f} (best {max(scores):+.2f}) | "
+              f"{elo['main_0']:.0f} / {elo['main_exploiter_0']:.0f} / {elo['league_exploiter_0']:.0f} | "
+              f"{row['main_exploiter_first_beats_main']}, {row['main_exploiter_peak_before_reset']:.2f} | "
+              f"{'yes' if row['main_recovered'] else 'no'} | {row['snapshots']}, {row['resets']} | "
+              f"{row['wall_seconds']:.0f} s |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--updates", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--every", type=int, default=10)
-    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--generations", type=int, default=60)
+    parser.add_argument("overrides", nargs="*", help="config overrides for every run (key.path=value)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    rows = [row for seed in args.seeds for row in run(seed, args.updates, args.every, args.episodes)]
-    print("\n| seed | updates | env frames | training seconds | score vs scripted (20 episodes) |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['seed']} | {row['update']} | {row['env_frames']:,} | {row['training_seconds']:.0f} "
-              f"| {row['score_vs_scripted']:+.2f} |")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"benchmark": "league_pong", "ppo": PPO.model_dump(), "model": MODEL.model_dump(),
-                                   "league": LEAGUE.model_dump(), "load_average": os.getloadavg(), "rows": rows},
-                                  indent=2))
-    print(f"\nwrote {RESULTS}")
+    rows = [run(seed, args.generations, args.overrides) for seed in args.seeds]
+    print_table(rows)
+    RESULTS.write_text(json.dumps({"benchmark": "league_pong", "config": str(CONFIG.relative_to(ROOT)),
+                                   "overrides": args.overrides, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

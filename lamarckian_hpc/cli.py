@@ -146,6 +146,7 @@ def _evolve_config(args: argparse.Namespace) -> Any:
 def evolve_command(args: argparse.Namespace) -> int:
     from .config import EMOGIConfig, PBTConfig
     from .config.game_testing import GameTestingConfig
+    from .config.league_run import LeagueRunConfig
 
     if args.config is None and args.resume is None:
         return _fail("error: evolve needs a config file (or --resume RUN)")
@@ -153,6 +154,9 @@ def evolve_command(args: argparse.Namespace) -> int:
         config = _evolve_config(args)
     except ConfigError as error:
         return _fail(str(error))
+    if getattr(args, "league_only", False) and not isinstance(config, LeagueRunConfig):
+        return _fail(f"error: league runs a config with algorithm.name: league, not {config.algorithm.name} "
+                     "(see configs/league_pong.yaml; other algorithms run with evolve)")
     resume = args.resume is not None
     path = Path(args.resume) if resume else run_path_for(config, args.config)
     if isinstance(config, PBTConfig):
@@ -163,6 +167,10 @@ def evolve_command(args: argparse.Namespace) -> int:
         from .evorl.emogi_command import emogi_command
 
         return emogi_command(config, path, args.config, resume)
+    if isinstance(config, LeagueRunConfig):
+        from .evorl.league_command import league_command
+
+        return league_command(config, path, args.config, resume)
     if isinstance(config, GameTestingConfig):  # automated game testing (algorithm.name: wuji)
         from .games.testing_command import game_testing_command
 
@@ -315,6 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     evolve.add_argument("--resume", metavar="RUN", help="continue this run file where it stopped (after its last "
                         "generation, or a PBT run's last interval)")
     evolve.set_defaults(handler=evolve_command)
+    league = commands.add_parser("league", help="run an AlphaStar league from a config file (see "
+                                                "configs/league_pong.yaml); the same as evolve for such a config")
+    league.add_argument("config", nargs="?", help="YAML config file with algorithm.name: league")
+    league.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
+    league.add_argument("--resume", metavar="RUN", help="continue this run file after its last saved generation")
+    league.set_defaults(handler=evolve_command, league_only=True)
     inspect = commands.add_parser("inspect", help="summarise a run file")
     inspect.add_argument("run", help="the run's .h5 file")
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -170,38 +170,3 @@ def test_league_main_agent_exploitability_falls_while_self_play_cycles():
     assert naive_windows[-1] > 0.9 * naive_windows[0], naive_windows  # self-play does not improve
     assert naive.cycles() >= 4  # it circles: the favourite action keeps changing
     assert len(league.snapshots) > 50 and any(e.kind == "reset" for e in league.events)
-
-
-def test_ppo_self_play_on_two_player_pong_through_the_league():
-    import torch
-
-    from lamarckian_hpc.config import ModelConfig, PPOConfig
-    from lamarckian_hpc.envs import parallel_env
-    from lamarckian_hpc.league.ppo_selfplay import LeagueSelfPlay, evaluate_against_scripted
-
-    torch.set_num_threads(1)
-    ppo = PPOConfig(batch_size=256, num_epochs=2, num_minibatches=2, learning_rate=1e-3)
-    model = ModelConfig(policy_hidden_sizes=(16, 16), critic_hidden_sizes=(), share_trunk=False, activation="tanh")
-    config = LeagueConfig(main_exploiters=0, league_exploiters=0, capacity=8, snapshot_interval=1,
-                          self_play_fraction=0.5)
-    with pytest.raises(ValueError, match="main_exploiters=0"):
-        LeagueSelfPlay(lambda: parallel_env(points_to_win=1), 4, LeagueConfig(), ppo, model)
-    selfplay = LeagueSelfPlay(lambda: parallel_env(points_to_win=1), 4, config, ppo, model, seed=0)
-    initial = {k: v.clone() for k, v in selfplay.main_model.state_dict().items()}
-    for _ in range(3):
-        selfplay.update()
-        # the frozen side plays with exactly the chosen member's weights
-        chosen = selfplay.opponent
-        expected = selfplay.league.members[chosen].params if chosen != selfplay.main else None
-        if expected is not None:
-            for name, tensor in selfplay.opponent_model.state_dict().items():
-                assert torch.equal(tensor, expected[name])
-    league = selfplay.league
-    assert [league.members[k].name for k in league.snapshots] == ["main_0@0", "main_0@1", "main_0@2", "main_0@3"]
-    assert league.payoff.games[selfplay.main].sum() > 0  # games against snapshots were recorded
-    assert {how for _, how in selfplay.opponents_chosen} <= {"self_play", "pfsp_hard"}
-    assert any(not torch.equal(t, initial[n]) for n, t in selfplay.main_model.state_dict().items())
-    for name, tensor in league.members[league.snapshots[0]].params.items():  # snapshot 0 stays the initial policy
-        assert torch.equal(tensor, initial[name])
-    assert -5 <= evaluate_against_scripted(selfplay.main_model, 1, points_to_win=1) <= 5
-    selfplay.close()

@@ -106,15 +106,11 @@ def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     }
 
 
-def _has_generations(run_path: Path) -> bool:
-    """Whether an evolve run file holds a generation (or PBT interval) to continue after."""
-    from ..storage import open_run
+def _has_checkpoint(run_path: Path) -> bool:
+    """Whether an evolve run saved a state to continue from (the population workflow's checkpoint)."""
+    from ..runtime.checkpoint import checkpoint_path
 
-    try:
-        with open_run(run_path) as run:
-            return len(run.population().get("id", ())) > 0
-    except (OSError, KeyError, ValueError):
-        return False
+    return run_path.is_file() and checkpoint_path(run_path).is_file()
 
 
 def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
@@ -131,9 +127,9 @@ def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     overrides = [f"runtime.ray_address={info.head_address}", "runtime.mode=ray"]
     if dict(spec.config.get("runtime", {})).get("num_workers") is None:
         overrides.append(f"runtime.num_workers={max(1, sum(node.cores for node in info.layout.nodes) - 1)}")
-    resume = run_path.is_file() and _has_generations(run_path)
+    resume = _has_checkpoint(run_path)
     if run_path.is_file() and not resume:
-        # Requeued before its first generation was saved: nothing to continue, so it starts over.
+        # Requeued before its first checkpoint was saved: nothing to continue, so it starts over.
         run_path.unlink()
     if resume:
         argv = ["evolve", "--resume", str(run_path), *overrides]

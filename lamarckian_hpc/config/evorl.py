@@ -16,6 +16,7 @@ from .base import ConfigError, RootSection, Section, StorageConfig
 from .emogi import EMOGIConfig
 from .evolve import EvolveConfig
 from .game_testing import GameTestingConfig
+from .league_run import LeagueRunConfig
 from .loading import read_config_file
 from .population import TrainingPopulationRuntimeConfig
 from .train import ALGORITHMS, EnvConfig, ModelConfig, PPOConfig, RunConfig
@@ -111,7 +112,8 @@ class PBTConfig(RootSection):
 
 
 #: `algorithm.name` of an evolve config -> the root config it is validated with (others: EvolveConfig).
-EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig, "emogi": EMOGIConfig, "wuji": GameTestingConfig}
+EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig, "emogi": EMOGIConfig, "wuji": GameTestingConfig,
+                                                  "league": LeagueRunConfig}
 
 
 def _read_tree(path: str | Path | None) -> dict:

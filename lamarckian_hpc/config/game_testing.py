@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .base import RootSection, Section, StorageConfig
 from .population import PopulationRuntimeConfig
@@ -25,12 +25,19 @@ class GameConfig(Section):
 
 class WujiAlgorithmConfig(Section):
     name: Literal["wuji"] = Field("wuji", description="EvoRL algorithm: wuji (automated game testing).")
-    population_size: int = Field(20, ge=2, le=4096, description="Action-sequence policies kept per generation.")
+    population_size: int = Field(20, ge=2, le=4096, description="Action-sequence policies kept per generation "
+                                                                "(even: offspring are bred in pairs).")
     episodes: int = Field(1500, ge=1, description="Episode budget of the search, the initial population included.")
     crossover_probability: float = Field(0.9, ge=0, le=1, description="Chance a pair is crossed (uniform).")
     mutation_rate: float | None = Field(None, gt=0, le=1, description="Chance each action is redrawn; default "
                                                                       "2 / testing.max_decisions.")
     compare_random: bool = Field(True, description="Also play the same budget of random episodes and report both.")
+
+    @model_validator(mode="after")
+    def _even_population(self) -> WujiAlgorithmConfig:
+        if self.population_size % 2:
+            raise ValueError(f"population_size must be even (offspring are bred in pairs), got {self.population_size}")
+        return self
 
 
 class GameTestingRuntimeConfig(PopulationRuntimeConfig):

@@ -398,13 +398,17 @@ def roots() -> tuple[tuple[str, tuple[Root, ...]], ...]:
                  "`storage` are those of `train`, but `env.id` defaults to, and must be, `lamarckian/Pong-v0`, "
                  "and `env.kwargs` must not set `move_reward` or `stay_reward`: EMOGI sets them per policy."),
             Root(evolve.format("wuji"), EVORL_ALGORITHMS["wuji"],
-                 "Automated testing of the built-in game (`GameTestingConfig`, `configs/game_testing.yaml`); it "
-                 "runs in the command's own process."))),
+                 "Automated testing of the built-in game (`GameTestingConfig`, `configs/game_testing.yaml`); its "
+                 "episodes are played in the command's own process unless `runtime.mode` says fork or ray."),
+            Root(evolve.format("league"), EVORL_ALGORITHMS["league"],
+                 "AlphaStar's league of PPO learners on a two-player PettingZoo game (`LeagueRunConfig`, "
+                 "`configs/league_pong.yaml`; `lamarckian-hpc league` runs it too). `model`, `ppo` and `storage` "
+                 "are those of `train`; `league` is the section below."))),
         ("The league", (Root(
             "`league` configuration", LeagueConfig,
-            "`LeagueConfig` (`lamarckian_hpc/config/multiagent.py`) is passed to `League` from Python, next to a "
-            "`PPOConfig`; `MultiAgentConfig`, passed to `MultiAgentTrainer`, is the `multiagent` section of `train`.",
-            style="keyword", prefix="league"),)),
+            "`LeagueConfig` (`lamarckian_hpc/config/multiagent.py`): the `league` section of a league run, also "
+            "passed to `League` from Python; `MultiAgentConfig`, passed to `MultiAgentTrainer`, is the "
+            "`multiagent` section of `train`.", style="keyword", prefix="league"),)),
         ("Slurm launch", (Root(
             "`launch` options", LaunchConfig,
             "`lamarckian-hpc launch CONFIG [key.path=value ...] [options]`: the config and overrides are those "

@@ -257,7 +257,7 @@ class EMOGIProgram(GenerationalProgram):
         spec = self.config.algorithm
         self.genomes = self.nsga.ask()
         # NSGA-II names each offspring's parents at ask time; the first parent's policy is inherited.
-        parents = np.asarray(self.nsga._pending_parents)
+        parents = np.asarray(self.nsga.asked_parent_ids)
         requests = []
         for index, genome in enumerate(self.genomes):
             inherited = self.result.policies.get(int(parents[index, 0])) if spec.inherit_weights else None

@@ -187,3 +187,29 @@ class League:
                 events.append(LeagueEvent("reset", learner, learner))
         self.events.extend(events)
         return events
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Members (with their parameters, which must then be plain data: arrays, numbers, dicts),
+        payoff, Elo, counters and the generator, as plain data for a checkpoint."""
+        return {"members": [{"index": m.index, "name": m.name, "role": int(m.role), "params": m.params,
+                             "parent": m.parent, "created_update": m.created_update, "updates": m.updates}
+                            for m in self.members],
+                "wins": self.payoff.wins, "draws": self.payoff.draws, "games": self.payoff.games, "elo": self.elo,
+                "update_count": self.update_count, "rng": self.rng.bit_generator.state,
+                "events": [[event.kind, event.learner, event.member] for event in self.events]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue as the league whose `state_dict()` this is (same config)."""
+        self.members, self._by_role = [], {}
+        for saved in state["members"]:
+            member = Member(int(saved["index"]), str(saved["name"]), Role(int(saved["role"])), saved["params"],
+                            int(saved["parent"]), int(saved["created_update"]), int(saved["updates"]))
+            self.members.append(member)
+            self._by_role.setdefault(member.role, []).append(member.index)
+        for name in ("wins", "draws", "games"):
+            getattr(self.payoff, name)[:] = np.asarray(state[name], float)
+        self.elo[:] = np.asarray(state["elo"], float)
+        self.update_count = int(state["update_count"])
+        self.rng.bit_generator.state = state["rng"]
+        self.events = [LeagueEvent(str(kind), int(learner), int(member)) for kind, learner, member in state["events"]]

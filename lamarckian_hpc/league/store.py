@@ -16,6 +16,9 @@ grows during the run. So everything is declared up front with a fixed capacity C
 - `/league/rating`                  (C,) float64: current Elo ratings
 - `/league/history/update`          (n,) int64 and `/league/history/elo` (n, C) float64: one row
   per `write`, so Elo trajectories can be drawn; NaN for members not yet in the league
+- `/league/matches/{update, learner, opponent, wins, draws, losses}`  (k,) int64: every match
+  result a run recorded (the games a learner finished in one update against the opponent it was
+  given), in order
 
 The names are chosen so that `lamarckian_hpc.analysis` finds them by word (`member`, `payoff`,
 `elo`): the names, the win-rate matrix and the Elo history are each the first match.
@@ -27,7 +30,7 @@ file with SWMR (also one still being written) and returns the last written state
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ from .league import League
 GROUP = "league"
 NAME_BYTES = 64
 HISTORY_CHUNK = 64
+MATCH_COLUMNS = ("update", "learner", "opponent", "wins", "draws", "losses")
 
 
 def create_league_datasets(file: h5py.File, capacity: int) -> dict[str, h5py.Dataset]:
@@ -63,11 +67,24 @@ def create_league_datasets(file: h5py.File, capacity: int) -> dict[str, h5py.Dat
         "history/elo": group.create_dataset("history/elo", shape=(0, capacity), maxshape=(None, capacity),
                                             chunks=(HISTORY_CHUNK, capacity), dtype=np.float64),
     }
+    for column in MATCH_COLUMNS:
+        datasets[f"matches/{column}"] = group.create_dataset(f"matches/{column}", shape=(0,), maxshape=(None,),
+                                                             chunks=(HISTORY_CHUNK,), dtype=np.int64)
     return datasets
 
 
-def write_league_state(datasets: dict[str, h5py.Dataset], league: League) -> None:
-    """Overwrite the member table, payoff and Elo, and append one history row."""
+def _append(dataset: h5py.Dataset, rows: np.ndarray) -> None:
+    if len(rows):
+        dataset.resize(dataset.shape[0] + len(rows), axis=0)
+        dataset[-len(rows):] = rows
+
+
+def write_league_state(datasets: dict[str, h5py.Dataset], league: League,
+                       history: list[tuple[int, np.ndarray]] | None = None,
+                       matches: np.ndarray | None = None) -> None:
+    """Overwrite the member table, payoff and Elo, and append history rows: `history` (update,
+    Elo row) pairs, or one row of the league as it is now; and `matches` rows [k, 6]
+    (MATCH_COLUMNS)."""
     capacity = datasets["rating"].shape[0]
     if league.config.capacity != capacity:
         raise ValueError(f"league.capacity={league.config.capacity} but the run file was made for {capacity}")
@@ -93,12 +110,21 @@ def write_league_state(datasets: dict[str, h5py.Dataset], league: League) -> Non
         win_rates[member, :count] = payoff.win_rate(member, np.arange(count))
     datasets["payoff"][:] = win_rates
     datasets["rating"][:] = league.elo
-    elo_row = np.full(capacity, np.nan)
-    elo_row[:count] = league.elo[:count]
-    for name, value in (("history/update", league.update_count), ("history/elo", elo_row)):
-        dataset = datasets[name]
-        dataset.resize(dataset.shape[0] + 1, axis=0)
-        dataset[-1] = value
+    if history is None:
+        history = [(league.update_count, elo_row(league))]
+    if history:
+        _append(datasets["history/update"], np.array([update for update, _ in history], np.int64))
+        _append(datasets["history/elo"], np.stack([row for _, row in history]))
+    if matches is not None:
+        for k, column in enumerate(MATCH_COLUMNS):
+            _append(datasets[f"matches/{column}"], np.asarray(matches, np.int64).reshape(-1, len(MATCH_COLUMNS))[:, k])
+
+
+def elo_row(league: League) -> np.ndarray:
+    """The league's Elo ratings as a history row: NaN for rows not used yet."""
+    row = np.full(league.config.capacity, np.nan)
+    row[:len(league.members)] = league.elo[:len(league.members)]
+    return row
 
 
 class LeagueRunWriter(RunWriter):
@@ -126,12 +152,14 @@ class LeagueRunWriter(RunWriter):
             self.league_datasets = create_league_datasets(file, self.league_capacity)
         self.__dict__["_league_file"] = file
 
-    def write_league(self, league: League) -> None:
-        """Write the league's current state and flush it with the metrics."""
+    def write_league(self, league: League, history: list[tuple[int, np.ndarray]] | None = None,
+                     matches: np.ndarray | None = None, flush: bool = True) -> None:
+        """Write the league's current state (`write_league_state`) and flush it with the metrics."""
         if self.league_datasets is None or self._file is None:
             raise RuntimeError(f"run file {self.path} is closed")
-        write_league_state(self.league_datasets, league)
-        self.flush()
+        write_league_state(self.league_datasets, league, history, matches)
+        if flush:
+            self.flush()
 
 
 @dataclass
@@ -146,6 +174,7 @@ class LeagueRecord:
     elo: np.ndarray  # [n]
     history_update: np.ndarray
     history_elo: np.ndarray  # [rows, n]
+    matches: dict[str, np.ndarray] = field(default_factory=dict)  # MATCH_COLUMNS, one entry per match
 
     def win_rates(self) -> np.ndarray:
         """[n, n] win rates of row against column, 0.5 where they never played."""
@@ -161,6 +190,12 @@ def read_league(path: str | Path) -> LeagueRecord:
         group = file[GROUP]
         for dataset in ("members/count", "history/update", "history/elo"):
             group[dataset].refresh()
+        matches = {}
+        if "matches" in group:
+            for column in MATCH_COLUMNS:
+                group[f"matches/{column}"].refresh()
+            length = min(group[f"matches/{column}"].shape[0] for column in MATCH_COLUMNS)
+            matches = {column: group[f"matches/{column}"][:length] for column in MATCH_COLUMNS}
         n = int(group["members/count"][0])
         rows = min(group["history/update"].shape[0], group["history/elo"].shape[0])
         return LeagueRecord(
@@ -169,4 +204,5 @@ def read_league(path: str | Path) -> LeagueRecord:
             created_update=group["members/created_update"][:n],
             wins=group["results/wins"][:n, :n], draws=group["results/draws"][:n, :n],
             games=group["results/games"][:n, :n], elo=group["rating"][:n],
-            history_update=group["history/update"][:rows], history_elo=group["history/elo"][:rows, :n])
+            history_update=group["history/update"][:rows], history_elo=group["history/elo"][:rows, :n],
+            matches=matches)

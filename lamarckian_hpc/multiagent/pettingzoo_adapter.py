@@ -32,13 +32,19 @@ def one_hot(space: gym.spaces.Discrete) -> Callable[[Any], np.ndarray]:
 
 
 class ParallelEnvMDP(MDP):
-    """Wraps a PettingZoo ParallelEnv; `observation_transform` turns raw observations into float arrays."""
+    """Wraps a PettingZoo ParallelEnv; `observation_transform` turns raw observations into float arrays
+    (by default: Discrete observations one-hot, as pettingzoo.classic's rps_v2 gives, anything else
+    as it is)."""
 
     agents_join_mid_episode = True
 
     def __init__(self, env: Any, observation_transform: Callable[[Any], np.ndarray] | None = None) -> None:
         super().__init__()
         self.env = env
+        agents = list(getattr(env, "possible_agents", []))
+        space = env.observation_space(agents[0]) if agents else None
+        if observation_transform is None and isinstance(space, gym.spaces.Discrete):
+            observation_transform = one_hot(space)
         self.transform = observation_transform or (lambda obs: np.asarray(obs, dtype=np.float32))
         self._observations: dict[AgentId, np.ndarray] = {}
         self._agents: list[AgentId] = []

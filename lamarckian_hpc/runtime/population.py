@@ -9,8 +9,9 @@ are collected as they finish, and the program is told them all and decides (PBT'
 explore, NSGA-II's selection). The workflow writes what the program reports to the run file (the
 population rows of the generation, its metrics, flushed together so that a generation is on disk
 whole or not at all) and saves one checkpoint beside it: the program's state, the members that
-live in the workers, the generation and the clock, every `storage.checkpoint_interval_seconds` and
-after the last generation. `evolve --resume` loads it and goes on with the next generation.
+live in the workers, the generation and the clock, after the last generation and after any
+generation once `storage.checkpoint_interval_seconds` passed (sooner where saving is cheap, see
+`Checkpointing`). `evolve --resume` loads it and goes on with the next generation.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class GenerationRecord:
     env_frames: int  # the x axis of the generation's metric row (env frames, episodes or evaluations)
     rows: dict[str, np.ndarray] | None = None  # /population rows, one per individual
     line: str | None = None  # a progress line
+    write: Callable[[Any], None] | None = None  # writes the program's own groups (its run writer's class)
 
 
 class PopulationProgram(Protocol):
@@ -109,15 +111,35 @@ class PopulationRuntime:
         return cls(section.mode, section.num_workers, section.timeout_seconds, section.ray_address)
 
 
+#: A checkpoint is saved once the time since the last one is this many times what saving took.
+CHECKPOINT_COST_FACTOR = 10.0
+
+
 @dataclass
 class Checkpointing:
+    """When to save: after the last generation, and after any generation once
+    `interval_seconds` have passed since the last save, or sooner where saving is cheap (once ten
+    times the last save's duration has passed): at most about a tenth of a run goes to
+    checkpoints, and a killed or requeued run loses little. `interval_seconds` None: at the end only."""
+
     path: Path
-    interval_seconds: float | None  # None: after the last generation only
+    interval_seconds: float | None
     reserve_bytes: int = 0
     last: float = field(default_factory=time.monotonic)
+    cost_seconds: float = 0.0
 
     def due(self, final: bool) -> bool:
-        return final or (self.interval_seconds is not None and time.monotonic() - self.last >= self.interval_seconds)
+        if final:
+            return True
+        if self.interval_seconds is None:
+            return False
+        return time.monotonic() - self.last >= min(self.interval_seconds, CHECKPOINT_COST_FACTOR * self.cost_seconds)
+
+    def save(self, kind: str, state: dict[str, Any]) -> None:
+        started = time.monotonic()
+        save_run_state(self.path, kind, state, self.reserve_bytes)
+        self.last = time.monotonic()
+        self.cost_seconds = self.last - started
 
 
 def member_states(pool: WorkerPool, num_slots: int) -> list[Any]:
@@ -165,16 +187,16 @@ def run_population(program: PopulationProgram, runtime: PopulationRuntime, write
             if writer is not None:
                 if record.rows is not None:
                     writer.append_population(record.rows)
+                if record.write is not None:
+                    record.write(writer)
                 writer.append_many(record.metrics, env_frames=record.env_frames, policy_version=generation,
                                    wall_time=wall_time)
                 writer.flush()  # before the checkpoint: the file holds every row the checkpoint covers
             generation += 1
             if checkpointing is not None and checkpointing.due(program.finished_reason() is not None):
                 members = member_states(pool, program.num_slots) if program.num_slots else []
-                save_run_state(checkpointing.path, program.kind, {
-                    "generation": generation, "wall_time": wall_time, "program": program.state_dict(),
-                    "members": members}, checkpointing.reserve_bytes)
-                checkpointing.last = time.monotonic()
+                checkpointing.save(program.kind, {"generation": generation, "wall_time": wall_time,
+                                                  "program": program.state_dict(), "members": members})
             if report is not None and record.line:
                 report(record.line)
         return time.monotonic() - start

@@ -55,14 +55,16 @@ def run_closing(writer: RunWriter, path: Path, body: Callable[[], T], interrupte
 
 
 def population_command(program: PopulationProgram, config: Any, path: Path, config_file: str | None, resume: bool,
-                       population_shape: tuple, unit: str = "generation",
+                       population_shape: tuple | None, unit: str = "generation",
                        cannot_resume: Callable[[dict[str, Any]], str | None] = lambda state: None,
-                       report: Callable[[str], None] | None = None) -> float | int:
+                       report: Callable[[str], None] | None = None, writer_class: type[RunWriter] = RunWriter,
+                       writer_options: dict[str, Any] | None = None) -> float | int:
     """Run `program` into `path` (with `resume`, continue that run); the run's wall time in seconds,
     or the exit code of a run that could not start (2) or did not finish (1, 130).
 
     `cannot_resume(state)` says why a saved run does not fit `config` (another population size,
-    another search space), or None; a run whose budget is spent is refused too."""
+    another search space), or None; a run whose budget is spent is refused too. `writer_class` and
+    `writer_options` make a run file with more groups (a league's)."""
     console = Console(stderr=True)
     reserve = int(config.storage.min_free_megabytes * MEGABYTE)
     state = None
@@ -84,12 +86,13 @@ def population_command(program: PopulationProgram, config: Any, path: Path, conf
         done = int(state["generation"])
     try:
         if state is not None:
-            writer = continue_run_file(path, program.metric_names, done - 1, min_free_bytes=reserve)
+            writer = continue_run_file(path, program.metric_names, done - 1, min_free_bytes=reserve,
+                                       writer_class=writer_class, **(writer_options or {}))
             console.print(f"resuming {path} after {unit} {done - 1}", highlight=False)
         else:
-            writer = RunWriter(path, config.to_json_dict(), program.metric_names,
-                               meta={"config_file": str(config_file)}, population_shape=population_shape,
-                               min_free_bytes=reserve)
+            writer = writer_class(path, config.to_json_dict(), program.metric_names,
+                                  meta={"config_file": str(config_file)}, population_shape=population_shape,
+                                  min_free_bytes=reserve, **(writer_options or {}))
             console.print(f"run file: {path}", highlight=False)
     except StorageFullError as error:
         print(f"error: {error}", file=sys.stderr)

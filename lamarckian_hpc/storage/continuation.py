@@ -42,13 +42,14 @@ def _kept_episodes(old: RunReader, specs: Iterable[TrajectorySpec], through_env_
 
 def continue_run_file(path: str | Path, metric_names: Iterable[str], through_version: int,
                       meta: Mapping[str, Any] | None = None, *, through_env_frames: int | None = None,
-                      **writer_options: Any) -> RunWriter:
+                      writer_class: type[RunWriter] = RunWriter, **writer_options: Any) -> RunWriter:
     """A writer on `path` that holds every metric row with policy_version <= `through_version`,
     every population row with generation <= `through_version` (an evolution run's metrics carry the
     generation as their version) and, when the writer records trajectories (`writer_options`), every
     recorded episode written at or before `through_env_frames`.
 
-    `meta` entries are added to the file's `/meta`; `resumes` counts how often the run was
+    `writer_class` (a RunWriter, or one that lays out more groups) writes the new file with
+    `writer_options`. `meta` entries are added to the file's `/meta`; `resumes` counts how often the run was
     continued. The old file stays untouched until the new one is complete, so a crash during the
     copy loses nothing.
     """
@@ -69,7 +70,7 @@ def continue_run_file(path: str | Path, metric_names: Iterable[str], through_ver
         writer_options["population_shape"] = (*shape, genome_names) if genome_names else shape
     temporary = path.with_name(path.name + ".continuing")
     temporary.unlink(missing_ok=True)
-    writer = RunWriter(temporary, config, names, meta=old_meta, **writer_options)
+    writer = writer_class(temporary, config, names, meta=old_meta, **writer_options)
     try:
         for name, series in old_series.items():
             keep = np.flatnonzero(series.policy_version <= through_version)

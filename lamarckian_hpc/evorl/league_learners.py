@@ -1,0 +1,144 @@
+"""The league learners one worker process trains (`runtime.worker_pool` hosts one `LeagueLearners`
+per worker: in the driver's process, forked, or a Ray actor on any node).
+
+Each learner is PPO on its seat of its own two-player games (`env.num_envs` of them); the other
+seat is played by the opponent the league's matchmaking chose for this update, whose weights
+arrive with the request (a frozen snapshot, another learner, or none: the learner itself, plain
+self-play). Every game that ends during the update is one match result against that opponent.
+Methods take and return plain data (numpy arrays, numbers, dicts), so that weights travel over a
+pipe or through Ray's object store without pickling torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config.league_run import LeagueRunConfig
+from ..config.multiagent import MultiAgentConfig
+from ..models import ActorCritic
+from ..multiagent import MultiAgentTrainer, ParallelEnvMDP, fixed_mapping
+from ..multiagent.trainer import default_spaces
+from ..runtime.learner import load_weights
+from ..runtime.multiagent_sampling import make_parallel_env
+
+LEARNER, OPPONENT = "learner", "opponent"
+Weights = dict[str, np.ndarray]
+
+
+def model_weights(model: torch.nn.Module) -> Weights:
+    return {name: tensor.detach().cpu().numpy().copy() for name, tensor in model.state_dict().items()}
+
+
+def initial_weights(config: LeagueRunConfig) -> Weights:
+    """The weights every learner starts from and every reset exploiter returns to (AlphaStar's
+    agents all start from one initial policy), the same in every process for a seed."""
+    mdp = ParallelEnvMDP(make_parallel_env(config.env))
+    mdp.reset(seed=config.seed)
+    torch.manual_seed(config.seed)
+    return model_weights(ActorCritic(*default_spaces(mdp), config.model))
+
+
+def score_against_scripted(model: ActorCritic, episodes: int, seed: int = 0, **env_kwargs: Any) -> float:
+    """Mean return (points won minus lost) of `model` on `lamarckian/Pong-v0` against its scripted
+    player, a player the league's learners never train against."""
+    import gymnasium as gym
+
+    env = gym.make("lamarckian/Pong-v0", **env_kwargs)
+    total = 0.0
+    try:
+        for episode in range(episodes):
+            observation, _ = env.reset(seed=seed + episode)
+            done = False
+            while not done:
+                with torch.inference_mode():
+                    action, _ = model.act(torch.as_tensor(observation[None], dtype=torch.float32))
+                observation, reward, terminated, truncated, _ = env.step(int(action[0]))
+                total += float(reward)
+                done = terminated or truncated
+    finally:
+        env.close()
+    return total / episodes
+
+
+class LeagueLearner:
+    def __init__(self, config: LeagueRunConfig, slot: int) -> None:
+        learner_seat, opponent_seat = config.algorithm.seats
+        mdps = [ParallelEnvMDP(make_parallel_env(config.env)) for _ in range(config.env.num_envs)]
+        roles = MultiAgentConfig(policies=(LEARNER, OPPONENT), policies_to_train=(LEARNER,))
+        self.trainer = MultiAgentTrainer(mdps, roles, config.ppo, config.model, seed=config.seed * 10_007 + slot,
+                                         mapping_fn=fixed_mapping({learner_seat: LEARNER, opponent_seat: OPPONENT}))
+        self.model, self.opponent = self.trainer.models[LEARNER], self.trainer.models[OPPONENT]
+        self.reset(initial_weights(config))
+
+    def update(self, opponent: Weights | None) -> dict[str, Any]:
+        """One PPO update against `opponent` (None: itself); the games that ended, and the weights after."""
+        load_weights(self.opponent, model_weights(self.model) if opponent is None else opponent)
+        diagnostics = self.trainer.step().get(LEARNER, {})
+        returns = np.array([r.episode_return for r in self.trainer.last_completed if r.policy_id == LEARNER])
+        return {"wins": int((returns > 0).sum()), "draws": int((returns == 0).sum()),
+                "losses": int((returns < 0).sum()), "return_mean": float(returns.mean()) if len(returns) else None,
+                "env_frames": int(self.trainer.sampler.env_frames), "weights": model_weights(self.model),
+                "diagnostics": {name: float(value) for name, value in diagnostics.items()}}
+
+    def reset(self, weights: Weights) -> None:
+        """Start again from `weights` with a fresh optimizer (an exploiter's reset)."""
+        load_weights(self.model, weights)
+        learner = self.trainer.learner
+        learner.optimizers[LEARNER] = torch.optim.Adam(self.model.parameters(), lr=learner.ppo.learning_rate, eps=1e-5)
+
+    def checkpoint(self) -> dict[str, Any]:
+        optimizer = self.trainer.learner.optimizers[LEARNER].state_dict()
+        moments = {f"{index}/{key}": torch.as_tensor(value).numpy().copy()
+                   for index, slots in optimizer["state"].items() for key, value in slots.items()}
+        return {"weights": model_weights(self.model), "moments": moments, "env_frames": self.trainer.sampler.env_frames,
+                "rng": self.trainer.learner.rng.bit_generator.state}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.reset(state["weights"])
+        optimizer = self.trainer.learner.optimizers[LEARNER]
+        saved = optimizer.state_dict()
+        moments: dict[int, dict[str, torch.Tensor]] = {}
+        for name, array in state["moments"].items():
+            index, key = name.split("/")
+            moments.setdefault(int(index), {})[key] = torch.tensor(array)
+        saved["state"] = moments
+        optimizer.load_state_dict(saved)
+        self.trainer.sampler.env_frames = int(state["env_frames"])
+        self.trainer.learner.rng.bit_generator.state = state["rng"]
+
+    def close(self) -> None:
+        self.trainer.close()
+
+
+class LeagueLearners:
+    """The learners `slots` of the league (in the league's order: main agents, main exploiters,
+    league exploiters)."""
+
+    def __init__(self, config: LeagueRunConfig, slots: list[int]) -> None:
+        torch.set_num_threads(config.runtime.torch_threads)
+        self.config = config
+        self.learners = {slot: LeagueLearner(config, slot) for slot in slots}
+
+    def update(self, slot: int, opponent: Weights | None) -> dict[str, Any]:
+        return self.learners[slot].update(opponent)
+
+    def reset(self, slot: int, weights: Weights) -> None:
+        self.learners[slot].reset(weights)
+
+    def score_against_scripted(self, slot: int, episodes: int, seed: int) -> float:
+        return score_against_scripted(self.learners[slot].model, episodes, seed,
+                                      opponent_skill=self.config.algorithm.scripted_opponent_skill)
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        return [self.learners[slot].checkpoint() for slot in sorted(self.learners)]
+
+    def restore_all(self, states: list[dict[str, Any]]) -> None:
+        for slot, state in zip(sorted(self.learners), states):
+            self.learners[slot].restore(state)
+
+    def close(self) -> None:
+        for learner in self.learners.values():
+            learner.close()
