@@ -165,10 +165,19 @@ class ExperienceSender:
         self.socket.connect(address)
 
     def send(self, message: Message, timeout_ms: int | None = None) -> bool:
-        """Queue a message; with a timeout, give up (and say so) when the learner is that far behind."""
-        if timeout_ms is not None and not self.socket.poll(timeout_ms, zmq.POLLOUT):
+        """Queue a message; with a timeout, give up (and say so) when the learner is that far behind.
+        The send after a positive poll does not block either: the peer that made the socket
+        writable may be gone by then (a connection whose handshake failed), and a blocking send
+        would then wait for a learner that never comes."""
+        if timeout_ms is None:
+            self.socket.send_multipart(encode(message), copy=False)
+            return True
+        if not self.socket.poll(timeout_ms, zmq.POLLOUT):
             return False
-        self.socket.send_multipart(encode(message), copy=False)
+        try:
+            self.socket.send_multipart(encode(message), flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
         return True
 
     def close(self) -> None:
