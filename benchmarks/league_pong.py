@@ -54,21 +54,25 @@ def summarize(path: Path, seed: int, wall_seconds: float) -> dict:
     beat = np.flatnonzero(exploiter > 0.5)
     first_reset = int(np.flatnonzero(resets > 0)[0]) if (resets > 0).any() else len(resets)
     later = exploiter[first_reset + 1:]
-    return {
+    scores = finite(scripted.value)
+    elo = {name: round(float(series[f"elo_{name}"].value[-1]), 1)
+           for name in ("main_0", "main_exploiter_0", "league_exploiter_0")}
+    summary = {
         "seed": seed, "generations": len(resets), "wall_seconds": round(wall_seconds, 1),
-        "scripted_generations": (scripted.policy_version[evaluated] + 1).tolist(),
-        "main_score_vs_scripted": finite(scripted.value),
-        "elo_final": {name: round(float(series[f"elo_{name}"].value[-1]), 1)
-                      for name in ("main_0", "main_exploiter_0", "league_exploiter_0")},
-        "main_elo": finite(series["elo_main_0"].value),
-        "main_exploiter_win_rate_vs_main": finite(exploiter),
-        "league_exploiter_win_rate_vs_snapshots": finite(series["win_rate_vs_targets_league_exploiter_0"].value),
-        "main_exploiter_first_beats_main": int(beat[0]) + 1 if len(beat) else None,
-        "main_exploiter_peak_before_reset": round(float(exploiter[:first_reset + 1].max()), 3),
+        "main_vs_scripted_first": scores[0], "main_vs_scripted_last": scores[-1],
+        "main_vs_scripted_best": max(scores), "elo_main": elo["main_0"], "elo_main_exploiter": elo["main_exploiter_0"],
+        "elo_league_exploiter": elo["league_exploiter_0"],
+        "main_exploiter_beats_main_at": int(beat[0]) + 1 if len(beat) else None,
+        "main_exploiter_peak_win_rate": round(float(exploiter[:first_reset + 1].max()), 3),
         "main_recovered": bool(len(later) and float(np.median(later)) < 0.5),
         "snapshots": int(sum(role == 3 for role in league.roles)), "resets": int(resets.sum()),
-        "matches": int(len(league.matches.get("learner", []))), "members": len(league.names),
+        "matches": int(len(league.matches.get("learner", []))),
     }
+    curves = {"scripted_generations": (scripted.policy_version[evaluated] + 1).tolist(),
+              "main_score_vs_scripted": scores, "main_elo": finite(series["elo_main_0"].value),
+              "main_exploiter_win_rate_vs_main": finite(exploiter),
+              "league_exploiter_win_rate_vs_snapshots": finite(series["win_rate_vs_targets_league_exploiter_0"].value)}
+    return {"summary": summary, "curves": curves}
 
 
 def run(seed: int, generations: int, overrides: list[str]) -> dict:
@@ -85,12 +89,11 @@ def print_table(rows: list[dict]) -> None:
           "main exploiter beats main (generation, peak) | main recovered | snapshots, resets | wall |")
     print("|---:|---|---|---|---|---|---:|")
     for row in rows:
-        scores, elo = row["main_score_vs_scripted"], row["elo_final"]
-        print(f"| {row['seed']} | {scores[0]:+.2f} -> {scores[-1]:+.2f} (best {max(scores):+.2f}) | "
-              f"{elo['main_0']:.0f} / {elo['main_exploiter_0']:.0f} / {elo['league_exploiter_0']:.0f} | "
-              f"{row['main_exploiter_first_beats_main']}, {row['main_exploiter_peak_before_reset']:.2f} | "
-              f"{'yes' if row['main_recovered'] else 'no'} | {row['snapshots']}, {row['resets']} | "
-              f"{row['wall_seconds']:.0f} s |")
+        print(f"| {row['seed']} | {row['main_vs_scripted_first']:+.2f} -> {row['main_vs_scripted_last']:+.2f} "
+              f"(best {row['main_vs_scripted_best']:+.2f}) | {row['elo_main']:.0f} / {row['elo_main_exploiter']:.0f} / "
+              f"{row['elo_league_exploiter']:.0f} | {row['main_exploiter_beats_main_at']}, "
+              f"{row['main_exploiter_peak_win_rate']:.2f} | {'yes' if row['main_recovered'] else 'no'} | "
+              f"{row['snapshots']}, {row['resets']} | {row['wall_seconds']:.0f} s |")
 
 
 def main() -> None:
@@ -99,10 +102,13 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=60)
     parser.add_argument("overrides", nargs="*", help="config overrides for every run (key.path=value)")
     args = parser.parse_args()
-    rows = [run(seed, args.generations, args.overrides) for seed in args.seeds]
+    runs = [run(seed, args.generations, args.overrides) for seed in args.seeds]
+    rows = [entry["summary"] for entry in runs]
     print_table(rows)
     RESULTS.write_text(json.dumps({"benchmark": "league_pong", "config": str(CONFIG.relative_to(ROOT)),
-                                   "overrides": args.overrides, "rows": rows}, indent=2) + "\n")
+                                   "overrides": args.overrides, "rows": rows,
+                                   "curves": {str(row["seed"]): entry["curves"] for row, entry in zip(rows, runs)}},
+                                  indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
 

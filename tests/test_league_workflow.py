@@ -97,6 +97,35 @@ def test_a_learner_plays_exactly_the_opponent_it_is_given_and_resets_to_the_init
         learners.close()
 
 
+def test_the_learners_of_a_worker_update_together_as_they_do_one_by_one():
+    """One batched PPO step over a worker's learners learns what one update each learns: the same
+    games (each learner samples alone against its own opponent) and weights within float rounding."""
+    import torch
+
+    from lamarckian_hpc.config import load_config
+    from lamarckian_hpc.config.league_run import LeagueRunConfig
+    from lamarckian_hpc.evorl.league_learners import LeagueLearners, initial_weights
+
+    torch.set_num_threads(1)
+    answers = {}
+    for batched in (True, False):
+        config = load_config(ROOT / "configs" / "league_pong.yaml",
+                             TINY + [f"runtime.batched_updates={str(batched).lower()}"], LeagueRunConfig)
+        learners = LeagueLearners(config, [0, 1])
+        assert (learners.batched is not None) == batched
+        opponent = {name: 0.5 * array for name, array in initial_weights(config).items()}
+        try:
+            answers[batched] = [learners.update_all([None, opponent]) for _ in range(2)]
+        finally:
+            learners.close()
+    for together, alone in zip(answers[True], answers[False]):
+        for mine, theirs in zip(together, alone):
+            assert (mine["wins"], mine["losses"], mine["env_frames"]) == (theirs["wins"], theirs["losses"],
+                                                                          theirs["env_frames"])
+            for name, array in theirs["weights"].items():
+                np.testing.assert_allclose(mine["weights"][name], array, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 @pytest.mark.parametrize("arguments, words", [
     (["configs/league_pong.yaml", "env.id=CartPole-v1"], "two-player PettingZoo"),
     (["configs/league_pong.yaml", "algorithm.seats=[left, left]"], "two different agents"),

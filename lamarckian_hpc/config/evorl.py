@@ -18,7 +18,7 @@ from .evolve import EvolveConfig
 from .game_testing import GameTestingConfig
 from .league_run import LeagueRunConfig
 from .loading import read_config_file
-from .population import TrainingPopulationRuntimeConfig
+from .population import CoLocatedTrainingRuntimeConfig
 from .train import ALGORITHMS, EnvConfig, ModelConfig, PPOConfig, RunConfig
 
 SearchedHyperparameter = Literal["learning_rate", "value_weight", "entropy_weight"]
@@ -78,10 +78,8 @@ class PBTAlgorithmConfig(Section):
         return self
 
 
-class PBTRuntimeConfig(TrainingPopulationRuntimeConfig):
-    batched_updates: bool = Field(
-        True, description="The members of one process sample in turn and update together, one batched PPO step "
-                          "over their stacked parameters (the same learning per member); false updates them one by one.")
+class PBTRuntimeConfig(CoLocatedTrainingRuntimeConfig):
+    """The members of a worker train an interval in lockstep, sampling in turn (`evorl.lockstep`)."""
 
 
 class PBTStopConfig(Section):

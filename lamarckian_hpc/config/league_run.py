@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .base import RootSection, Section, StorageConfig
 from .multiagent import LeagueConfig
-from .population import TrainingPopulationRuntimeConfig
+from .population import CoLocatedTrainingRuntimeConfig
 from .train import PETTINGZOO_PREFIX, EnvConfig, ModelConfig, PPOConfig
 
 
@@ -45,7 +45,7 @@ class LeagueRunConfig(RootSection):
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     algorithm: LeagueAlgorithmConfig = Field(default_factory=LeagueAlgorithmConfig)
-    runtime: TrainingPopulationRuntimeConfig = Field(default_factory=TrainingPopulationRuntimeConfig)
+    runtime: CoLocatedTrainingRuntimeConfig = Field(default_factory=CoLocatedTrainingRuntimeConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
 
     @field_validator("env", mode="before")

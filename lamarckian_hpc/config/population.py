@@ -27,3 +27,13 @@ class PopulationRuntimeConfig(Section):
 
 class TrainingPopulationRuntimeConfig(PopulationRuntimeConfig):
     torch_threads: int = Field(1, ge=1, le=256, description="Torch threads of every process that trains.")
+
+
+class CoLocatedTrainingRuntimeConfig(TrainingPopulationRuntimeConfig):
+    """For populations whose learners live in the workers (PBT, the league): the learners of one
+    worker may update in one batched step."""
+
+    batched_updates: bool = Field(
+        True, description="The learners of one worker sample in turn and update together, one batched PPO step "
+                          "over their stacked parameters (the same learning per learner); false updates them one "
+                          "by one.")

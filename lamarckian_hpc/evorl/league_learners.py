@@ -17,10 +17,13 @@ import numpy as np
 import torch
 
 from ..config.league_run import LeagueRunConfig
+from ..mdp import ExperienceBatch
 from ..config.multiagent import MultiAgentConfig
 from ..models import ActorCritic
 from ..multiagent import MultiAgentTrainer, ParallelEnvMDP, fixed_mapping
 from ..multiagent.trainer import default_spaces
+from ..rl import ppo_update
+from ..rl.batched_ppo import BatchedPPO
 from ..runtime.learner import load_weights
 from ..runtime.multiagent_sampling import make_parallel_env
 
@@ -75,19 +78,32 @@ class LeagueLearner:
 
     def update(self, opponent: Weights | None) -> dict[str, Any]:
         """One PPO update against `opponent` (None: itself); the games that ended, and the weights after."""
+        experience = self.sample(opponent)
+        diagnostics = self.trainer.learner.update(LEARNER, experience)
+        return self.updated(diagnostics)
+
+    def sample(self, opponent: Weights | None) -> ExperienceBatch:
+        """A batch of the learner's seat against `opponent` (None: itself)."""
         load_weights(self.opponent, model_weights(self.model) if opponent is None else opponent)
-        diagnostics = self.trainer.step().get(LEARNER, {})
+        return self.trainer.sample()[LEARNER]
+
+    def updated(self, diagnostics: dict[str, float]) -> dict[str, Any]:
+        """After the update: the games that ended while sampling, and the weights now."""
+        self.trainer.updated(LEARNER)
         returns = np.array([r.episode_return for r in self.trainer.last_completed if r.policy_id == LEARNER])
         return {"wins": int((returns > 0).sum()), "draws": int((returns == 0).sum()),
                 "losses": int((returns < 0).sum()), "return_mean": float(returns.mean()) if len(returns) else None,
                 "env_frames": int(self.trainer.sampler.env_frames), "weights": model_weights(self.model),
                 "diagnostics": {name: float(value) for name, value in diagnostics.items()}}
 
+    @property
+    def optimizer(self) -> torch.optim.Adam:
+        return self.trainer.learner.optimizers[LEARNER]
+
     def reset(self, weights: Weights) -> None:
-        """Start again from `weights` with a fresh optimizer (an exploiter's reset)."""
+        """Start again from `weights` with a fresh optimizer state (an exploiter's reset)."""
         load_weights(self.model, weights)
-        learner = self.trainer.learner
-        learner.optimizers[LEARNER] = torch.optim.Adam(self.model.parameters(), lr=learner.ppo.learning_rate, eps=1e-5)
+        self.optimizer.state.clear()
 
     def checkpoint(self) -> dict[str, Any]:
         optimizer = self.trainer.learner.optimizers[LEARNER].state_dict()
@@ -115,15 +131,42 @@ class LeagueLearner:
 
 class LeagueLearners:
     """The learners `slots` of the league (in the league's order: main agents, main exploiters,
-    league exploiters)."""
+    league exploiters). With `runtime.batched_updates` they update together: each samples its
+    batch against its own opponent, then one batched PPO step over their stacked parameters
+    updates them all (`rl.batched_ppo`), each with its own minibatch order and Adam state."""
 
     def __init__(self, config: LeagueRunConfig, slots: list[int]) -> None:
         torch.set_num_threads(config.runtime.torch_threads)
         self.config = config
         self.learners = {slot: LeagueLearner(config, slot) for slot in slots}
+        together = config.runtime.batched_updates and len(self.learners) > 1
+        members = list(self.learners.values())
+        self.batched = BatchedPPO([m.model for m in members], [m.optimizer for m in members],
+                                  [config.ppo] * len(members)) if together else None
 
     def update(self, slot: int, opponent: Weights | None) -> dict[str, Any]:
         return self.learners[slot].update(opponent)
+
+    def update_all(self, opponents: list[Weights | None]) -> list[dict[str, Any]]:
+        """One update of every learner of this worker, in slot order, each against its opponent."""
+        learners = [self.learners[slot] for slot in sorted(self.learners)]
+        if self.batched is None:
+            return [learner.update(opponent) for learner, opponent in zip(learners, opponents)]
+        experiences = [learner.sample(opponent) for learner, opponent in zip(learners, opponents)]
+        batches = [learner.trainer.learner.rollout_batch(LEARNER, e) for learner, e in zip(learners, experiences)]
+        rngs = [learner.trainer.learner.rng for learner in learners]
+        if len({tuple(tuple(field.shape) for field in batch) for batch in batches}) == 1:
+            self.batched.load_members()  # resets and restores since the last update
+            diagnostics = self.batched.update(batches, rngs)
+            self.batched.write_back()
+        else:  # batches of different sizes: one by one
+            diagnostics = [ppo_update(learner.model, learner.optimizer, batch, self.config.ppo, rng)
+                           for learner, batch, rng in zip(learners, batches, rngs)]
+        answers = []
+        for learner, learner_diagnostics in zip(learners, diagnostics):
+            learner.trainer.learner.versions[LEARNER] += 1
+            answers.append(learner.updated(learner_diagnostics))
+        return answers
 
     def reset(self, slot: int, weights: Weights) -> None:
         self.learners[slot].reset(weights)

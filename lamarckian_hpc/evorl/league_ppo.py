@@ -81,8 +81,10 @@ class LeagueProgram(GenerationalProgram):
     def ask(self) -> list[Request]:
         assert self._pool is not None
         self.chosen = [self.league.choose_opponent(learner) for learner in range(self.num_slots)]
-        requests = [Request("update", (learner, None if opponent == learner else self.league.members[opponent].params),
-                            self._pool.worker_of(learner)) for learner, (opponent, _) in enumerate(self.chosen)]
+        weights = [None if opponent == learner else self.league.members[opponent].params
+                   for learner, (opponent, _) in enumerate(self.chosen)]
+        requests = [Request("update_all", ([weights[slot] for slot in slots],), worker)
+                    for worker, slots in enumerate(self._pool.slots)]
         if self._scripted_due():  # after this generation's updates: the worker answers in order
             episodes = self.config.algorithm.scripted_evaluation_episodes
             requests += [Request("score_against_scripted", (main, episodes, SCRIPTED_EVALUATION_SEED),
@@ -93,7 +95,12 @@ class LeagueProgram(GenerationalProgram):
         for answer in answers:  # a learner's weights died with its worker: the run cannot go on
             if isinstance(answer, WorkerFailure):
                 raise WorkerError(f"league worker {answer.pid} (learners {pool.slots[answer.worker]}): {answer.reason}")
-        updates, scripted = answers[:self.num_slots], answers[self.num_slots:]
+        workers = pool.num_workers
+        updates: list[dict] = [{}] * self.num_slots
+        for slots, batch in zip(pool.slots, answers[:workers]):
+            for slot, answer in zip(slots, batch):
+                updates[slot] = answer
+        scripted = answers[workers:]
         league, snapshots, resets = self.league, 0, []
         for learner, ((opponent, _), answer) in enumerate(zip(self.chosen, updates)):
             league.record(learner, opponent, answer["wins"], answer["draws"], answer["losses"])

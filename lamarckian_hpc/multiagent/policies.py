@@ -20,6 +20,7 @@ from ..config import ModelConfig, PPOConfig
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
 from ..rl import build_rollout_batch, ppo_update
+from ..rl.ppo import RolloutBatch
 
 
 def policy_layers(model: ActorCritic) -> torch.nn.Sequential:
@@ -67,11 +68,17 @@ class MultiPolicyLearner:
         self.versions = {pid: 0 for pid in models}
         self.device = torch.device("cpu")
 
-    def update(self, policy_id: str, experience: ExperienceBatch) -> dict[str, float]:
+    def rollout_batch(self, policy_id: str, experience: ExperienceBatch) -> RolloutBatch:
+        """The first half of an update (GAE on the policy's critic), for a caller that updates
+        several learners' policies in one batched step (`rl.batched_ppo`)."""
         if policy_id not in self.optimizers:
             raise ValueError(f"policy {policy_id!r} is frozen; trained policies: {self.trained}")
-        model, ppo = self.models[policy_id], self.ppo
-        batch = build_rollout_batch(experience, model, ppo.gamma, ppo.gae_lambda, self.device, ppo.reward_scale)
-        diagnostics = ppo_update(model, self.optimizers[policy_id], batch, ppo, self.rng)
+        ppo = self.ppo
+        return build_rollout_batch(experience, self.models[policy_id], ppo.gamma, ppo.gae_lambda, self.device,
+                                   ppo.reward_scale)
+
+    def update(self, policy_id: str, experience: ExperienceBatch) -> dict[str, float]:
+        batch = self.rollout_batch(policy_id, experience)
+        diagnostics = ppo_update(self.models[policy_id], self.optimizers[policy_id], batch, self.ppo, self.rng)
         self.versions[policy_id] += 1
         return diagnostics

@@ -18,10 +18,9 @@ from typing import Sequence
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from ..config import ModelConfig, MultiAgentConfig, PPOConfig
-from ..mdp import MDP, EpisodeResult, ExperienceBuffer, Sampler
+from ..mdp import MDP, EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
 from ..runtime.inference import TorchPolicy
 from .global_state import GlobalStateMDP
 from .mapping import PolicyMapping, PolicyMappingFn, configured_mapping
@@ -75,8 +74,9 @@ class MultiAgentTrainer:
         #: Episodes that ended during the last `step` (every policy's, trained or frozen).
         self.last_completed: list[EpisodeResult] = []
 
-    def step(self) -> dict[str, dict[str, float]]:
-        """Tick until at least one trained policy has a full batch; update every policy that has one."""
+    def sample(self) -> dict[str, ExperienceBatch]:
+        """Tick until at least one trained policy has a full batch; the batches of those that have
+        one (a caller that updates several trainers' policies at once calls this, then `updated`)."""
         batch_size = self.ppo.batch_size
         ready: list[str] = []
         while not ready:
@@ -88,11 +88,19 @@ class MultiAgentTrainer:
             window = self.returns[result.policy_id]
             window.append(result.episode_return)
             del window[:-self.return_window]
+        return {policy_id: self.experiences[policy_id].take() for policy_id in ready}
+
+    def updated(self, policy_id: str) -> None:
+        """After `policy_id`'s update: its new version samples from now on."""
+        self.sampler.policy_versions[policy_id] = self.learner.versions[policy_id]
+        self.updates[policy_id] += 1
+
+    def step(self) -> dict[str, dict[str, float]]:
+        """Sample until a trained policy has a full batch; update every policy that has one."""
         diagnostics = {}
-        for policy_id in ready:
-            diagnostics[policy_id] = self.learner.update(policy_id, self.experiences[policy_id].take())
-            self.sampler.policy_versions[policy_id] = self.learner.versions[policy_id]
-            self.updates[policy_id] += 1
+        for policy_id, experience in self.sample().items():
+            diagnostics[policy_id] = self.learner.update(policy_id, experience)
+            self.updated(policy_id)
         return diagnostics
 
     def train(self, total_env_steps: int) -> MultiAgentResult:
