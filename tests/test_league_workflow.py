@@ -76,23 +76,23 @@ def test_a_learner_plays_exactly_the_opponent_it_is_given_and_resets_to_the_init
     try:
         start = initial_weights(config)
         for slot in (0, 2):  # every learner starts from the one initial policy
-            for name, array in learners.learners[slot].checkpoint()["weights"].items():
+            for name, array in learners.members[slot].checkpoint()["weights"].items():
                 np.testing.assert_array_equal(array, start[name])
         opponent = {name: np.full_like(array, 0.01) for name, array in start.items()}
         answer = learners.update(0, opponent)
-        for name, tensor in learners.learners[0].opponent.state_dict().items():
+        for name, tensor in learners.members[0].opponent.state_dict().items():
             np.testing.assert_array_equal(tensor.numpy(), opponent[name])
         assert answer["wins"] + answer["draws"] + answer["losses"] > 0 and answer["env_frames"] >= 256
         assert any(not np.array_equal(answer["weights"][name], start[name]) for name in start)  # it learned
         self_play = learners.update(0, None)  # against itself: the opponent takes its current weights
-        for name, tensor in learners.learners[0].opponent.state_dict().items():
+        for name, tensor in learners.members[0].opponent.state_dict().items():
             np.testing.assert_array_equal(tensor.numpy(), answer["weights"][name])
         learners.reset(0, start)
-        for name, array in learners.learners[0].checkpoint()["weights"].items():
+        for name, array in learners.members[0].checkpoint()["weights"].items():
             np.testing.assert_array_equal(array, start[name])
-        assert learners.learners[0].checkpoint()["moments"] == {}  # a fresh optimizer
+        assert learners.members[0].checkpoint()["moments"] == {}  # a fresh optimizer
         assert self_play["env_frames"] > answer["env_frames"]
-        assert -1 <= score_against_scripted(learners.learners[2].model, 1, points_to_win=1) <= 1
+        assert -1 <= score_against_scripted(learners.members[2].model, 1, points_to_win=1) <= 1
     finally:
         learners.close()
 

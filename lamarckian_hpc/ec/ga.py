@@ -19,7 +19,7 @@ import numpy as np
 
 from .operators import tournament
 from .ask_tell import population_from_state, population_state
-from .population import IdCounter, Population, PopulationView, orphans
+from .population import IdCounter, Population, PopulationView, best_of, orphans
 from .variation import Crossover, Mutation
 
 GAVariant = Literal["generational", "steady_state"]
@@ -69,10 +69,7 @@ class GA(PopulationView):
     @property
     def best(self) -> tuple[np.ndarray, float]:
         """The best genome found so far and its objective (elitism or survival keeps it in the population)."""
-        if self.population is None:
-            raise ValueError("nothing has been told yet")
-        index = int(np.argmin(self.population.objectives[:, 0]))
-        return self.population.genomes[index], float(self.population.objectives[index, 0])
+        return best_of(self.population)
 
     def _offspring_count(self) -> int:
         return self.population_size - self.elite_count if self.variant == "generational" else self.offspring_per_step

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ask_tell import population_from_state, population_state
-from .population import IdCounter, Population, PopulationView, orphans
+from .population import IdCounter, Population, PopulationView, best_of, orphans
 
 
 def centered_ranks(values: np.ndarray) -> np.ndarray:
@@ -83,10 +83,7 @@ class OpenAIES(PopulationView):
     @property
     def best(self) -> tuple[np.ndarray, float]:
         """The best genome of the last told generation and its objective."""
-        if self.population is None:
-            raise ValueError("nothing has been told yet")
-        index = int(np.argmin(self.population.objectives[:, 0]))
-        return self.population.genomes[index], float(self.population.objectives[index, 0])
+        return best_of(self.population)
 
     def state_dict(self) -> dict:
         """The mean, Adam's moments and step, the next id, the generator and the last told

@@ -67,6 +67,14 @@ def orphans(count: int) -> np.ndarray:
     return np.full((count, 2), NO_PARENT, dtype=np.int64)
 
 
+def best_of(population: Population | None) -> tuple[np.ndarray, float]:
+    """The genome with the lowest first objective and that objective (single-objective algorithms)."""
+    if population is None:
+        raise ValueError("nothing has been told yet")
+    index = int(np.argmin(population.objectives[:, 0]))
+    return population.genomes[index], float(population.objectives[index, 0])
+
+
 class PopulationView:
     """The read-only view of the current population that every ask/tell algorithm gives (None
     before the first tell); the algorithm sets `self.population`."""

@@ -26,6 +26,7 @@ from ..rl import ppo_update
 from ..rl.batched_ppo import BatchedPPO
 from ..runtime.learner import load_weights
 from ..runtime.multiagent_sampling import make_parallel_env
+from ..runtime.population import HostedMembers
 
 LEARNER, OPPONENT = "learner", "opponent"
 Weights = dict[str, np.ndarray]
@@ -129,7 +130,7 @@ class LeagueLearner:
         self.trainer.close()
 
 
-class LeagueLearners:
+class LeagueLearners(HostedMembers):
     """The learners `slots` of the league (in the league's order: main agents, main exploiters,
     league exploiters). With `runtime.batched_updates` they update together: each samples its
     batch against its own opponent, then one batched PPO step over their stacked parameters
@@ -138,18 +139,18 @@ class LeagueLearners:
     def __init__(self, config: LeagueRunConfig, slots: list[int]) -> None:
         torch.set_num_threads(config.runtime.torch_threads)
         self.config = config
-        self.learners = {slot: LeagueLearner(config, slot) for slot in slots}
-        together = config.runtime.batched_updates and len(self.learners) > 1
-        members = list(self.learners.values())
+        self.members = {slot: LeagueLearner(config, slot) for slot in slots}
+        together = config.runtime.batched_updates and len(self.members) > 1
+        members = list(self.members.values())
         self.batched = BatchedPPO([m.model for m in members], [m.optimizer for m in members],
                                   [config.ppo] * len(members)) if together else None
 
     def update(self, slot: int, opponent: Weights | None) -> dict[str, Any]:
-        return self.learners[slot].update(opponent)
+        return self.members[slot].update(opponent)
 
     def update_all(self, opponents: list[Weights | None]) -> list[dict[str, Any]]:
         """One update of every learner of this worker, in slot order, each against its opponent."""
-        learners = [self.learners[slot] for slot in sorted(self.learners)]
+        learners = [self.members[slot] for slot in sorted(self.members)]
         if self.batched is None:
             return [learner.update(opponent) for learner, opponent in zip(learners, opponents)]
         experiences = [learner.sample(opponent) for learner, opponent in zip(learners, opponents)]
@@ -169,19 +170,9 @@ class LeagueLearners:
         return answers
 
     def reset(self, slot: int, weights: Weights) -> None:
-        self.learners[slot].reset(weights)
+        self.members[slot].reset(weights)
 
     def score_against_scripted(self, slot: int, episodes: int, seed: int) -> float:
-        return score_against_scripted(self.learners[slot].model, episodes, seed,
+        return score_against_scripted(self.members[slot].model, episodes, seed,
                                       opponent_skill=self.config.algorithm.scripted_opponent_skill)
 
-    def checkpoints(self) -> list[dict[str, Any]]:
-        return [self.learners[slot].checkpoint() for slot in sorted(self.learners)]
-
-    def restore_all(self, states: list[dict[str, Any]]) -> None:
-        for slot, state in zip(sorted(self.learners), states):
-            self.learners[slot].restore(state)
-
-    def close(self) -> None:
-        for learner in self.learners.values():
-            learner.close()

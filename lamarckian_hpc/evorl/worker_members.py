@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
-
 import numpy as np
 import torch
 
 from ..config import PBTConfig
+from ..runtime.population import HostedMembers
 from .lockstep import LockstepMembers
 from .member import Member
 
 
-class WorkerMembers:
+class WorkerMembers(HostedMembers):
     """Members `slots` of the population: trained together, their updates one batched step
     (`lockstep`), or with `runtime.batched_updates: false` one after another."""
 
@@ -54,14 +53,3 @@ class WorkerMembers:
     def load_state(self, slot: int, arrays: dict[str, np.ndarray]) -> None:
         self.members[slot].load_state(arrays)
 
-    def checkpoints(self) -> list[dict[str, Any]]:
-        """Every member's `Member.checkpoint()`, in slot order."""
-        return [self.members[slot].checkpoint() for slot in sorted(self.members)]
-
-    def restore_all(self, states: list[dict[str, Any]]) -> None:
-        for slot, state in zip(sorted(self.members), states):
-            self.members[slot].restore(state)
-
-    def close(self) -> None:
-        for member in self.members.values():
-            member.close()

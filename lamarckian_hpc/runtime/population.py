@@ -142,6 +142,26 @@ class Checkpointing:
         self.cost_seconds = self.last - started
 
 
+class HostedMembers:
+    """The members a worker hosts, by slot (PBT's learners, the league's): what the workflow's
+    checkpoint reads from every worker and gives back on resume. Each member has `checkpoint()`,
+    `restore(state)` and `close()`."""
+
+    members: dict[int, Any]
+
+    def checkpoints(self) -> list[Any]:
+        """Every member's checkpoint, in slot order."""
+        return [self.members[slot].checkpoint() for slot in sorted(self.members)]
+
+    def restore_all(self, states: list[Any]) -> None:
+        for slot, state in zip(sorted(self.members), states):
+            self.members[slot].restore(state)
+
+    def close(self) -> None:
+        for member in self.members.values():
+            member.close()
+
+
 def member_states(pool: WorkerPool, num_slots: int) -> list[Any]:
     """Every member's state, by slot, from the workers hosting them."""
     states: list[Any] = [None] * num_slots
