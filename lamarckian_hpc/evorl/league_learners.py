@@ -24,7 +24,6 @@ from ..multiagent import MultiAgentTrainer, ParallelEnvMDP, fixed_mapping
 from ..multiagent.trainer import default_spaces
 from ..rl import ppo_update
 from ..rl.batched_ppo import BatchedPPO
-from ..runtime.learner import load_weights
 from ..runtime.multiagent_sampling import make_parallel_env
 from ..runtime.population import HostedMembers
 
@@ -85,7 +84,7 @@ class LeagueLearner:
 
     def sample(self, opponent: Weights | None) -> ExperienceBatch:
         """A batch of the learner's seat against `opponent` (None: itself)."""
-        load_weights(self.opponent, model_weights(self.model) if opponent is None else opponent)
+        self.trainer.load_weights(OPPONENT, model_weights(self.model) if opponent is None else opponent)
         return self.trainer.sample()[LEARNER]
 
     def updated(self, diagnostics: dict[str, float]) -> dict[str, Any]:
@@ -103,7 +102,7 @@ class LeagueLearner:
 
     def reset(self, weights: Weights) -> None:
         """Start again from `weights` with a fresh optimizer state (an exploiter's reset)."""
-        load_weights(self.model, weights)
+        self.trainer.load_weights(LEARNER, weights)
         self.optimizer.state.clear()
 
     def checkpoint(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +22,9 @@ import numpy as np
 from ..config import ModelConfig, MultiAgentConfig, PPOConfig
 from ..mdp import MDP, EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
 from ..runtime.inference import TorchPolicy
+from ..runtime.learner import load_weights
+from ..runtime.network_layout import actor_critic_layout
+from ..runtime.numpy_policy import NumpyActorCriticPolicy
 from .global_state import GlobalStateMDP
 from .mapping import PolicyMapping, PolicyMappingFn, configured_mapping
 from .policies import MultiPolicyLearner, build_policy_models
@@ -67,7 +70,17 @@ class MultiAgentTrainer:
         self.learner = MultiPolicyLearner(self.models, trained, ppo, seed)
         self.experiences = {pid: ExperienceBuffer() for pid in trained}
         self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences)
-        self.sampler = Sampler(mdps, self.mapping, {pid: TorchPolicy(m) for pid, m in self.models.items()}, seed)
+        # An MLP policy samples with its own torch-free copy (as actors do), which takes the torch
+        # model's weights after every update and every `load_weights`; a CNN acts with the model.
+        self.policies: dict[str, NumpyActorCriticPolicy | TorchPolicy] = {pid: TorchPolicy(m)
+                                                                          for pid, m in self.models.items()}
+        if model.kind == "mlp":
+            layout = actor_critic_layout(*spaces, model, global_state_size)
+            self.policies = {pid: NumpyActorCriticPolicy(layout, model.activation, seed * 7919 + index)
+                             for index, pid in enumerate(self.models)}
+        for policy_id in self.models:
+            self._sync(policy_id)
+        self.sampler = Sampler(mdps, self.mapping, dict(self.policies), seed)
         self.return_window = return_window
         self.returns: dict[str, list[float]] = defaultdict(list)
         self.updates = {pid: 0 for pid in trained}
@@ -91,9 +104,24 @@ class MultiAgentTrainer:
         return {policy_id: self.experiences[policy_id].take() for policy_id in ready}
 
     def updated(self, policy_id: str) -> None:
-        """After `policy_id`'s update: its new version samples from now on."""
+        """After `policy_id`'s update: its new version samples from now on (and so do the policies
+        that share layers with it)."""
         self.sampler.policy_versions[policy_id] = self.learner.versions[policy_id]
         self.updates[policy_id] += 1
+        for other in (self.models if self.config.shared_layers else (policy_id,)):
+            self._sync(other)
+
+    def load_weights(self, policy_id: str, weights: Mapping[str, np.ndarray]) -> None:
+        """Give `policy_id` these weights (a frozen opponent's, a restored policy's): its torch
+        model and the copy it samples with."""
+        load_weights(self.models[policy_id], weights)
+        self._sync(policy_id)
+
+    def _sync(self, policy_id: str) -> None:
+        policy = self.policies[policy_id]
+        if isinstance(policy, NumpyActorCriticPolicy):
+            policy.load_weights({name: tensor.detach().cpu().numpy()
+                                 for name, tensor in self.models[policy_id].state_dict().items()})
 
     def step(self) -> dict[str, dict[str, float]]:
         """Sample until a trained policy has a full batch; update every policy that has one."""
