@@ -1,223 +1,178 @@
 """Our distributed PPO against RLlib's PPO, on the same machine, in the same run, alternating.
 
 Both sides get the same work: two env-worker processes (ours: `runtime.num_actors=2`; RLlib:
-`num_env_runners=2`), 8 environments per worker, a (256, 128) tanh trunk shared by policy and
-value function, the same train batch, minibatch and epochs, the same PPO hyperparameters where
-both have them (lr, gamma 0.99, lambda 0.95, clip 0.2, entropy 0.01, gradient norm 0.5, no KL
-penalty, no value clip; RLlib's own defaults, lr 5e-5, lambda 1.0, clip 0.3, a KL penalty and a
-value clip of 10, would compare the tuning rather than the systems), one torch thread in every
-process, and the learner in the driver. Two differences remain: ours keeps its small critic
-layers (128, 64) on top of the trunk where RLlib's value head is linear, and RLlib's value-loss
-weight is 0.01, the value of its tuned CartPole example for a shared trunk (with 0.25, the weight
-equal to ours, one run here had not reached 475 after 1.9M env steps). Ray gets the machine's
-cores and a 100 MiB object store on both sides.
+`num_env_runners=2`), 8 environments per worker, the same model, train batch, minibatch and epochs
+(per environment in `ENVS` below), the same PPO hyperparameters where both have them (lr, gamma
+0.99, lambda 0.95, clip 0.2, entropy 0.01, gradient norm 0.5, no KL penalty, no value clip;
+RLlib's own defaults, lr 5e-5, lambda 1.0, clip 0.3, a KL penalty and a value clip of 10, would
+compare the tuning rather than the systems), one torch thread in every process, and the learner
+in the driver. Ray gets the machine's cores and a 100 MiB object store on both sides.
+
+- CartPole-v1, Pendulum-v1: a (256, 128) tanh trunk shared by policy and value function. Ours
+  keeps its small critic layers (128, 64) on top of the trunk where RLlib's value head is linear,
+  and RLlib's value-loss weight is 0.01, the value of its tuned CartPole example for a shared
+  trunk (with 0.25, the weight equal to ours, one run here had not reached 475 after 1.9M env
+  steps). A CartPole run ends at a mean return of 475 (or the budget); results in vs_rllib.json.
+- lamarckian/PongImage-v0 (the paper's Image Pong): ours is ALE Pong through gymnasium's
+  AtariPreprocessing (grey 84x84, frame skip 4, sticky actions 0.25, uint8 (4, 84, 84)) and the
+  paper's Table III CNN, (ConvK4S2) x 4 with 32/64/64/64 channels then FC(256), LeakyReLU,
+  shared by policy and value. RLlib plays `ALE/Pong-v5` (frame skip 1, sticky actions 0.25)
+  through its `wrap_atari_for_new_api_stack` (84x84 grey, max-and-skip 4, 4 frames, observations
+  scaled to float32 [-1, 1]) with `conv_filters` of the same channels, kernels and strides ("same"
+  padding: 6x6 at the end where ours has 5x5), LeakyReLU, and `head_fcnet_hiddens=[256]`: RLlib
+  has no dense layer in its CNN encoder, so the FC(256) sits in each head, policy and value.
+  Batch 4096, minibatch 256, one epoch, lr 2.5e-4, value weight 0.25 on RLlib (ours: 0.5 x half
+  the squared error). Results in vs_rllib_pong_image.json.
+- football:<scenario> (Google Research Football, simple115v2, scoring rewards, ours
+  `lamarckian/Football-v0`; RLlib gets the same env through `tune.register_env`): policy and value
+  each on its own (64, 64) tanh trunk on both sides, batch 2048, 4 epochs of minibatches of 512,
+  lr 1e-3 (configs/ppo_football_empty_goal_close.yaml). The score rate is the share of the last
+  100 episodes whose return (goals for minus goals against) is positive: in an academy scenario,
+  the share that ended in a goal. Every update is kept (`curve`) for the score rate against env
+  steps and wall time. Results in vs_rllib_football_<scenario>.json.
 
 Each side runs in a subprocess of its own (`--side ours|rllib`), which starts its own Ray and
 prints one JSON line, so that neither side's Ray state or memory leaks into the other; the parent
-alternates the sides (and which goes first) over `--repeats` and prints the medians.
+alternates the sides (and which goes first) over `--repeats` and prints the medians. The
+measurement parts (peak PSS, CPU accounting, child processes) are in benchmarks/side_by_side.py.
 
-Figures per side:
-- env steps/s sampled and trained, from the end of the first update (RLlib: iteration) to the end
-  of the last: Ray and worker start-up and the first batch are left out. RLlib's trained steps are
-  `num_module_steps_trained_lifetime` (its `num_env_steps_trained` counts a batch once per
-  minibatch); it counts whole minibatches of every epoch, so a batch of 4096 env steps plus one
-  bootstrap step per episode chunk counts as 9 x 512 = 4608, and its trained figure exceeds its
-  sampled one. Ours count each step of every batch the learner updated on once.
-- CPU utilization: CPU seconds of the side's whole process tree (driver, Ray's processes, workers)
-  per wall second and core, over the same window; the machine's overall busy fraction beside it
-  tells whether other work shared the cores.
-- peak memory: the largest sum of PSS over the process tree, sampled every 0.25 s: each page
-  shared between processes (torch's libraries, Ray's) counts once in all, split among them, so
-  the figure is what the tree costs the machine. The largest sum of RSS, which counts a shared
-  page once per process, is kept beside it in the JSON (`peak_rss_bytes`).
-- the raw bound of the machine, measured in the same run after each pair of sides: `--workers`
-  processes at once, each stepping `--num-envs` environments with one batched (256, 128) policy
-  inference per tick and nothing else (`benchmarks/raw_bound.py`'s loop), their env steps/s summed;
-  ours is shown as a fraction of it.
-- time to the first update and, for CartPole, to a mean return of 475 over the last 20 episodes
-  (RLlib: `env_runners/episode_return_mean` with a 20-episode window), from the start of the side's
-  process, so imports and start-up count; "not reached" within `--max-seconds`. The env steps it
-  took are shown beside it, to tell faster sampling from faster learning per step. A CartPole run
-  ends at the target (or the budget); a Pendulum run ends after `--frames` env steps.
+Figures per side (env steps/s sampled and trained, CPU utilization of the side's process tree and
+the machine's busy fraction, peak PSS, time to the first update, to the target return, and the
+raw bound of the machine for the vector envs) are described in docs/benchmarks/sampling.md. Rates
+run from the end of the first update (RLlib: iteration) to the end of the last; RLlib's trained
+steps are `num_module_steps_trained_lifetime` (whole minibatches of every epoch, bootstrap steps
+included) divided by the epochs, ours each step of every batch the learner updated on once. A run
+ends at its budget (`max_seconds` per env): ours' trainer gets what is left of it when its config is
+built and stops after the update that passes it, counting from the end of its start-up, so it runs
+past the budget by its start-up; RLlib stops before an iteration that would, as long as its last,
+end past it.
 
     python benchmarks/vs_rllib.py [--envs CartPole-v1 Pendulum-v1] [--repeats 1] [--max-seconds 300]
+    python benchmarks/vs_rllib.py --envs lamarckian/PongImage-v0          # ale-py in both venvs
+    python benchmarks/vs_rllib.py --envs football:academy_empty_goal_close  # gfootball's venv
 
 Needs RLlib: `pip install "ray[rllib]==2.60.0"` pins gymnasium 1.2.2 against our tested 1.4.0; with
 gymnasium kept, its other extras suffice: `pip install --no-deps dm_tree absl-py lz4 ormsgpack
-pyarrow tensorboardX "pandas<3" pytz tzdata`. Prints a Markdown table and writes
-benchmarks/results/vs_rllib.json.
+pyarrow tensorboardX "pandas<3" pytz tzdata`. Prints a Markdown table per results file and writes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
 import platform
-import signal
-import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-for variable, value in SINGLE_THREAD.items():
-    os.environ[variable] = value
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from side_by_side import (CHILD_START_SLACK_SECONDS, OBJECT_STORE_BYTES, SINGLE_THREAD, PeakMemory,  # noqa: E402
+                          Progress, cell, check_target, median_of, pin_threads, ratios, run_child, score_at,
+                          target_cell)
 
-import psutil  # noqa: E402
+pin_threads()
 
-RESULTS = Path(__file__).resolve().parent / "results" / "vs_rllib.json"
+RESULTS = Path(__file__).resolve().parent / "results"
 SIDES = ("ours", "rllib")
-OBJECT_STORE_BYTES = 100 * 1024 * 1024
-CHILD_START_SLACK_SECONDS = 300
 UNBOUNDED_FRAMES = 10**12
 RAW = "raw"  # the raw bound's loop processes
 RAW_WARMUP_FRAMES = 2_000
-TARGETS = {"trained_ratio": 5.0, "cpu_utilization": 0.95, "target_time_ratio": 0.5, "pss_ratio": 0.45,
-           "first_update_seconds": 5.0, "raw_bound_fraction": 0.7}
+CLASSIC_TARGETS = {"trained_ratio": 5.0, "cpu_utilization": 0.95, "target_time_ratio": 0.5, "pss_ratio": 0.45,
+                   "first_update_seconds": 5.0, "raw_bound_fraction": 0.7}
+SHARED_MLP = {"ours_model": {"policy_hidden_sizes": [256, 128], "activation": "tanh", "share_trunk": True},
+              "rllib_model": {"fcnet_hiddens": [256, 128], "fcnet_activation": "tanh", "vf_share_layers": True}}
+CLASSIC = {"results": "vs_rllib", **SHARED_MLP, "batch_size": 4096, "minibatch_size": 512, "epochs": 1,
+           "learning_rate": 3e-4, "rllib_vf_loss_coeff": 0.01, "return_window": 20, "frames": 500_000,
+           "max_seconds": 300.0, "raw_bound": True, "targets": CLASSIC_TARGETS}
+FOOTBALL = {**CLASSIC, "env_id": "lamarckian/Football-v0", "rllib_env": "football", "raw_bound": False,
+            "ours_model": {"policy_hidden_sizes": [64, 64], "critic_hidden_sizes": [], "share_trunk": False,
+                           "activation": "tanh"},
+            "rllib_model": {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": False},
+            "batch_size": 2048, "minibatch_size": 512, "epochs": 4, "learning_rate": 1e-3, "rllib_vf_loss_coeff": 0.25,
+            "return_window": 100, "frames": UNBOUNDED_FRAMES, "score_rate": True,
+            "targets": {"sampled_ratio": 2.0, "trained_ratio": 2.0}}
+#: Per environment (the `--envs` names): what each side runs, and the results file it goes to.
+ENVS: dict[str, dict] = {
+    "CartPole-v1": {**CLASSIC, "env_id": "CartPole-v1", "target_return": 475.0, "stop_at_target": True},
+    "Pendulum-v1": {**CLASSIC, "env_id": "Pendulum-v1"},
+    "lamarckian/PongImage-v0": {
+        **CLASSIC, "results": "vs_rllib_pong_image", "env_id": "lamarckian/PongImage-v0", "rllib_env": "atari",
+        "ours_model": {"kind": "cnn", "critic_hidden_sizes": [], "share_trunk": True, "activation": "leaky_relu"},
+        "rllib_model": {"conv_filters": [[32, 4, 2], [64, 4, 2], [64, 4, 2], [64, 4, 2]], "conv_activation": "LeakyReLU",
+                        "head_fcnet_hiddens": [256], "head_fcnet_activation": "LeakyReLU", "vf_share_layers": True},
+        "batch_size": 4096, "minibatch_size": 256, "learning_rate": 2.5e-4, "rllib_vf_loss_coeff": 0.25,
+        "frames": UNBOUNDED_FRAMES, "max_seconds": 220.0, "raw_bound": False,
+        "targets": {"sampled_ratio": 2.0, "trained_ratio": 2.0, "cpu_utilization": 0.95}},
+    "football:academy_empty_goal_close": {
+        **FOOTBALL, "results": "vs_rllib_football_empty_goal_close", "max_seconds": 160.0, "target_return": 0.8,
+        "env_kwargs": {"scenario": "academy_empty_goal_close", "representation": "simple115v2", "rewards": "scoring"}},
+    "football:11_vs_11_easy_stochastic": {
+        **FOOTBALL, "results": "vs_rllib_football_11_vs_11_easy", "max_seconds": 130.0,
+        "env_kwargs": {"scenario": "11_vs_11_easy_stochastic", "representation": "simple115v2", "rewards": "scoring"}},
+}
+#: Settings the command line may override for every env it runs.
+OVERRIDABLE = ("workers", "num_envs", "batch_size", "minibatch_size", "epochs", "learning_rate", "frames",
+               "max_seconds", "target_return", "rllib_vf_loss_coeff", "seed", "sampling", "raw_frames")
+SCORE_SECONDS = (30, 60, 90, 120, 150, 180, 240, 300)
+SCORE_FRAMES = (10_000, 25_000, 50_000, 100_000, 200_000, 400_000)
 
 
-def machine_busy_seconds() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, every process included."""
-    times = psutil.cpu_times()
-    total = sum(times)
-    return total - times.idle - getattr(times, "iowait", 0.0), total
+def resolve(name: str, args: argparse.Namespace) -> dict:
+    """The env's settings from ENVS, with what the command line set on top."""
+    base = {"workers": 2, "num_envs": 8, "seed": 0, "sampling": "async", "raw_frames": 100_000, "target_return": None,
+            "stop_at_target": False, "score_rate": False, "env_kwargs": {}, "rllib_env": None, **ENVS[name]}
+    given = {key: getattr(args, key) for key in OVERRIDABLE if getattr(args, key) is not None}
+    settings = {**base, **given, "name": name}
+    if settings["stop_at_target"] and settings["target_return"] is not None:
+        settings["frames"] = UNBOUNDED_FRAMES  # a run with a return target goes on until it reaches it (or the budget)
+    return settings
 
 
-class PeakMemory:
-    """A thread that samples the sums of PSS and of RSS over this process and its descendants."""
-
-    def __init__(self, interval_seconds: float = 0.25) -> None:
-        self.interval_seconds = interval_seconds
-        self.root = psutil.Process()
-        self.peak_bytes = 0  # PSS
-        self.peak_rss_bytes = 0
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop_event.wait(self.interval_seconds):
-            pss = rss = 0
-            for process in [self.root, *self.root.children(recursive=True)]:
-                try:
-                    memory = process.memory_full_info()
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-                pss, rss = pss + memory.pss, rss + memory.rss
-            self.peak_bytes, self.peak_rss_bytes = max(self.peak_bytes, pss), max(self.peak_rss_bytes, rss)
-
-    def stop(self) -> tuple[int, int]:
-        """(peak PSS, peak RSS) sums, in bytes."""
-        self.stop_event.set()
-        self.thread.join()
-        return self.peak_bytes, self.peak_rss_bytes
+def score_rate(returns) -> float | None:
+    returns = list(returns)
+    return sum(value > 0 for value in returns) / len(returns) if returns else None
 
 
-class Progress:
-    """What one side reports after each update, timed from the start of its process."""
-
-    def __init__(self, target_return: float | None, max_seconds: float) -> None:
-        from lamarckian_hpc.runtime.process_stats import TreeCpuMeter
-
-        self.meter_type = TreeCpuMeter
-        self.num_cores = os.cpu_count() or 1
-        self.process_start = psutil.Process().create_time()
-        self.target_return, self.max_seconds = target_return, max_seconds
-        self.run_meter = TreeCpuMeter(self.num_cores)
-        self.window_meter = None
-        self.machine_start = (0.0, 0.0)
-        self.first: tuple[float, float, float] | None = None
-        self.last: tuple[float, float, float] = (0.0, 0.0, 0.0)
-        self.updates = 0
-        self.return_mean: float | None = None
-        self.target_seconds: float | None = None
-        self.target_frames: float | None = None
-        self.figures: dict[str, float] = {}
-
-    def seconds(self) -> float:
-        return time.time() - self.process_start
-
-    @property
-    def out_of_time(self) -> bool:
-        return self.seconds() > self.max_seconds
-
-    @property
-    def reached(self) -> bool:
-        return self.target_seconds is not None
-
-    def update(self, sampled: float, trained: float, return_mean: float | None) -> None:
-        now = self.seconds()
-        if self.first is None:
-            self.first = (now, sampled, trained)
-            self.window_meter = self.meter_type(self.num_cores)
-            self.machine_start = machine_busy_seconds()
-        self.last = (now, sampled, trained)
-        self.updates += 1
-        self.return_mean = return_mean
-        if (self.target_return is not None and self.target_seconds is None and return_mean is not None
-                and return_mean >= self.target_return):
-            self.target_seconds, self.target_frames = now, sampled
-
-    def finish(self) -> None:
-        """Read the CPU meters; call right after the last update, before anything shuts down."""
-        self.figures["run_cpu_utilization"] = self.run_meter.sample()
-        if self.window_meter is not None and self.updates > 1:
-            self.figures["cpu_utilization"] = self.window_meter.sample()
-            busy, total = machine_busy_seconds()
-            self.figures["machine_cpu_utilization"] = (busy - self.machine_start[0]) / max(
-                total - self.machine_start[1], 1e-9)
-
-    def summary(self) -> dict:
-        if self.first is None:
-            return {"updates": 0, "error": "no update within the budget", "seconds": self.seconds()}
-        (first_seconds, first_sampled, first_trained), (last_seconds, sampled, trained) = self.first, self.last
-        window = last_seconds - first_seconds
-        steady = self.updates > 1 and window > 0
-        return {
-            "updates": self.updates, "env_steps_sampled": sampled, "env_steps_trained": trained,
-            "seconds": last_seconds, "first_update_seconds": first_seconds,
-            "sampled_steps_per_second": (sampled - first_sampled) / window if steady else None,
-            "trained_steps_per_second": (trained - first_trained) / window if steady else None,
-            "run_sampled_steps_per_second": sampled / last_seconds,
-            "run_trained_steps_per_second": trained / last_seconds,
-            "cpu_utilization": None, "machine_cpu_utilization": None, **self.figures,
-            "return_mean": self.return_mean, "target_return": self.target_return,
-            "target_seconds": self.target_seconds, "target_frames": self.target_frames,
-        }
-
-
-def run_ours(args: argparse.Namespace, progress: Progress) -> None:
+def run_ours(s: dict, progress: Progress) -> None:
     from lamarckian_hpc.config import RunConfig
     from lamarckian_hpc.runtime.ray_setup import ray_cpus, start_ray_while_importing
 
     config = RunConfig.model_validate({
-        "seed": args.seed,
-        "env": {"id": args.env, "num_envs": args.num_envs},
-        "model": {"policy_hidden_sizes": [256, 128], "activation": "tanh", "share_trunk": True},
-        "algorithm": {"batch_size": args.batch_size, "num_minibatches": args.batch_size // args.minibatch_size,
-                      "num_epochs": args.epochs, "learning_rate": args.learning_rate},
-        "runtime": {"mode": "ray", "sampling": args.sampling, "num_actors": args.workers, "device": "cpu",
+        "seed": s["seed"],
+        "env": {"id": s["env_id"], "num_envs": s["num_envs"], "kwargs": s["env_kwargs"]},
+        "model": s["ours_model"],
+        "algorithm": {"batch_size": s["batch_size"], "num_minibatches": s["batch_size"] // s["minibatch_size"],
+                      "num_epochs": s["epochs"], "learning_rate": s["learning_rate"]},
+        "runtime": {"mode": "ray", "sampling": s["sampling"], "num_actors": s["workers"], "device": "cpu",
                     "torch_threads": 1},
-        "stop": {"total_env_steps": args.frames, "target_return": progress.target_return,
-                 "return_window": 20, "max_wall_seconds": max(1.0, args.max_seconds - progress.seconds())},
+        "stop": {"total_env_steps": s["frames"], "target_return": progress.target_return if s["stop_at_target"] else None,
+                 "return_window": s["return_window"], "max_wall_seconds": max(1.0, s["max_seconds"] - progress.seconds())},
     })
 
-    start_ray_while_importing(None, ray_cpus(args.workers))  # as `lamarckian-hpc train` starts it
+    start_ray_while_importing(None, ray_cpus(s["workers"]))  # as `lamarckian-hpc train` starts it
     from lamarckian_hpc.runtime.distributed import DistributedTrainer
 
     class Observer:
+        trainer = None
+
         def on_update_end(self, report) -> None:
             window_full = report.episodes >= config.stop.return_window
-            progress.update(report.env_frames, report.trained_steps, report.recent_return_mean if window_full else None)
+            figures = {}
+            if s["score_rate"]:
+                returns = self.trainer.progress.episodes.returns
+                figures = {"score_rate": score_rate(returns), "episodes": report.episodes}
+            progress.update(report.env_frames, report.trained_steps,
+                            report.recent_return_mean if window_full else None, **figures)
 
         def on_train_end(self, result) -> None:
             pass
 
-    trainer = DistributedTrainer(config, [Observer()])
+    observer = Observer()
+    trainer = observer.trainer = DistributedTrainer(config, [observer])
     try:
         trainer.train()
     finally:
@@ -225,9 +180,37 @@ def run_ours(args: argparse.Namespace, progress: Progress) -> None:
         trainer.close()
 
 
-def run_rllib(args: argparse.Namespace, progress: Progress) -> None:
+def make_atari_pong(env_config: dict):
+    """RLlib's Atari pipeline on ALE Pong, in an RLlib env runner."""
+    import ale_py
+    import gymnasium as gym
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.25, full_action_space=False,
+                   **dict(env_config))
+    return wrap_atari_for_new_api_stack(env, dim=84, framestack=4)
+
+
+def make_ours(env_id: str, env_config: dict):
+    """One of our ids in an RLlib env runner: our ids need our package imported."""
+    import gymnasium as gym
+
+    import lamarckian_hpc.envs  # noqa: F401 - registers lamarckian/* ids
+
+    return gym.make(env_id, **dict(env_config))
+
+
+def log_score(*, episode, metrics_logger=None, **_) -> None:
+    """RLlib callback: 1 for an episode with a positive return, 0 otherwise, over the last 100."""
+    if metrics_logger is not None:
+        metrics_logger.log_value("score_rate", float(episode.get_return() > 0), reduce="mean", window=100)
+
+
+def run_rllib(s: dict, progress: Progress) -> None:
     import ray
     import torch
+    from ray import tune
 
     torch.set_num_threads(1)
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -235,19 +218,27 @@ def run_rllib(args: argparse.Namespace, progress: Progress) -> None:
 
     ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
              object_store_memory=OBJECT_STORE_BYTES)
+    env = s["env_id"]
+    if s["rllib_env"] == "atari":
+        env = "vs_rllib_atari_pong"
+        tune.register_env(env, make_atari_pong)
+    elif s["rllib_env"] is not None:
+        env = f"vs_rllib_{s['rllib_env']}"
+        tune.register_env(env, functools.partial(make_ours, s["env_id"]))
     config = (
         PPOConfig()
-        .environment(args.env)
-        .env_runners(num_env_runners=args.workers, num_envs_per_env_runner=args.num_envs)
-        .training(train_batch_size_per_learner=args.batch_size, minibatch_size=args.minibatch_size,
-                  num_epochs=args.epochs, lr=args.learning_rate, gamma=0.99, lambda_=0.95, clip_param=0.2,
-                  entropy_coeff=0.01, vf_loss_coeff=args.rllib_vf_loss_coeff, vf_clip_param=1e9, grad_clip=0.5,
+        .environment(env, env_config=s["env_kwargs"] if s["rllib_env"] not in (None, "atari") else {})
+        .env_runners(num_env_runners=s["workers"], num_envs_per_env_runner=s["num_envs"])
+        .training(train_batch_size_per_learner=s["batch_size"], minibatch_size=s["minibatch_size"],
+                  num_epochs=s["epochs"], lr=s["learning_rate"], gamma=0.99, lambda_=0.95, clip_param=0.2,
+                  entropy_coeff=0.01, vf_loss_coeff=s["rllib_vf_loss_coeff"], vf_clip_param=1e9, grad_clip=0.5,
                   use_kl_loss=False)
-        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[256, 128], fcnet_activation="tanh",
-                                                   vf_share_layers=True))
-        .reporting(metrics_num_episodes_for_smoothing=20)
-        .debugging(seed=args.seed)
+        .rl_module(model_config=DefaultModelConfig(**s["rllib_model"]))
+        .reporting(metrics_num_episodes_for_smoothing=s["return_window"])
+        .debugging(seed=s["seed"])
     )
+    if s["score_rate"]:
+        config = config.callbacks(on_episode_end=log_score)
     algo = config.build_algo()
     try:
         while True:
@@ -255,9 +246,11 @@ def run_rllib(args: argparse.Namespace, progress: Progress) -> None:
             runners = result.get("env_runners", {})
             sampled = runners.get("num_env_steps_sampled_lifetime", 0)
             learners = result.get("learners", {}).get("__all_modules__", {})
-            trained = learners.get("num_module_steps_trained_lifetime", 0)
-            progress.update(sampled, trained, runners.get("episode_return_mean"))
-            if progress.reached or sampled >= args.frames or progress.out_of_time:
+            trained = learners.get("num_module_steps_trained_lifetime", 0) / s["epochs"]  # it counts every epoch
+            figures = ({"score_rate": runners.get("score_rate"), "episodes": runners.get("num_episodes_lifetime")}
+                       if s["score_rate"] else {})
+            progress.update(sampled, trained, runners.get("episode_return_mean"), **figures)
+            if (progress.reached and s["stop_at_target"]) or sampled >= s["frames"] or progress.next_update_late():
                 break
         progress.finish()
     finally:
@@ -265,140 +258,93 @@ def run_rllib(args: argparse.Namespace, progress: Progress) -> None:
         ray.shutdown()
 
 
-def run_side(args: argparse.Namespace) -> None:
+def run_side(side: str, s: dict) -> None:
     """Child process: run one side, print one JSON line. Torch is the sides' own to import: ours
     imports it while its Ray starts, as `lamarckian-hpc train` does (one thread: `torch_threads`)."""
     memory = PeakMemory()
-    target = args.target_return if args.env.startswith("CartPole") else None
-    if target is not None:
-        args.frames = UNBOUNDED_FRAMES  # a run with a return target goes on until it reaches it (or the budget)
-    progress = Progress(target, args.max_seconds)
-    (run_ours if args.side == "ours" else run_rllib)(args, progress)
+    progress = Progress(s["target_return"], s["max_seconds"], curve=s["score_rate"])
+    (run_ours if side == "ours" else run_rllib)(s, progress)
     peak_pss, peak_rss = memory.stop()
-    record = {"side": args.side, "env": args.env, **progress.summary(), "peak_pss_bytes": peak_pss,
+    record = {"side": side, "env": s["name"], **progress.summary(), "peak_pss_bytes": peak_pss,
               "peak_rss_bytes": peak_rss}
     print(json.dumps(record), flush=True)
 
 
-def run_raw_loop(args: argparse.Namespace) -> None:
+def run_raw_loop(s: dict) -> None:
     """Child process: one process of the raw bound; prints its env steps/s as one JSON line."""
     import gymnasium as gym
     import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from raw_bound import RawLoop, run_config
 
     from lamarckian_hpc.runtime.learner import build_model
 
     torch.set_num_threads(1)
-    config = run_config(args.env, args.num_envs, args.raw_frames)
-    probe = gym.make(args.env)
+    config = run_config(s["env_id"], s["num_envs"], s["raw_frames"])
+    probe = gym.make(s["env_id"])
     loop = RawLoop(config, build_model(config, probe.observation_space, probe.action_space))
     loop.run(RAW_WARMUP_FRAMES)
-    seconds = loop.run(args.raw_frames)
-    print(json.dumps({"side": RAW, "env": args.env, "steps_per_second": args.raw_frames / seconds}), flush=True)
+    seconds = loop.run(s["raw_frames"])
+    print(json.dumps({"side": RAW, "env": s["name"], "steps_per_second": s["raw_frames"] / seconds}), flush=True)
 
 
-def measure_raw_bound(args: argparse.Namespace, env_id: str) -> dict:
-    """`--workers` raw loops at once, one per core; the bound is the sum of their env steps/s."""
-    children = [subprocess.Popen(child_command(args, RAW, env_id), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env={**os.environ, **SINGLE_THREAD}) for _ in range(args.workers)]
+def child_command(side: str, s: dict) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--side", side, "--settings", json.dumps(s)]
+
+
+def measure_raw_bound(s: dict) -> dict:
+    """`workers` raw loops at once, one per core; the bound is the sum of their env steps/s."""
+    children = [subprocess.Popen(child_command(RAW, s), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env={**os.environ, **SINGLE_THREAD}) for _ in range(s["workers"])]
     rates = []
     for child in children:
         stdout, stderr = child.communicate(timeout=CHILD_START_SLACK_SECONDS)
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if child.returncode != 0 or not lines:
             tail = "\n".join((stdout + stderr).splitlines()[-30:])
-            print(f"raw bound on {env_id} failed (exit {child.returncode}):\n{tail}", file=sys.stderr)
-            return {"side": RAW, "env": env_id, "error": f"exit {child.returncode}", "log_tail": tail}
+            print(f"raw bound on {s['name']} failed (exit {child.returncode}):\n{tail}", file=sys.stderr)
+            return {"side": RAW, "env": s["name"], "error": f"exit {child.returncode}", "log_tail": tail}
         rates.append(json.loads(lines[-1])["steps_per_second"])
-    return {"side": RAW, "env": env_id, "processes": len(rates), "per_process_steps_per_second": rates,
+    return {"side": RAW, "env": s["name"], "processes": len(rates), "per_process_steps_per_second": rates,
             "steps_per_second": sum(rates)}
 
 
-def child_command(args: argparse.Namespace, side: str, env_id: str) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--side", side, "--env", env_id,
-            "--raw-frames", str(args.raw_frames),
-            "--workers", str(args.workers), "--num-envs", str(args.num_envs),
-            "--batch-size", str(args.batch_size), "--minibatch-size", str(args.minibatch_size),
-            "--epochs", str(args.epochs), "--learning-rate", str(args.learning_rate),
-            "--frames", str(args.frames), "--max-seconds", str(args.max_seconds), "--seed", str(args.seed),
-            "--sampling", args.sampling, "--target-return", str(args.target_return),
-            "--rllib-vf-loss-coeff", str(args.rllib_vf_loss_coeff)]
-
-
-def run_child(args: argparse.Namespace, side: str, env_id: str) -> dict:
-    """Run one side in a process group of its own, so that a run past its time ends with its Ray."""
-    started = time.monotonic()
-    child = subprocess.Popen(child_command(args, side, env_id), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env={**os.environ, **SINGLE_THREAD}, start_new_session=True)
-    try:
-        stdout, stderr = child.communicate(timeout=args.max_seconds + CHILD_START_SLACK_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
-        return {"side": side, "env": env_id, "error": "timed out"}
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("{"):
-            record = json.loads(line)
-            if record.get("side") == side:
-                return {**record, "process_seconds": time.monotonic() - started}
-    tail = "\n".join((stdout + stderr).splitlines()[-30:])
-    print(f"{side} on {env_id} failed (exit {child.returncode}):\n{tail}", file=sys.stderr)
-    return {"side": side, "env": env_id, "error": f"exit {child.returncode}", "log_tail": tail}
-
-
 FIGURES = ("sampled_steps_per_second", "trained_steps_per_second", "cpu_utilization", "machine_cpu_utilization",
-           "peak_pss_bytes", "peak_rss_bytes", "first_update_seconds", "target_seconds", "target_frames")
+           "peak_pss_bytes", "peak_rss_bytes", "first_update_seconds", "target_seconds", "target_frames",
+           "score_rate", "env_steps_sampled", "seconds")
 
 
-def median_of(records: list[dict], key: str) -> float | None:
-    """Median over the runs; None when a run has no figure (for the target: did not reach it)."""
-    values = [record.get(key) for record in records]
-    return None if not values or None in values else statistics.median(values)
-
-
-def summarize(runs: list[dict], env_id: str, max_seconds: float) -> dict:
-    summary: dict = {"env": env_id}
+def summarize(runs: list[dict], name: str, s: dict) -> dict:
+    summary: dict = {"env": name}
     for side in SIDES:
-        records = [run for run in runs if run["env"] == env_id and run["side"] == side and "error" not in run]
+        records = [run for run in runs if run["env"] == name and run["side"] == side and "error" not in run]
         summary[side] = {key: median_of(records, key) for key in FIGURES}
         targeted = [run["target_seconds"] is not None for run in records if run["target_return"] is not None]
         summary[side]["target_reached"] = f"{sum(targeted)}/{len(targeted)}" if targeted else None
         summary[side]["runs"] = len(records)
+        if s["score_rate"] and records:  # the first run's curve, read at common wall times and env steps
+            curve = records[0]["curve"]
+            summary[side]["score_rate_at_seconds"] = score_at(curve, "seconds", SCORE_SECONDS, curve[-1]["seconds"])
+            summary[side]["score_rate_at_frames"] = score_at(curve, "env_steps_sampled", SCORE_FRAMES,
+                                                             curve[-1]["env_steps_sampled"])
     ours, rllib = summary["ours"], summary["rllib"]
-    summary["ratio"] = {key: ours[key] / rllib[key] if ours[key] is not None and rllib[key] else None
-                        for key in FIGURES}
-    raw = median_of([run for run in runs if run["env"] == env_id and run["side"] == RAW and "error" not in run],
-                    "steps_per_second")
-    summary["raw_bound"] = {"sampled_steps_per_second": raw}
-    summary["ours_of_raw_bound"] = {key: ours[key] / raw if ours[key] is not None and raw else None
-                                    for key in ("sampled_steps_per_second", "trained_steps_per_second")}
+    summary["ratio"] = ratios(ours, rllib, FIGURES)
+    if s["raw_bound"]:
+        raw = median_of([run for run in runs if run["env"] == name and run["side"] == RAW and "error" not in run],
+                        "steps_per_second")
+        summary["raw_bound"] = {"sampled_steps_per_second": raw}
+        summary["ours_of_raw_bound"] = {key: ours[key] / raw if ours[key] is not None and raw else None
+                                        for key in ("sampled_steps_per_second", "trained_steps_per_second")}
     if ours["target_seconds"] is not None and rllib["target_reached"] is not None and rllib["target_seconds"] is None:
         # RLlib's time to the target lies beyond the budget, so the ratio is below this bound.
-        summary["ratio"]["target_seconds_below"] = ours["target_seconds"] / max_seconds
+        summary["ratio"]["target_seconds_below"] = ours["target_seconds"] / s["max_seconds"]
     return summary
-
-
-def cell(value: float | None, form: str) -> str:
-    return "–" if value is None else format(value, form)
-
-
-def target_cell(figures: dict, is_ratio: bool) -> str:
-    if figures["target_seconds"] is not None:
-        steps = f"{figures['target_frames']:.2f}" if is_ratio else f"{figures['target_frames'] / 1e6:.2f}M"
-        return f"{figures['target_seconds']:.{2 if is_ratio else 0}f} ({steps})"
-    if is_ratio:
-        return f"< {figures['target_seconds_below']:.2f}" if "target_seconds_below" in figures else "–"
-    return f"not reached ({figures['target_reached']})"
 
 
 def print_table(summaries: list[dict]) -> None:
     print("| env | side | env steps/s sampled | env steps/s trained | CPU utilization (tree) | CPU busy (machine) "
-          "| peak PSS (GB) | first update (s) | time to 475 (s, env steps) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| peak PSS (GB) | first update (s) | time to target (s, env steps) | score rate |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for summary in summaries:
-        has_target = summary["ours"]["target_reached"] is not None or summary["rllib"]["target_reached"] is not None
         for name, figures, is_ratio in (("ours", summary["ours"], False), ("rllib", summary["rllib"], False),
                                         ("ours/RLlib", summary["ratio"], True)):
             memory = figures["peak_pss_bytes"]
@@ -408,101 +354,91 @@ def print_table(summaries: list[dict]) -> None:
                        cell(figures["cpu_utilization"], ".2f" if is_ratio else ".0%"),
                        cell(figures["machine_cpu_utilization"], ".2f" if is_ratio else ".0%"),
                        cell(memory, ".2f"), cell(figures["first_update_seconds"], ".2f" if is_ratio else ".1f"),
-                       target_cell(figures, is_ratio) if has_target else "n/a"]
+                       target_cell(figures, is_ratio), cell(figures["score_rate"], ".2f")]
             print(f"| {summary['env']} | {name} | " + " | ".join(columns) + " |")
-        raw, share = summary["raw_bound"]["sampled_steps_per_second"], summary["ours_of_raw_bound"]
-        print(f"| {summary['env']} | raw bound (no learning) | {cell(raw, ',.0f')} | | | | | | |")
-        print(f"| {summary['env']} | ours/raw bound | {cell(share['sampled_steps_per_second'], '.2f')} | "
-              f"{cell(share['trained_steps_per_second'], '.2f')} | | | | | |")
+        if "raw_bound" in summary:
+            raw, share = summary["raw_bound"]["sampled_steps_per_second"], summary["ours_of_raw_bound"]
+            print(f"| {summary['env']} | raw bound (no learning) | {cell(raw, ',.0f')} | | | | | | | |")
+            print(f"| {summary['env']} | ours/raw bound | {cell(share['sampled_steps_per_second'], '.2f')} | "
+                  f"{cell(share['trained_steps_per_second'], '.2f')} | | | | | | |")
+        for side in SIDES:
+            for key in ("score_rate_at_seconds", "score_rate_at_frames"):
+                if key in summary[side]:
+                    marks = ", ".join(f"{mark}: {cell(value, '.2f')}" for mark, value in summary[side][key].items())
+                    print(f"\n{summary['env']} {side} score rate at {key.rsplit('_', 1)[1]}: {marks}")
 
 
-def print_targets(summaries: list[dict]) -> None:
+def print_targets(summaries: list[dict], settings: dict[str, dict]) -> None:
     print("\nProject targets (ours, measured above):")
     for summary in summaries:
-        ratios, cpu, first = summary["ratio"], summary["ours"]["cpu_utilization"], summary["ours"]["first_update_seconds"]
-        trained, limit = ratios["trained_steps_per_second"], TARGETS["target_time_ratio"]
-        checks = [(f"trained env steps/s >= {TARGETS['trained_ratio']:.0f}x RLlib's", trained,
-                   f"{cell(trained, '.2f')}x", trained is not None and trained >= TARGETS["trained_ratio"]),
-                  (f"CPU utilization >= {TARGETS['cpu_utilization']:.0%}", cpu, cell(cpu, ".0%"),
-                   cpu is not None and cpu >= TARGETS["cpu_utilization"]),
-                  (f"peak PSS <= {TARGETS['pss_ratio']}x RLlib's", ratios["peak_pss_bytes"],
-                   f"{cell(ratios['peak_pss_bytes'], '.2f')}x",
-                   ratios["peak_pss_bytes"] is not None and ratios["peak_pss_bytes"] <= TARGETS["pss_ratio"]),
-                  (f"first update <= {TARGETS['first_update_seconds']:.0f} s from process start", first,
-                   f"{cell(first, '.1f')} s", first is not None and first <= TARGETS["first_update_seconds"]),
-                  (f"env steps/s trained >= {TARGETS['raw_bound_fraction']:.0%} of the raw bound",
-                   summary["ours_of_raw_bound"]["trained_steps_per_second"],
-                   cell(summary["ours_of_raw_bound"]["trained_steps_per_second"], ".0%"),
-                   (summary["ours_of_raw_bound"]["trained_steps_per_second"] or 0) >= TARGETS["raw_bound_fraction"])]
-        if summary["ours"]["target_reached"] is not None:
-            time_ratio, bound = ratios["target_seconds"], ratios.get("target_seconds_below")
-            if time_ratio is None and bound is not None:
-                checks.append((f"wall time to 475 <= {limit}x RLlib's", bound, f"RLlib not reached, < {bound:.2f}x",
-                               bound <= limit))
-            else:
-                checks.append((f"wall time to 475 <= {limit}x RLlib's", time_ratio, f"{cell(time_ratio, '.2f')}x",
-                               time_ratio is not None and time_ratio <= limit))
-        for label, value, shown, met in checks:
-            verdict = "no figure" if value is None else "met" if met else "not met"
-            print(f"- {summary['env']}: {label}: {shown}, {verdict}")
+        for kind, limit in settings[summary["env"]]["targets"].items():
+            if kind == "target_time_ratio" and summary["ours"]["target_reached"] is None:
+                continue
+            label, value, shown, met = check_target(summary, kind, limit, "RLlib")
+            print(f"- {summary['env']}: {label}: {shown}, {'no figure' if value is None else 'met' if met else 'not met'}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "Pendulum-v1"], help="Gymnasium ids")
+    parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "Pendulum-v1"], choices=sorted(ENVS),
+                        metavar="ENV", help=f"of {', '.join(ENVS)}")
     parser.add_argument("--repeats", type=int, default=1, help="alternating repetitions per env; medians shown")
-    parser.add_argument("--workers", type=int, default=2, help="env-worker processes on each side")
-    parser.add_argument("--num-envs", type=int, default=8, help="environments per worker")
-    parser.add_argument("--batch-size", type=int, default=4096, help="env steps per train batch")
-    parser.add_argument("--minibatch-size", type=int, default=512, help="steps per minibatch")
-    parser.add_argument("--epochs", type=int, default=1, help="passes over each train batch")
-    parser.add_argument("--learning-rate", type=float, default=3e-4, help="Adam step size on both sides")
-    parser.add_argument("--frames", type=int, default=500_000, help="env steps per run without a return target")
-    parser.add_argument("--max-seconds", type=float, default=300.0, help="wall budget per run, from process start")
-    parser.add_argument("--target-return", type=float, default=475.0, help="CartPole mean return to time")
-    parser.add_argument("--sampling", choices=("async", "sync"), default="async", help="our runtime.sampling")
-    parser.add_argument("--rllib-vf-loss-coeff", type=float, default=0.01,
-                        help="RLlib's value-loss weight; 0.25 would equal ours (0.5 x half the squared error)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--raw-frames", type=int, default=100_000,
+    parser.add_argument("--workers", type=int, help="env-worker processes on each side (2)")
+    parser.add_argument("--num-envs", type=int, help="environments per worker (8)")
+    parser.add_argument("--batch-size", type=int, help="env steps per train batch (per env in ENVS)")
+    parser.add_argument("--minibatch-size", type=int, help="steps per minibatch")
+    parser.add_argument("--epochs", type=int, help="passes over each train batch")
+    parser.add_argument("--learning-rate", type=float, help="Adam step size on both sides")
+    parser.add_argument("--frames", type=int, help="env steps per run without a return target")
+    parser.add_argument("--max-seconds", type=float, help="wall budget per run, from process start")
+    parser.add_argument("--target-return", type=float, help="mean return to time (CartPole: 475, ends the run)")
+    parser.add_argument("--sampling", choices=("async", "sync"), help="our runtime.sampling (async)")
+    parser.add_argument("--rllib-vf-loss-coeff", type=float,
+                        help="RLlib's value-loss weight; 0.25 equals ours (0.5 x half the squared error)")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--output", type=Path, help="results file (default: the env's own in benchmarks/results)")
+    parser.add_argument("--raw-frames", type=int,
                         help="env steps each process of the raw bound takes (0: do not measure the bound)")
     parser.add_argument("--side", choices=(*SIDES, RAW), help=argparse.SUPPRESS)
-    parser.add_argument("--env", help=argparse.SUPPRESS)
+    parser.add_argument("--settings", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.batch_size % args.minibatch_size:
-        parser.error("--batch-size must be a multiple of --minibatch-size (ours splits a batch into equal parts)")
-    if args.side == RAW:
-        run_raw_loop(args)
-        return
     if args.side is not None:
-        run_side(args)
+        (run_raw_loop if args.side == RAW else functools.partial(run_side, args.side))(json.loads(args.settings))
         return
+    settings = {name: resolve(name, args) for name in args.envs}
+    for name, s in settings.items():
+        if s["batch_size"] % s["minibatch_size"]:
+            parser.error(f"{name}: the batch size must be a multiple of the minibatch size (ours splits it evenly)")
 
     runs = []
     for repeat in range(args.repeats):
-        for env_id in args.envs:
+        for name, s in settings.items():
             order = SIDES if repeat % 2 == 0 else SIDES[::-1]
             for side in order:
-                print(f"repeat {repeat + 1}/{args.repeats}: {side} on {env_id}", file=sys.stderr, flush=True)
-                runs.append({"repeat": repeat, **run_child(args, side, env_id)})
-            if args.raw_frames > 0:
-                print(f"repeat {repeat + 1}/{args.repeats}: raw bound on {env_id}", file=sys.stderr, flush=True)
-                runs.append({"repeat": repeat, **measure_raw_bound(args, env_id)})
-    summaries = [summarize(runs, env_id, args.max_seconds) for env_id in args.envs]
-    print(f"\n{args.workers} workers x {args.num_envs} envs, batch {args.batch_size}, minibatch "
-          f"{args.minibatch_size}, {args.epochs} epoch(s), our sampling {args.sampling}; {os.cpu_count()} cores; "
-          f"medians of {args.repeats} run(s) per side\n")
-    print_table(summaries)
-    print_targets(summaries)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()
-                if key not in ("side", "env")}
-    args.output.write_text(json.dumps({
-        "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "settings": settings, "summaries": summaries, "runs": runs,
-    }, indent=2))
-    print(f"\nwritten: {args.output}")
+                print(f"repeat {repeat + 1}/{args.repeats}: {side} on {name}", file=sys.stderr, flush=True)
+                runs.append({"repeat": repeat, "env": name, **run_child(child_command(side, s), side, s["max_seconds"],
+                                                                        f"on {name}")})
+            if s["raw_bound"] and s["raw_frames"] > 0:
+                print(f"repeat {repeat + 1}/{args.repeats}: raw bound on {name}", file=sys.stderr, flush=True)
+                runs.append({"repeat": repeat, **measure_raw_bound(s)})
+    for results in dict.fromkeys(s["results"] for s in settings.values()):
+        names = [name for name, s in settings.items() if s["results"] == results]
+        summaries = [summarize(runs, name, settings[name]) for name in names]
+        first = settings[names[0]]
+        print(f"\n{results}: {first['workers']} workers x {first['num_envs']} envs, batch {first['batch_size']}, "
+              f"minibatch {first['minibatch_size']}, {first['epochs']} epoch(s), our sampling {first['sampling']}; "
+              f"{os.cpu_count()} cores; medians of {args.repeats} run(s) per side\n")
+        print_table(summaries)
+        print_targets(summaries, settings)
+        output = args.output or RESULTS / f"{results}.json"
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps({
+            "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "settings": {**first, "repeats": args.repeats, "envs": names,
+                         "per_env": {name: settings[name] for name in names}},
+            "summaries": summaries, "runs": [run for run in runs if run["env"] in names],
+        }, indent=2))
+        print(f"\nwritten: {output}")
 
 
 if __name__ == "__main__":

@@ -78,10 +78,17 @@ def _pong(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
+    target = (data.get("settings") or {}).get("target_return")
     columns = {"sampled_steps_per_second": "env steps/s sampled", "trained_steps_per_second": "env steps/s trained",
                "cpu_utilization": "CPU utilization", "peak_memory_bytes": "peak RSS sum (GB)",
                "peak_pss_bytes": "peak PSS (GB)",
-               "first_update_seconds": "first update (s)", "target_seconds": "time to 475 (s)"}
+               "first_update_seconds": "first update (s)", "target_seconds": f"time to {target:g} (s)" if target
+               else "time to target (s)", "target_frames": "env steps to target", "score_rate": "score rate (end)"}
+    if "per_env" in (data.get("settings") or {}):  # a file of one env's settings: the machine's load beside it
+        columns = {**dict(list(columns.items())[:3]), "machine_cpu_utilization": "CPU busy (machine)",
+                   **dict(list(columns.items())[3:])}
+    else:
+        del columns["target_frames"]  # the CartPole table keeps its columns
     rows = []
     for summary in data["summaries"]:
         for side, label in (("ours", "ours"), ("rllib", "RLlib"), ("ratio", "ours / RLlib")):
@@ -99,6 +106,19 @@ def _vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
                       columns["sampled_steps_per_second"]: share["sampled_steps_per_second"],
                       columns["trained_steps_per_second"]: share["trained_steps_per_second"]}]
     return pd.DataFrame(rows).dropna(axis=1, how="all")  # older files have RSS sums, newer PSS
+
+
+def _score_curve(data: dict[str, Any]) -> pd.DataFrame:
+    """The score rate of each side at common wall times and env steps (benchmarks/vs_rllib.py's
+    football comparisons): the file keeps them as maps of mark to value per side."""
+    rows = []
+    for summary in data["summaries"]:
+        ours, rllib = summary.get("ours") or {}, summary.get("rllib") or {}
+        for key, against in (("score_rate_at_seconds", "wall time (s)"), ("score_rate_at_frames", "env steps")):
+            marks = dict.fromkeys([*ours.get(key, {}), *rllib.get(key, {})])
+            rows += [{"env": summary["env"], "against": against, "at": int(mark), "ours": ours.get(key, {}).get(mark),
+                      "RLlib": rllib.get(key, {}).get(mark)} for mark in marks]
+    return pd.DataFrame(rows, columns=["env", "against", "at", "ours", "RLlib"])
 
 
 def _scale_check(data: dict[str, Any]) -> pd.DataFrame:
@@ -143,7 +163,10 @@ def _multiagent_vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
-    "pong_steps": _pong, "vs_rllib": _vs_rllib, "scale_model.check": _scale_check, "soak": _soak,
+    "pong_steps": _pong, "vs_rllib": _vs_rllib, "vs_rllib_pong_image": _vs_rllib,
+    "vs_rllib_football_empty_goal_close": _vs_rllib, "vs_rllib_football_empty_goal_close.curve": _score_curve,
+    "vs_rllib_football_11_vs_11_easy": _vs_rllib, "vs_rllib_football_11_vs_11_easy.curve": _score_curve,
+    "scale_model.check": _scale_check, "soak": _soak,
     "faults.tried": _fault_totals,
     "pbt_vs_tune_run2": pbt_vs_tune_frame, "pbt_vs_tune_idle": pbt_vs_tune_frame,
     "pbt_vs_tune_quiet": pbt_vs_tune_frame, "pbt_vs_tune_batched": pbt_vs_tune_frame,
