@@ -74,22 +74,22 @@ def test_config_rejects_what_emogi_cannot_run():
 
 
 class RecordingTrainer(PolicyTrainer):
-    """The worker's trainer that remembers its requests and fails the fourth (the second policy of
-    the second generation)."""
+    """The worker's trainer that remembers its requests' policies and fails the fourth (the second
+    policy of the second generation; without batched updates a request holds one policy)."""
 
     def __init__(self, config: EMOGIConfig, slots: list[int]) -> None:
         super().__init__(config, slots)
         self.requests: list[tuple[int, object]] = []  # (env frames, initial weights)
 
-    def train_and_evaluate(self, genome, seed, env_frames, initial_weights):
-        self.requests.append((env_frames, initial_weights))
+    def train_and_evaluate_all(self, jobs):
+        self.requests += [(frames, weights) for _, _, frames, weights in jobs]
         if len(self.requests) == 4:
             raise RuntimeError("this training crashes")
-        return super().train_and_evaluate(genome, seed, env_frames, initial_weights)
+        return super().train_and_evaluate_all(jobs)
 
 
 def test_tiny_run_writes_population_front_and_policies_and_they_round_trip(tmp_path):
-    config = EMOGIConfig.model_validate(TINY)
+    config = EMOGIConfig.model_validate({**TINY, "runtime": {"mode": "serial", "batched_updates": False}})
     path = tmp_path / "emogi.h5"
     writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES, population_shape=population_shape())
     lines: list[str] = []
@@ -150,7 +150,8 @@ def test_evolve_runs_emogi_on_ray_like_serially_and_prints_the_front(tmp_path, c
         "env.num_envs": 2, "env.kwargs": "{points_to_win: 2}", "model.policy_hidden_sizes": "[16]",
         "ppo.batch_size": 256, "ppo.num_epochs": 1, "algorithm.population_size": 2, "algorithm.generations": 2,
         "algorithm.initial_env_frames": 256, "algorithm.offspring_env_frames": 256,
-        "algorithm.evaluation_episodes": 1, "runtime.num_workers": 2, "storage.directory": str(tmp_path)}.items()]
+        "algorithm.evaluation_episodes": 1, "runtime.num_workers": 2, "runtime.batched_updates": "false",
+        "storage.directory": str(tmp_path)}.items()]
     assert main(["evolve", "configs/emogi_pong.yaml", *overrides, "runtime.mode=serial", "storage.run_name=serial"]) == 0
     assert main(["evolve", "configs/emogi_pong.yaml", *overrides, "runtime.mode=ray", "storage.run_name=emogi"]) == 0
     out = capsys.readouterr().out
@@ -190,3 +191,18 @@ def test_pong_behaviour_is_an_evaluator_for_the_generic_driver():
     assert genomes.shape == (3, 2) and (genomes >= 0).all() and (genomes <= 1).all()
     found = evaluator.evaluate(genomes[:1])
     assert found.shape == (1, 2) and np.isfinite(found).all() and (found <= 0).all()
+
+
+def test_a_workers_policies_train_together_as_they_train_one_by_one():
+    """Batched, the two policies of a generation train in lockstep on the one worker: the same
+    frames, and weights within float rounding of training each alone."""
+    from lamarckian_hpc.evorl.emogi import train_and_evaluate_together
+
+    config = EMOGIConfig.model_validate(TINY)
+    jobs = [(np.array([0.2, 0.7]), 11, 512, None), (np.array([0.9, 0.1]), 12, 512, None)]
+    together = train_and_evaluate_together(config, jobs, batched=True)
+    alone = train_and_evaluate_together(config, jobs, batched=False)
+    for mine, theirs in zip(together, alone):
+        assert mine.env_frames == theirs.env_frames >= 512
+        for name, array in theirs.weights.items():
+            np.testing.assert_allclose(mine.weights[name], array, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from .base import RootSection, Section, StorageConfig
-from .population import TrainingPopulationRuntimeConfig
+from .population import CoLocatedTrainingRuntimeConfig
 from .train import EnvConfig, ModelConfig, PPOConfig
 
 #: Environments whose steps can carry EMOGI's move and stay reward terms.
@@ -51,8 +51,10 @@ class EMOGIAlgorithmConfig(Section):
         return self
 
 
-class EMOGIRuntimeConfig(TrainingPopulationRuntimeConfig):
-    """Each policy trains and is measured on one worker, one policy per worker at a time."""
+class EMOGIRuntimeConfig(CoLocatedTrainingRuntimeConfig):
+    """With `batched_updates` a generation's policies are shared out among the workers and each
+    worker's train in lockstep; without, each policy is a request of its own, trained by the first
+    idle worker."""
 
 
 def _pong() -> EnvConfig:

@@ -30,8 +30,9 @@ class TrainingPopulationRuntimeConfig(PopulationRuntimeConfig):
 
 
 class CoLocatedTrainingRuntimeConfig(TrainingPopulationRuntimeConfig):
-    """For populations whose learners live in the workers (PBT, the league): the learners of one
-    worker may update in one batched step."""
+    """For populations that train several learners on one worker (PBT's members and the league's
+    learners live there, EMOGI's policies of a generation are shared out): they may update in one
+    batched step."""
 
     batched_updates: bool = Field(
         True, description="The learners of one worker sample in turn and update together, one batched PPO step "

@@ -33,10 +33,10 @@ from ..config import RunConfig, RuntimeConfig, StopConfig
 from ..config.emogi import EMOGIConfig
 from ..ec import NSGA2, Coding, Description, non_dominated_fronts
 from ..envs import PongEnv
-from ..runtime.learner import load_weights
 from ..runtime.population import GenerationalProgram, GenerationRecord
-from ..runtime.trainer import SerialTrainer
 from ..runtime.worker_pool import Request, WorkerFailure, WorkerPool
+from .lockstep import LockstepMembers
+from .member import Member
 from .behaviour import BEHAVIOUR_NAMES, Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms
 
 log = logging.getLogger(__name__)
@@ -103,25 +103,48 @@ class IndividualResult:
     training_return: float | None  # recent mean return under the genome's own reward
 
 
+Job = tuple[np.ndarray, int, int, "Weights | None"]  # genome, seed, env frames, inherited weights
+
+
 def train_and_evaluate(config: EMOGIConfig, genome: np.ndarray, seed: int, env_frames: int,
                        initial_weights: Weights | None = None) -> IndividualResult:
     """Train a PPO policy with `genome`'s reward (from `initial_weights` if given) and measure it."""
+    return train_and_evaluate_together(config, [(genome, seed, env_frames, initial_weights)], batched=False)[0]
+
+
+def train_and_evaluate_together(config: EMOGIConfig, jobs: list[Job], batched: bool = True) -> list[IndividualResult]:
+    """Train several policies, each with its genome's reward (from its inherited weights if any),
+    and measure each. With `batched`, those with the same budget train in lockstep (`lockstep`):
+    each samples its batch, then one batched PPO step over their stacked parameters updates them
+    all, the learning each would do alone (within float rounding)."""
     start = time.perf_counter()
-    run_config = individual_run_config(config, genome, seed, env_frames)
-    trainer = SerialTrainer(run_config)
+    members = [Member.of_run(individual_run_config(config, genome, seed, frames), index)
+               for index, (genome, seed, frames, _) in enumerate(jobs)]
+    spec = config.algorithm
     try:
-        if initial_weights is not None:
-            load_weights(trainer.learner.model, initial_weights)
-        result = trainer.train()
-        model = trainer.learner.model
-        weights = {name: array.copy() for name, array in trainer.learner.weights().items()}
-        spec = config.algorithm
-        traces = play(model, config.env.kwargs, spec.evaluation_episodes, seed=config.seed * 1_000 + 1)
+        for member, (_, _, _, weights) in zip(members, jobs):
+            if weights is not None:
+                member.load_weights(weights)
+        budgets = sorted({int(frames) for _, _, frames, _ in jobs})
+        for frames in budgets:
+            group = [member for member, job in zip(members, jobs) if int(job[2]) == frames]
+            if batched and len(group) > 1:
+                LockstepMembers(group).train_interval(frames, time.monotonic(), stop_on_target=False)
+            else:
+                for member in group:
+                    member.train_interval(frames, time.monotonic(), stop_on_target=False)
+        results = []
+        for member in members:
+            traces = play(member.learner.model, config.env.kwargs, spec.evaluation_episodes, seed=config.seed * 1_000 + 1)
+            behaviour = behaviour_of(traces, int(config.env.kwargs.get("points_to_win", 5)))
+            weights = {name: array.copy() for name, array in member.learner.weights().items()}
+            results.append(IndividualResult(objectives(behaviour, spec.activeness_objective_weight), behaviour, weights,
+                                            member.env_frames, time.perf_counter() - start, os.getpid(),
+                                            member.episodes.mean_return))
     finally:
-        trainer.close()
-    behaviour = behaviour_of(traces, int(config.env.kwargs.get("points_to_win", 5)))
-    return IndividualResult(objectives(behaviour, spec.activeness_objective_weight), behaviour, weights,
-                            result.env_frames, time.perf_counter() - start, os.getpid(), result.recent_return_mean)
+        for member in members:
+            member.close()
+    return results
 
 
 class PongBehaviour:
@@ -212,7 +235,7 @@ def result_of(state: dict) -> EMOGIResult:
 
 
 class PolicyTrainer:
-    """What a worker of an EMOGI run hosts: it trains and measures one policy per request."""
+    """What a worker of an EMOGI run hosts: it trains and measures the policies of a request."""
 
     def __init__(self, config: EMOGIConfig, slots: list[int]) -> None:
         self.config = config
@@ -221,8 +244,14 @@ class PolicyTrainer:
     def train_and_evaluate(self, genome: np.ndarray, seed: int, env_frames: int,
                            initial_weights: Weights | None) -> dict[str, Any]:
         """`IndividualResult` as plain data (the behaviour as its row)."""
-        result = train_and_evaluate(self.config, np.asarray(genome, float), int(seed), int(env_frames), initial_weights)
-        return {**dataclasses.asdict(result), "behaviour": result.behaviour.as_row()}
+        return self.train_and_evaluate_all([[genome, seed, env_frames, initial_weights]])[0]
+
+    def train_and_evaluate_all(self, jobs: list[list[Any]]) -> list[dict[str, Any]]:
+        """Several policies (`train_and_evaluate_together`, batched as `runtime.batched_updates` says)."""
+        results = train_and_evaluate_together(
+            self.config, [(np.asarray(genome, float), int(seed), int(frames), weights)
+                          for genome, seed, frames, weights in jobs], self.config.runtime.batched_updates)
+        return [{**dataclasses.asdict(result), "behaviour": result.behaviour.as_row()} for result in results]
 
 
 def individual_result(answer: dict[str, Any]) -> IndividualResult:
@@ -249,6 +278,11 @@ class EMOGIProgram(GenerationalProgram):
         self.generation = 0
         self.behaviours: dict[int, np.ndarray] = {}
         self.genomes = np.zeros((0, 2))
+        self.groups: list[list[int]] = []  # the generation's policies of each request
+        self._workers = 1
+
+    def start(self, pool: WorkerPool) -> None:
+        self._workers = pool.num_workers
 
     def host_factory(self) -> Callable[[list[int]], PolicyTrainer]:
         return functools.partial(PolicyTrainer, self.config)
@@ -258,28 +292,31 @@ class EMOGIProgram(GenerationalProgram):
         self.genomes = self.nsga.ask()
         # NSGA-II names each offspring's parents at ask time; the first parent's policy is inherited.
         parents = np.asarray(self.nsga.asked_parent_ids)
-        requests = []
+        jobs = []
         for index, genome in enumerate(self.genomes):
             inherited = self.result.policies.get(int(parents[index, 0])) if spec.inherit_weights else None
             frames = spec.initial_env_frames if inherited is None else spec.offspring_env_frames
-            seed = individual_seed(self.config.seed, self.generation, index)
-            requests.append(Request("train_and_evaluate", (genome, seed, frames, inherited)))
-        return requests
+            jobs.append([genome, individual_seed(self.config.seed, self.generation, index), frames, inherited])
+        # Batched: one request per worker, whose policies train in lockstep; else one per policy.
+        share = self._workers if self.config.runtime.batched_updates else len(jobs)
+        self.groups = [group for group in (list(range(k, len(jobs), share)) for k in range(share)) if group]
+        return [Request("train_and_evaluate_all", ([jobs[k] for k in group],)) for group in self.groups]
 
     def on_answer(self, index: int, answer: Any) -> None:
         if self.on_individual is not None:
-            failed = isinstance(answer, WorkerFailure)
-            self.on_individual(self.generation, index, None if failed else individual_result(answer))
+            for position, job in enumerate(self.groups[index]):
+                failed = isinstance(answer, WorkerFailure)
+                self.on_individual(self.generation, job, None if failed else individual_result(answer[position]))
 
     def tell(self, answers: list[Any], pool: WorkerPool, wall_time: float) -> GenerationRecord:
         nsga, genomes, generation = self.nsga, self.genomes, self.generation
-        outcomes: list[IndividualResult | None] = []
-        for index, answer in enumerate(answers):
+        outcomes: list[IndividualResult | None] = [None] * len(genomes)
+        for group, answer in zip(self.groups, answers):
             if isinstance(answer, WorkerFailure):
-                log.error("training of genome %s failed: %s", genomes[index], answer.reason)
-                outcomes.append(None)
-            else:
-                outcomes.append(individual_result(answer))
+                log.error("training of genomes %s failed: %s", genomes[group].tolist(), answer.reason)
+                continue
+            for job, fields in zip(group, answer):
+                outcomes[job] = individual_result(fields)
         objective_rows = np.array([np.full(2, np.inf) if o is None else o.objectives for o in outcomes])
         nsga.tell(genomes, objective_rows)
         assert nsga.told_ids is not None and nsga.told_parent_ids is not None and nsga.ids is not None

@@ -19,7 +19,7 @@ from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
 from ..config.evorl import SearchedHyperparameter
 from ..mdp import ExperienceBatch
 from ..runtime.episodes import RecentEpisodes
-from ..runtime.learner import make_learner
+from ..runtime.learner import load_weights, make_learner
 from ..runtime.sampling import make_sampling_side, spaces_of, steps_per_update
 
 OPTIMIZER_PREFIX = "optimizer/"
@@ -63,15 +63,31 @@ class IntervalResult:
 
 class Member:
     def __init__(self, config: PBTConfig, slot: int) -> None:
+        self._build(member_run_config(config, slot), slot, config.stop.return_window, config.stop.target_return)
+
+    @classmethod
+    def of_run(cls, run_config: RunConfig, slot: int, return_window: int = 20) -> Member:
+        """A member that trains as `run_config` says (serial, CPU), without a return target: an
+        EMOGI policy trained in lockstep with the others of its worker."""
+        member = cls.__new__(cls)
+        member._build(run_config, slot, return_window, None)
+        return member
+
+    def _build(self, run_config: RunConfig, slot: int, return_window: int, target_return: float | None) -> None:
         self.slot = slot
-        self.run_config = member_run_config(config, slot)
+        self.run_config = run_config
         self.learner = make_learner(self.run_config, *spaces_of(self.run_config))
         # Its own torch-free copy of the policy, as the serial trainer samples (`runtime.trainer`).
         self.sampling = make_sampling_side(self.run_config, self.run_config.seed)
         self._sync_sampling()
-        self.episodes = RecentEpisodes(config.stop.return_window)
-        self.target_return = config.stop.target_return
+        self.episodes = RecentEpisodes(return_window)
+        self.target_return = target_return
         self.reached = False
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Start from these policy weights (an inherited policy); the optimizer starts fresh."""
+        load_weights(self.learner.model, weights)
+        self._sync_sampling()
 
     @property
     def env_frames(self) -> int:

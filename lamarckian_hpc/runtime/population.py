@@ -1,6 +1,6 @@
 """The one population workflow: the asynchronous EvoRL loop of the Lamarckian paper's Figure 1, for
 every population algorithm (PBT+PPO, EMOGI, NSGA-II, the GA, ES, CMA-ES, game balancing, game
-testing).
+testing, the league).
 
 An algorithm is a `PopulationProgram`: each generation it asks for requests (train these members
 an interval, evaluate these genomes, train these policies from their parents' weights), the
