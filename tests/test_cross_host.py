@@ -173,6 +173,26 @@ def test_nsga2_launched_on_two_hosts_evaluates_on_both(tmp_path):
     assert len(hosts) == 2 and hosts <= {"node1", "node2", "node3", "node4"}, hosts
 
 
+def test_a_league_launched_on_two_hosts_records_every_match(tmp_path):
+    """`launch configs/league_pong.yaml`: the league's learners run as Ray actors of the job's
+    two-node cluster, every match lands in /league, and the run file closes cleanly."""
+    from lamarckian_hpc.league.store import read_league
+
+    separate_hosts(2)
+    launch = Launch(tmp_path, [], ["--nodes", "2", "--cpus-per-node", "2", "--time", "15"],
+                    config=ROOT / "configs" / "league_pong.yaml",
+                    base=["algorithm.generations=3", "env.num_envs=4", "ppo.batch_size=256", "ppo.num_epochs=1",
+                          "model.policy_hidden_sizes=[16]", "algorithm.scripted_evaluation_interval=0"])
+    assert launch.finish(600) == 0, "".join(launch.output)
+    assert "evolve ran on 2 Ray nodes" in "".join(launch.output)
+    with open_run(launch.run_path) as run:
+        assert run.summary().closed_cleanly
+        assert len(run.metric("elo_main_0")) == 3
+    league = read_league(launch.run_path)
+    assert len(league.matches["learner"]) == 3 * 3 and league.names[:3] == ["main_0", "main_exploiter_0",
+                                                                            "league_exploiter_0"]
+
+
 def test_pbt_launched_is_requeued_at_its_time_limit_and_resumes_after_its_last_interval(tmp_path):
     """The same requeue as training's (tests/test_slurm.py): Slurm's time-limit warning, the job
     back in the queue, and the evolve run continued from its file, no interval recorded twice."""
