@@ -75,8 +75,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import (OBJECT_STORE_BYTES, PeakMemory, Progress, cell, check_target, median_of,  # noqa: E402
-                          pin_threads, ratios, run_child)
+from side_by_side import (OBJECT_STORE_BYTES, PeakMemory, Progress, bound_rows, cell, check_target,  # noqa: E402
+                          cost_columns, load_columns, median_of, pin_threads, ratios, run_child, share_of_bound,
+                          table_sides)
 
 pin_threads()
 
@@ -244,7 +245,8 @@ def run_side(args: argparse.Namespace) -> None:
         run_rllib(args, progress, extra)
     peak_pss, peak_rss = memory.stop()
     print(json.dumps({"side": args.side, "setting": args.setting, **progress.summary(), **extra,
-                      "peak_pss_bytes": peak_pss, "peak_rss_bytes": peak_rss}), flush=True)
+                      "peak_pss_bytes": peak_pss, "peak_rss_bytes": peak_rss,
+                      "peak_pss_by_process": memory.peak_breakdown}), flush=True)
 
 
 def run_raw_loop(args: argparse.Namespace) -> None:
@@ -322,10 +324,8 @@ def summarize(runs: list[dict], setting: str) -> dict:
     summary["ratio"] = ratios(summary["ours"], summary["rllib"], FIGURES[:-1])
     raw = median_of([run for run in runs if run["side"] == RAW and "error" not in run], "steps_per_second")
     summary["raw_bound"] = {"sampled_steps_per_second": raw}
-    summary["ours_of_raw_bound"] = {key: summary["ours"][key] / raw if summary["ours"][key] is not None and raw
-                                    else None for key in ("sampled_steps_per_second", "trained_steps_per_second")}
-    summary["rllib_of_raw_bound"] = {key: summary["rllib"][key] / raw if summary["rllib"][key] is not None and raw
-                                     else None for key in ("sampled_steps_per_second", "trained_steps_per_second")}
+    summary["ours_of_raw_bound"] = share_of_bound(summary["ours"], raw)
+    summary["rllib_of_raw_bound"] = share_of_bound(summary["rllib"], raw)
     label, value, shown, met = check_target(summary, "sampled_ratio", TARGET_RATIO, "RLlib")
     summary["target"] = {"label": label, "value": value, "met": None if value is None else met}
     return summary
@@ -336,24 +336,13 @@ def print_table(summaries: list[dict]) -> None:
           "| cores: driver / workers / Ray | peak PSS (GB) | first update (s) | return per agent |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for summary in summaries:
-        for name, figures, is_ratio in (("ours", summary["ours"], False), ("RLlib", summary["rllib"], False),
-                                        ("ours/RLlib", summary["ratio"], True)):
-            memory = figures["peak_pss_bytes"]
-            memory = memory if memory is None or is_ratio else memory / 1e9
-            columns = [cell(figures["sampled_steps_per_second"], ".2f" if is_ratio else ",.0f"),
-                       cell(figures["trained_steps_per_second"], ".2f" if is_ratio else ",.0f"),
-                       cell(figures["cpu_utilization"], ".2f" if is_ratio else ".0%"),
-                       cell(figures["machine_cpu_utilization"], ".2f" if is_ratio else ".0%"),
-                       " / ".join(cell(figures[f"{role}_cores"], ".2f") for role in ("driver", "workers", "other")),
-                       cell(memory, ".2f"), cell(figures["first_update_seconds"], ".2f" if is_ratio else ".1f"),
-                       "" if is_ratio else cell(figures["return_mean"], ".1f")]
+        for name, figures, is_ratio in table_sides(summary, "RLlib"):
+            cores = " / ".join(cell(figures[f"{role}_cores"], ".2f") for role in ("driver", "workers", "other"))
+            columns = load_columns(figures, is_ratio) + [cores] + cost_columns(figures, is_ratio) + [
+                "" if is_ratio else cell(figures["return_mean"], ".1f")]
             print(f"| {summary['setting']} | {name} | " + " | ".join(columns) + " |")
-        raw = summary["raw_bound"]["sampled_steps_per_second"]
-        print(f"| {summary['setting']} | raw bound (no learning) | {cell(raw, ',.0f')} | | | | | | | |")
-        for name, key in (("ours", "ours_of_raw_bound"), ("RLlib", "rllib_of_raw_bound")):
-            share = summary[key]
-            print(f"| {summary['setting']} | {name}/raw bound | {cell(share['sampled_steps_per_second'], '.2f')} "
-                  f"| {cell(share['trained_steps_per_second'], '.2f')} | | | | | | |")
+        print("\n".join(bound_rows(summary["setting"], summary["raw_bound"]["sampled_steps_per_second"],
+                                   {"ours": summary["ours_of_raw_bound"], "RLlib": summary["rllib_of_raw_bound"]}, 8)))
     print()
     for summary in summaries:
         target = summary["target"]

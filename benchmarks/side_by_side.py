@@ -52,7 +52,8 @@ def machine_busy_seconds() -> tuple[float, float]:
 
 
 class PeakMemory:
-    """A thread that samples the sums of PSS and of RSS over this process and its descendants."""
+    """A thread that samples the sums of PSS and of RSS over this process and its descendants, and
+    at the peak, the PSS of each kind of process (`peak_breakdown`: what to take memory back from)."""
 
     def __init__(self, interval_seconds: float = 0.25) -> None:
         import psutil
@@ -62,20 +63,35 @@ class PeakMemory:
         self.root = psutil.Process()
         self.peak_bytes = 0  # PSS
         self.peak_rss_bytes = 0
+        self.peak_breakdown: dict[str, int] = {}
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
         self.thread.start()
 
+    @staticmethod
+    def _kind(process) -> str:
+        """The process's name; for a Python process, the script or module it runs (Ray's agents)."""
+        name = process.name()
+        if not name.startswith("python"):
+            return name
+        script = next((part for part in process.cmdline()[1:] if not part.startswith("-")), "")
+        return script.rsplit("/", 2)[-2] + "/" + script.rsplit("/", 1)[-1] if "/" in script else script or name
+
     def _run(self) -> None:
         while not self.stop_event.wait(self.interval_seconds):
             pss = rss = 0
+            kinds: dict[str, int] = {}
             for process in [self.root, *self.root.children(recursive=True)]:
                 try:
                     memory = process.memory_full_info()
+                    kind = "this process" if process == self.root else self._kind(process)
                 except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
                     continue
                 pss, rss = pss + memory.pss, rss + memory.rss
-            self.peak_bytes, self.peak_rss_bytes = max(self.peak_bytes, pss), max(self.peak_rss_bytes, rss)
+                kinds[kind] = kinds.get(kind, 0) + memory.pss
+            if pss > self.peak_bytes:
+                self.peak_bytes, self.peak_breakdown = pss, kinds
+            self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
 
     def stop(self) -> tuple[int, int]:
         """(peak PSS, peak RSS) sums, in bytes."""
@@ -215,6 +231,45 @@ def ratios(ours: dict, peer: dict, keys: tuple[str, ...]) -> dict:
 
 def cell(value: float | None, form: str) -> str:
     return "–" if value is None else format(value, form)
+
+
+THROUGHPUT = ("sampled_steps_per_second", "trained_steps_per_second")
+
+
+def share_of_bound(figures: dict, bound: float | None) -> dict:
+    """A side's env steps/s sampled and trained as fractions of the raw bound (None without one)."""
+    return {key: figures[key] / bound if figures[key] is not None and bound else None for key in THROUGHPUT}
+
+
+def table_sides(summary: dict, peer: str) -> tuple[tuple[str, dict, bool], ...]:
+    """The three rows of a comparison: (label, figures, is_ratio) for ours, the peer's and ours / peer."""
+    return (("ours", summary["ours"], False), (peer, summary["rllib"], False),
+            (f"ours/{peer}", summary["ratio"], True))
+
+
+def load_columns(figures: dict, is_ratio: bool) -> list[str]:
+    """Env steps/s sampled and trained, CPU utilization of the process tree and of the machine."""
+    return [cell(figures["sampled_steps_per_second"], ".2f" if is_ratio else ",.0f"),
+            cell(figures["trained_steps_per_second"], ".2f" if is_ratio else ",.0f"),
+            cell(figures["cpu_utilization"], ".2f" if is_ratio else ".0%"),
+            cell(figures["machine_cpu_utilization"], ".2f" if is_ratio else ".0%")]
+
+
+def cost_columns(figures: dict, is_ratio: bool) -> list[str]:
+    """Peak PSS (GB, or the ratio) and the time to the first update."""
+    memory = figures["peak_pss_bytes"]
+    memory = memory if memory is None or is_ratio else memory / 1e9
+    return [cell(memory, ".2f"), cell(figures["first_update_seconds"], ".2f" if is_ratio else ".1f")]
+
+
+def bound_rows(label: str, raw: float | None, shares: dict[str, dict], columns: int) -> list[str]:
+    """The raw bound's row and each side's share of it, in a table of `columns` figure columns."""
+    blank = " |" * (columns - 1)
+    rows = [f"| {label} | raw bound (no learning) | {cell(raw, ',.0f')} |{blank}"]
+    for side, share in shares.items():
+        rows.append(f"| {label} | {side}/raw bound | {cell(share['sampled_steps_per_second'], '.2f')} | "
+                    f"{cell(share['trained_steps_per_second'], '.2f')} |" + " |" * (columns - 2))
+    return rows
 
 
 def target_cell(figures: dict, is_ratio: bool) -> str:

@@ -71,8 +71,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import (CHILD_START_SLACK_SECONDS, OBJECT_STORE_BYTES, SINGLE_THREAD, PeakMemory,  # noqa: E402
-                          Progress, cell, check_target, median_of, pin_threads, ratios, run_child, score_at,
-                          target_cell)
+                          Progress, bound_rows, cell, check_target, cost_columns, load_columns, median_of,
+                          pin_threads, ratios, run_child, score_at, share_of_bound, table_sides, target_cell)
 
 pin_threads()
 
@@ -266,7 +266,7 @@ def run_side(side: str, s: dict) -> None:
     (run_ours if side == "ours" else run_rllib)(s, progress)
     peak_pss, peak_rss = memory.stop()
     record = {"side": side, "env": s["name"], **progress.summary(), "peak_pss_bytes": peak_pss,
-              "peak_rss_bytes": peak_rss}
+              "peak_rss_bytes": peak_rss, "peak_pss_by_process": memory.peak_breakdown}
     print(json.dumps(record), flush=True)
 
 
@@ -332,8 +332,7 @@ def summarize(runs: list[dict], name: str, s: dict) -> dict:
         raw = median_of([run for run in runs if run["env"] == name and run["side"] == RAW and "error" not in run],
                         "steps_per_second")
         summary["raw_bound"] = {"sampled_steps_per_second": raw}
-        summary["ours_of_raw_bound"] = {key: ours[key] / raw if ours[key] is not None and raw else None
-                                        for key in ("sampled_steps_per_second", "trained_steps_per_second")}
+        summary["ours_of_raw_bound"] = share_of_bound(ours, raw)
     if ours["target_seconds"] is not None and rllib["target_reached"] is not None and rllib["target_seconds"] is None:
         # RLlib's time to the target lies beyond the budget, so the ratio is below this bound.
         summary["ratio"]["target_seconds_below"] = ours["target_seconds"] / s["max_seconds"]
@@ -345,22 +344,13 @@ def print_table(summaries: list[dict]) -> None:
           "| peak PSS (GB) | first update (s) | time to target (s, env steps) | score rate |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for summary in summaries:
-        for name, figures, is_ratio in (("ours", summary["ours"], False), ("rllib", summary["rllib"], False),
-                                        ("ours/RLlib", summary["ratio"], True)):
-            memory = figures["peak_pss_bytes"]
-            memory = memory if memory is None or is_ratio else memory / 1e9
-            columns = [cell(figures["sampled_steps_per_second"], ".2f" if is_ratio else ",.0f"),
-                       cell(figures["trained_steps_per_second"], ".2f" if is_ratio else ",.0f"),
-                       cell(figures["cpu_utilization"], ".2f" if is_ratio else ".0%"),
-                       cell(figures["machine_cpu_utilization"], ".2f" if is_ratio else ".0%"),
-                       cell(memory, ".2f"), cell(figures["first_update_seconds"], ".2f" if is_ratio else ".1f"),
-                       target_cell(figures, is_ratio), cell(figures["score_rate"], ".2f")]
+        for name, figures, is_ratio in table_sides(summary, "RLlib"):
+            columns = load_columns(figures, is_ratio) + cost_columns(figures, is_ratio) + [
+                target_cell(figures, is_ratio), cell(figures["score_rate"], ".2f")]
             print(f"| {summary['env']} | {name} | " + " | ".join(columns) + " |")
         if "raw_bound" in summary:
-            raw, share = summary["raw_bound"]["sampled_steps_per_second"], summary["ours_of_raw_bound"]
-            print(f"| {summary['env']} | raw bound (no learning) | {cell(raw, ',.0f')} | | | | | | | |")
-            print(f"| {summary['env']} | ours/raw bound | {cell(share['sampled_steps_per_second'], '.2f')} | "
-                  f"{cell(share['trained_steps_per_second'], '.2f')} | | | | | | |")
+            print("\n".join(bound_rows(summary["env"], summary["raw_bound"]["sampled_steps_per_second"],
+                                       {"ours": summary["ours_of_raw_bound"]}, 8)))
         for side in SIDES:
             for key in ("score_rate_at_seconds", "score_rate_at_frames"):
                 if key in summary[side]:
