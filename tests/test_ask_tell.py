@@ -12,6 +12,7 @@ import pytest
 
 from lamarckian_hpc.ec import GA, NSGA2, OpenAIES, make_crossover, make_mutation, sphere, zdt
 from lamarckian_hpc.ec.ask_tell import AskTell
+from ask_tell_lockstep import assert_lockstep
 from plain_state import through_msgpack
 
 
@@ -88,14 +89,7 @@ def test_a_loaded_state_continues_exactly(name):
     loaded.load_state_dict(state)
     np.testing.assert_array_equal(loaded.genomes, original.genomes)
     np.testing.assert_array_equal(loaded.ids, original.ids)
-    for _ in range(4):
-        expected, continued = original.ask(), loaded.ask()
-        np.testing.assert_array_equal(continued, expected)
-        objectives = problem.evaluate(expected)
-        original.tell(expected, objectives)
-        loaded.tell(continued, objectives)
-        np.testing.assert_array_equal(loaded.told_ids, original.told_ids)
-        np.testing.assert_array_equal(loaded.told_parent_ids, original.told_parent_ids)
+    assert_lockstep(original, loaded, problem, generations=4)
     assert loaded.counter.next_id == original.counter.next_id
 
 

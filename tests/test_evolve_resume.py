@@ -4,6 +4,7 @@ run that was never interrupted (same seed), with every generation once."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,7 +96,9 @@ def test_every_evolve_algorithm_resumes_to_the_history_of_a_straight_run(tmp_pat
     _evolve(tmp_path, *common, "algorithm.generations=6", "storage.run_name=straight")
     _evolve(tmp_path, *common, "algorithm.generations=3", "storage.run_name=resumed")
     resumed = _evolve(tmp_path, "--resume", str(tmp_path / "runs" / "resumed.h5"), "algorithm.generations=6")
-    assert "resumed after generation" in resumed.stdout
+    # Generations count from 0, as in the run file: the last one saved before the stop is 2.
+    assert re.search(r"resumed after generation\W+2\b", resumed.stdout), resumed.stdout
+    assert "after generation 2" in resumed.stderr, resumed.stderr
     straight, history = _history(tmp_path / "runs" / "straight.h5"), _history(tmp_path / "runs" / "resumed.h5")
     for column in ("generation", "id", "parent_ids", "genome", "objectives"):
         np.testing.assert_array_equal(history[column], straight[column], err_msg=column)

@@ -16,6 +16,7 @@ from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.config.evolve import EvolveConfig
 from lamarckian_hpc.ec import OpenAIES
 from lamarckian_hpc.runtime.evolve_components import make_algorithm, make_problem
+from ask_tell_lockstep import assert_lockstep
 from plain_state import through_msgpack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,13 +88,7 @@ def test_a_state_from_make_algorithm_continues_exactly(name):
     problem = make_problem(config)
     loaded = make_algorithm(config, problem)
     loaded.load_state_dict(through_msgpack(original.state_dict()))
-    for _ in range(6):
-        expected, continued = original.ask(), loaded.ask()
-        np.testing.assert_array_equal(continued, expected)
-        objectives = problem.evaluate(expected)
-        original.tell(expected, objectives)
-        loaded.tell(continued, objectives)
-        np.testing.assert_array_equal(loaded.told_ids, original.told_ids)
+    assert_lockstep(original, loaded, problem, generations=6)
     np.testing.assert_array_equal(loaded.population.genomes, original.population.genomes)
 
 

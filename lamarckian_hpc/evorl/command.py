@@ -21,11 +21,11 @@ def pbt_command(config: PBTConfig, path: Path, config_file: str | None, resume: 
     program = PBTProgram(config, lambda report: console.print(progress_line(report, names), highlight=False,
                                                               soft_wrap=True))
     started_at = time.time()
-    wall_time = population_command(program, config, path, config_file, resume, population_shape(config),
-                                   unit="interval", cannot_resume=lambda state: mismatch(config, state))
-    if isinstance(wall_time, int):
-        return wall_time
-    result = program.result(wall_time, started_at)
+    run = population_command(program, config, path, config_file, resume, population_shape(config),
+                             unit="interval", cannot_resume=lambda state: mismatch(config, state))
+    if isinstance(run, int):
+        return run
+    result = program.result(run.wall_seconds, started_at)
     table = Table(title="result", show_header=False)
     table.add_row("population", str(config.algorithm.population_size))
     table.add_row("intervals", str(result.intervals))

@@ -55,10 +55,10 @@ def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resu
     """Run EMOGI into `path`; with `resume`, continue that run after its last saved generation."""
     console = Console(stderr=True)
     program = EMOGIProgram(config, _individual_line(config, console))
-    wall_time = population_command(program, config, path, config_file, resume, population_shape(),
-                                   cannot_resume=program.mismatch)
-    if isinstance(wall_time, int):
-        return wall_time
+    run = population_command(program, config, path, config_file, resume, population_shape(),
+                             cannot_resume=program.mismatch)
+    if isinstance(run, int):
+        return run
     result = program.result
     write_results(path, result)
     Console().print(front_table(result))

@@ -18,15 +18,15 @@ from .league_ppo import LeagueProgram
 def league_command(config: LeagueRunConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
     """Run the league into `path`; with `resume`, continue that run after its last saved generation."""
     program = LeagueProgram(config)
-    wall_time = population_command(program, config, path, config_file, resume, None, cannot_resume=program.mismatch,
-                                   writer_class=LeagueRunWriter,
-                                   writer_options={"league_capacity": config.league.capacity})
-    if isinstance(wall_time, int):
-        return wall_time
+    run = population_command(program, config, path, config_file, resume, None, cannot_resume=program.mismatch,
+                             writer_class=LeagueRunWriter,
+                             writer_options={"league_capacity": config.league.capacity})
+    if isinstance(run, int):
+        return run
     league = program.league
     table = Table("learner", "Elo", "win rate vs its targets", "updates since snapshot",
-                  title=f"league after {program.generation} generations ({wall_time:.0f} s, {len(league.members)} "
-                        f"members, {len(league.snapshots)} snapshots)")
+                  title=f"league after {program.generation} generations ({run.wall_seconds:.0f} s, "
+                        f"{len(league.members)} members, {len(league.snapshots)} snapshots)")
     last = program.last_metrics
     for index, name in enumerate(program.names):
         rate = last.get(f"win_rate_vs_targets_{name}")

@@ -38,12 +38,12 @@ def game_testing_command(config: GameTestingConfig, path: Path, config_file: str
         return 2
     spec = config.algorithm
     program = GameTestingProgram(config, data)
-    wall_time = population_command(program, config, path, config_file, resume, (data.testing.max_decisions, 2))
-    if isinstance(wall_time, int):
-        return wall_time
+    run = population_command(program, config, path, config_file, resume, (data.testing.max_decisions, 2))
+    if isinstance(run, int):
+        return run
     console = Console(stderr=True)
     found = program.result()
-    search_seconds = wall_time
+    search_seconds = run.wall_seconds
     baseline = random_play(data, spec.episodes, config.seed) if spec.compare_random else None
     reports = [{**report.to_json_dict(), "replays": replay(data, report).symptom == report.symptom}
                for report in found.bugs.values()]

@@ -25,28 +25,19 @@ def evolution_command(config: EvolveConfig, path: Path, config_file: str | None,
     problem = program.problem
     shape = (problem.describe().genome_length, program.num_objectives)
     names = getattr(problem, "genome_names", None)
-    resumed_after = None
-    if resume:
-        from .checkpoint import checkpoint_path, load_run_state
-
-        try:
-            resumed_after = int(load_run_state(checkpoint_path(path), program.kind)["generation"])
-        except ValueError:
-            pass  # population_command says why in one line
-    wall_time = population_command(program, config, path, config_file, resume,
-                                   (*shape, tuple(names())) if names is not None else shape,
-                                   cannot_resume=program.mismatch)
-    if isinstance(wall_time, int):
-        return wall_time
+    run = population_command(program, config, path, config_file, resume,
+                             (*shape, tuple(names())) if names is not None else shape, cannot_resume=program.mismatch)
+    if isinstance(run, int):
+        return run
     table = Table(title="result", show_header=False)
     table.add_row("problem", problem.describe().name)
     table.add_row("algorithm", config.algorithm.name)
     table.add_row("generations", str(config.algorithm.generations))
-    if resumed_after is not None:
-        table.add_row("resumed after generation", str(resumed_after))
+    if run.resumed_after is not None:
+        table.add_row("resumed after generation", str(run.resumed_after))
     for label, value in program.summary():
         table.add_row(label, value)
-    table.add_row("wall time", f"{wall_time:.1f} s")
+    table.add_row("wall time", f"{run.wall_seconds:.1f} s")
     Console().print(table)
     if config.problem.name == "balance":  # the lineups the game's designers should weaken
         from ..games.report import print_summary, summarize

@@ -7,6 +7,7 @@ that `evolve --resume` picks up."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -54,12 +55,21 @@ def run_closing(writer: RunWriter, path: Path, body: Callable[[], T], interrupte
     return result
 
 
+@dataclass(frozen=True)
+class PopulationRun:
+    """A finished population command: its wall time, and after which generation (0-based, as the
+    run file counts them) it resumed, None for a fresh run."""
+
+    wall_seconds: float
+    resumed_after: int | None = None
+
+
 def population_command(program: PopulationProgram, config: Any, path: Path, config_file: str | None, resume: bool,
                        population_shape: tuple | None, unit: str = "generation",
                        cannot_resume: Callable[[dict[str, Any]], str | None] = lambda state: None,
                        report: Callable[[str], None] | None = None, writer_class: type[RunWriter] = RunWriter,
-                       writer_options: dict[str, Any] | None = None) -> float | int:
-    """Run `program` into `path` (with `resume`, continue that run); the run's wall time in seconds,
+                       writer_options: dict[str, Any] | None = None) -> PopulationRun | int:
+    """Run `program` into `path` (with `resume`, continue that run); the finished run,
     or the exit code of a run that could not start (2) or did not finish (1, 130).
 
     `cannot_resume(state)` says why a saved run does not fit `config` (another population size,
@@ -98,7 +108,8 @@ def population_command(program: PopulationProgram, config: Any, path: Path, conf
         print(f"error: {error}", file=sys.stderr)
         return 1
     checkpointing = Checkpointing(checkpoint_path(path), config.storage.checkpoint_interval_seconds, reserve)
-    return run_closing(writer, path, lambda: run_population(
+    resumed_after = None if state is None else done - 1
+    return run_closing(writer, path, lambda: PopulationRun(run_population(
         program, PopulationRuntime.of(config.runtime),
         writer, checkpointing, state, report or (lambda line: console.print(line, highlight=False, soft_wrap=True))),
-        interrupted_after=unit)
+        resumed_after), interrupted_after=unit)
