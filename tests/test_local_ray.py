@@ -70,3 +70,41 @@ def test_a_ray_started_while_torch_imports_belongs_to_the_trainer_that_takes_it_
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"torch_before": False, "torch_after": True, "up": True, "first_owns": True,
                       "second_owns": False, "still_up": True, "unclaimed_gone": True, "left": []}
+
+
+#: Starts the run's Ray, places two sampling actors as a run does, and reports the worker
+#: processes the raylet started (from its log) and what the actors' processes see.
+WORKERS = textwrap.dedent("""
+    import json, os, ray
+    from lamarckian_hpc.runtime.ray_setup import ensure_ray, shutdown_ray, worker_runtime_env
+
+    assert ensure_ray(None, 2)
+
+    @ray.remote(num_cpus=1)
+    class Sampler:
+        def facts(self):
+            return os.getpid(), os.environ.get("OMP_NUM_THREADS"), os.environ.get("OPENBLAS_NUM_THREADS")
+
+    samplers = [Sampler.options(runtime_env=worker_runtime_env()).remote() for _ in range(2)]
+    facts = ray.get([sampler.facts.remote() for sampler in samplers])
+    log = os.path.join(ray._private.worker._global_node.get_logs_dir_path(), "raylet.out")
+    with open(log) as lines:
+        started = [int(line.split("with pid")[1].split()[0]) for line in lines if "Started worker process" in line]
+    shutdown_ray()
+    print(json.dumps({"facts": facts, "started": started, "runtime_env": worker_runtime_env()}))
+""")
+
+
+def test_actors_on_the_runs_own_ray_take_the_workers_ray_started_ahead_with_one_thread_each() -> None:
+    """No second pair of worker processes starts for the actors (a runtime env of their own would
+    start one, while the learner starts), and each worker runs one BLAS/OpenMP thread."""
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith("RAY_") and not key.endswith("_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", WORKERS], capture_output=True, text=True, timeout=180,
+                          env=environment, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(pid for pid, _, _ in report["facts"]) == sorted(report["started"]), report
+    assert all(threads == ["1", "1"] for _, *threads in report["facts"]), report
+    assert report["runtime_env"] == {"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                                  "OPENBLAS_NUM_THREADS": "1"}}  # after shutdown: a joined cluster's

@@ -19,13 +19,9 @@ import ray
 from ..comm.relay import Relay, RelaySpec
 from ..config import RunConfig
 from .actor import ActorLoop
-from .ray_setup import ensure_ray
+from .ray_setup import ensure_ray, worker_runtime_env
 
 log = logging.getLogger(__name__)
-
-#: Sampling processes use one thread each: on a shared node, more only fight over cores.
-SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-
 
 class ActorProcess:
     def __init__(self, config_tree: dict[str, Any], actor_index: int, num_actors: int, weights_address: str,
@@ -88,7 +84,7 @@ class RelayProcess:
 def start_relay(spec: RelaySpec, scheduling: Any = None) -> Any:
     """A relay actor; it takes no CPU slot (it mostly waits), pinned to its node when given one."""
     options: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": 0,
-                               "runtime_env": {"env_vars": SINGLE_THREAD_ENV}}
+                               "runtime_env": worker_runtime_env()}
     if scheduling is not None:
         options["scheduling_strategy"] = scheduling
     return ray.remote(RelayProcess).options(**options).remote(spec.to_dict())
@@ -102,7 +98,7 @@ def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequ
         "num_cpus": min(1.0, ray.cluster_resources().get("CPU", 1.0) / num_actors),  # oversubscribe if asked to
         "max_restarts": -1,
         "max_task_retries": 0,
-        "runtime_env": {"env_vars": SINGLE_THREAD_ENV},
+        "runtime_env": worker_runtime_env(),
     }
     tree = config.to_json_dict()
     addresses = [weights_address] * num_actors if isinstance(weights_address, str) else list(weights_address)

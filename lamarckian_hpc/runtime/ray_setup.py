@@ -34,6 +34,9 @@ from typing import Any, Sequence
 #: The object store of a local Ray: weights and small results only, so a small store is plenty
 #: and leaves the machine's memory to the actors.
 LOCAL_OBJECT_STORE_BYTES = 100 * 1024 * 1024
+#: Ray's workers on a node sample, evaluate or train one thing each: one BLAS/OpenMP thread
+#: apiece, since more only fight over the node's cores.
+SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 #: Ray puts Unix sockets under its temp dir, at about 75 characters below it, and a socket path
 #: may not exceed 107 bytes: a longer TMPDIR falls back to /tmp.
 MAX_TEMP_ROOT_CHARS = 28
@@ -78,6 +81,15 @@ def ensure_ray(address: str | None, num_cpus: int) -> bool:
     _start_lean_head(num_cpus)
     ray.init(address=_local_node.address, **common)
     return True
+
+
+def worker_runtime_env() -> dict[str, Any]:
+    """The runtime env a run's Ray actors ask for. On the run's own Ray none: its raylet gives every
+    worker SINGLE_THREAD_ENV already, so the actors take the workers Ray starts ahead when the
+    driver connects (with a runtime env of their own they could not, and those workers would
+    start for nothing, about a second of CPU each while the learner starts). On a joined cluster,
+    whose workers have that cluster's environment, the env vars."""
+    return {} if _local_node is not None else {"env_vars": SINGLE_THREAD_ENV}
 
 
 def ray_cpus(num_actors: int | None) -> int:
@@ -130,7 +142,8 @@ def _start_lean_head(num_cpus: int) -> None:
             """Not started: see the module's docstring."""
 
     params = RayParams(num_cpus=num_cpus, num_gpus=None, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                       temp_dir=_local_temp_dir, include_dashboard=False, no_monitor=True, include_log_monitor=False)
+                       temp_dir=_local_temp_dir, include_dashboard=False, no_monitor=True, include_log_monitor=False,
+                       env_vars=SINGLE_THREAD_ENV)  # the raylet's, so every worker's (`worker_runtime_env`)
     _local_node = HeadWithoutApiServer(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
 
 
