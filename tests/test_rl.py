@@ -154,6 +154,26 @@ def test_cnn_model_accepts_stacked_frames():
     assert model.value(images).shape == (3,)
 
 
+@pytest.mark.parametrize("layers, convolutions, feature_size", [
+    ("table3", [(32, 4, 2), (64, 4, 2), (64, 4, 2), (64, 4, 2)], 256),
+    ("nature", [(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),
+])
+def test_cnn_layers_pick_the_papers_stack_or_dqns(layers, convolutions, feature_size):
+    space = gym.spaces.Box(0, 255, shape=(4, 84, 84), dtype=np.uint8)
+    model = ActorCritic(space, gym.spaces.Discrete(6), ModelConfig(kind="cnn", cnn_layers=layers, critic_hidden_sizes=()))
+    found = [(m.out_channels, m.kernel_size[0], m.stride[0]) for m in model.trunk.modules()
+             if isinstance(m, torch.nn.Conv2d)]
+    assert found == convolutions and model.trunk.output_size == feature_size
+    images = torch.randint(0, 256, (2, 4, 84, 84)).float()
+    assert model.act(images)[0].shape == (2,) and model.value(images).shape == (2,)
+
+
+def test_an_unknown_cnn_stack_names_the_field_and_the_choices():
+    with pytest.raises(ValueError, match="cnn_layers") as error:
+        ModelConfig(kind="cnn", cnn_layers="resnet")
+    assert "table3" in str(error.value) and "nature" in str(error.value)
+
+
 def test_vtrace_on_policy_without_clipping_gives_discounted_returns():
     from lamarckian_hpc.rl.vtrace import vtrace
 

@@ -175,8 +175,8 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "pbt_vs_tune_pong": pbt_vs_tune_frame,
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
-    "learner_device": lambda data: pd.DataFrame(data["rows"])[["device", "device_name", "threads", "batch",
-                                                               "update_seconds", "samples_per_second"]],
+    "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
+        columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),
     "trajectory_cost": lambda data: pd.DataFrame(data["results"]),
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),

@@ -28,6 +28,9 @@ class EnvConfig(Section):
 
 class ModelConfig(Section):
     kind: Literal["mlp", "cnn"] = Field("mlp", description="mlp for vector observations, cnn for images.")
+    cnn_layers: Literal["table3", "nature"] = Field(
+        "table3", description="The CNN's layers: table3 is the paper's (ConvK4S2) x 4 then FC(256); nature is "
+        "DQN's ConvK8S4, ConvK4S2, ConvK3S1, FC(512), about a third of the arithmetic per frame.")
     policy_hidden_sizes: tuple[int, ...] = Field(
         (256, 128), min_length=1, description="Policy layers; the critic is built on top of them."
     )

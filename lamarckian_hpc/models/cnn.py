@@ -1,5 +1,13 @@
-"""Convolutional encoder for image observations: (ConvK4S2) x 4 then FC(256), as in the paper's
-Table III for image Pong. Images come as [batch, H, W, C] or [batch, C, H, W] in 0..255."""
+"""Convolutional encoders for image observations. Images come as [batch, H, W, C] or
+[batch, C, H, W] in 0..255.
+
+Two layer stacks, by `model.cnn_layers`:
+- `table3`, the paper's Table III for image Pong: (ConvK4S2) x 4 then FC(256). About 27M
+  multiply-adds per 84x84 observation, most of them in the second layer (21x21x64 outputs).
+- `nature`, the DQN network of Mnih et al. (2015) that PPO's Atari results use: ConvK8S4(32),
+  ConvK4S2(64), ConvK3S1(64), FC(512). About 9M multiply-adds per observation, so a CPU learner
+  updates on about three times as many frames per second (`benchmarks/learner_device.py`).
+"""
 
 from __future__ import annotations
 
@@ -8,22 +16,32 @@ from torch import nn
 
 from .layers import ACTIVATIONS, layer_init
 
+#: (out_channels, kernel, stride, padding) per convolution, and the feature size, per stack.
+CNN_LAYERS: dict[str, tuple[tuple[tuple[int, int, int, int], ...], int]] = {
+    "table3": (((32, 4, 2, 1), (64, 4, 2, 1), (64, 4, 2, 1), (64, 4, 2, 1)), 256),
+    "nature": (((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0)), 512),
+}
+
 
 class ConvEncoder(nn.Module):
     def __init__(self, observation_shape: tuple[int, ...], activation: str = "leaky_relu",
-                 channels: tuple[int, ...] = (32, 64, 64, 64), feature_size: int = 256) -> None:
+                 layers: str = "table3") -> None:
         super().__init__()
         if len(observation_shape) != 3:
             raise ValueError(f"a CNN needs image observations of 3 dims, got shape {observation_shape}")
+        if layers not in CNN_LAYERS:
+            raise ValueError(f"model.cnn_layers: {layers!r} is not one of {sorted(CNN_LAYERS)}")
+        convolutions, feature_size = CNN_LAYERS[layers]
         # Channels-last when the last dim is the small one (gymnasium images are H, W, C).
         self.channels_last = observation_shape[-1] < observation_shape[0]
         in_channels = observation_shape[-1] if self.channels_last else observation_shape[0]
-        layers: list[nn.Module] = []
-        for out_channels in channels:
-            layers += [layer_init(nn.Conv2d(in_channels, out_channels, kernel_size=4, stride=2, padding=1)),
-                       ACTIVATIONS[activation]()]
+        modules: list[nn.Module] = []
+        for out_channels, kernel, stride, padding in convolutions:
+            modules += [layer_init(nn.Conv2d(in_channels, out_channels, kernel_size=kernel, stride=stride,
+                                             padding=padding)),
+                        ACTIVATIONS[activation]()]
             in_channels = out_channels
-        self.convolutions = nn.Sequential(*layers, nn.Flatten())
+        self.convolutions = nn.Sequential(*modules, nn.Flatten())
         with torch.no_grad():
             flat = self.convolutions(torch.zeros(1, *self._to_channels_first_shape(observation_shape))).shape[1]
         self.head = nn.Sequential(layer_init(nn.Linear(flat, feature_size)), ACTIVATIONS[activation]())
