@@ -309,7 +309,8 @@ def test_reproduce_lists_one_array_task_per_experiment() -> None:
         assert any("lamarckian-hpc train" in line for line in lines) and any("evolve" in line for line in lines)
         assert not [line for line in lines if "copied" in line or "not run" in line], listing.stdout
         assert all(line.split(": ", 1)[1].startswith(("lamarckian-hpc ", "python ")) for line in lines), listing.stdout
-        for name in ("vs_rllib", "pbt_vs_tune", "broadcast", "staleness", "scale_model"):
+        for name in ("vs_rllib", "vs_rllib_pong_image", "vs_rllib_football", "pbt_vs_tune", "broadcast", "staleness",
+                     "scale_model"):
             assert any(f" {name}: python benchmarks/" in line and "{out}/" in line for line in lines), name
     bad = subprocess.run([*REPRODUCE, "--task-index", str(count)], capture_output=True, text=True)
     assert bad.returncode == 2 and "--task-index must be in" in bad.stderr
@@ -341,3 +342,21 @@ def test_reproduce_table_has_the_papers_values_and_says_when_rllib_is_missing(tm
         row = dict(zip(columns, rows[name]))
         assert row["how"].startswith("not run: needs RLlib") and "benchmarks/vs_rllib.py" in row["how"], row
         assert paper in row["paper"] and row["paper's reported value"] not in ("", "-")
+
+
+def test_reproduce_says_which_module_an_experiment_lacks(tmp_path: Path, monkeypatch) -> None:
+    """The image-Pong and Football comparisons need their environment's extra besides RLlib; an
+    interpreter without it gets a row that names the module, and nothing runs."""
+    import dataclasses
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import reproduce
+    from reproduce_experiments import EXPERIMENTS
+
+    needs = {experiment.name: experiment.needs for experiment in EXPERIMENTS}
+    assert needs["vs_rllib_pong_image"] == ("ale_py", "cv2") and needs["vs_rllib_football"] == ("gfootball",)
+    football = next(experiment for experiment in EXPERIMENTS if experiment.name == "vs_rllib_football")
+    lacking = dataclasses.replace(football, peer=False, needs=("json", "lamarckian_hpc_no_such_extra"))
+    row = reproduce.run_experiment(lacking, "small", tmp_path, timeout_seconds=60)
+    assert row["how"].startswith("not run: needs lamarckian_hpc_no_such_extra (") and "ModuleNotFoundError" in row["how"]
+    assert row["measured"] == "-" and not (tmp_path / "logs").exists()
