@@ -6,15 +6,40 @@ process starts, with one line that names the field and what it accepts (``Config
 here imports torch, gymnasium or the runtime: loading a config must be cheap and side-effect free.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .base import ConfigError, RootSection, Section, StorageConfig, TrajectoriesConfig
-from .evolve import EVOLVE_ALGORITHMS, EvolveConfig, EvolveRuntimeConfig, GAConfig, NSGA2Config, ProblemConfig
-from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig
-from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
 from .launch import LaunchConfig, slurm_time_minutes
 from .loading import apply_overrides, build_config, load_config, parse_override
 from .multiagent import LeagueConfig, MultiAgentConfig
 from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
                     PPOConfig, RunConfig, RuntimeConfig, StopConfig)
+
+if TYPE_CHECKING:
+    from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig
+    from .evolve import EVOLVE_ALGORITHMS, EvolveConfig, EvolveRuntimeConfig, GAConfig, NSGA2Config, ProblemConfig
+    from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
+
+#: The population configs, imported when first named: an actor process or a training run, which
+#: never needs them, would otherwise spend about 0.1 s building their pydantic models.
+_POPULATION_MODULES = {
+    **dict.fromkeys(("EVOLVE_ALGORITHMS", "EvolveConfig", "EvolveRuntimeConfig", "GAConfig", "NSGA2Config",
+                     "ProblemConfig"), "evolve"),
+    **dict.fromkeys(("EMOGIAlgorithmConfig", "EMOGIConfig", "EMOGIRuntimeConfig"), "emogi"),
+    **dict.fromkeys(("HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig", "PBTRuntimeConfig", "PBTStopConfig"),
+                    "evorl"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _POPULATION_MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_POPULATION_MODULES[name]}", __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["ALGORITHMS", "apply_overrides", "A3CConfig", "AlgorithmConfig", "ConfigError", "DQNConfig", "EnvConfig", "EvolveConfig",
            "EvolveRuntimeConfig", "EVOLVE_ALGORITHMS", "GAConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
