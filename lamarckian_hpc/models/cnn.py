@@ -16,6 +16,10 @@ from torch import nn
 
 from .layers import ACTIVATIONS, layer_init
 
+#: Rows per pass through the convolutions on a CPU. A pass over thousands of frames at once (the
+#: critic's pass over a whole batch) runs out of cache: measured here with DQN's stack on one
+#: thread, 2,112 frames at once cost 596 us a frame, 128 at a time 270 us. A GPU takes them whole.
+CPU_CHUNK_ROWS = 128
 #: (out_channels, kernel, stride, padding) per convolution, and the feature size, per stack.
 CNN_LAYERS: dict[str, tuple[tuple[tuple[int, int, int, int], ...], int]] = {
     "table3": (((32, 4, 2, 1), (64, 4, 2, 1), (64, 4, 2, 1), (64, 4, 2, 1)), 256),
@@ -53,4 +57,11 @@ class ConvEncoder(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.channels_last:
             images = images.permute(0, 3, 1, 2)
-        return self.head(self.convolutions(images / 255.0))
+        if images.device.type == "cpu" and len(images) > CPU_CHUNK_ROWS:
+            return torch.cat([self._encode(chunk) for chunk in images.split(CPU_CHUNK_ROWS)])
+        return self._encode(images)
+
+    def _encode(self, images: torch.Tensor) -> torch.Tensor:
+        # A product, not a division (a third of the time), on a float copy of bytes made in place.
+        scaled = images * (1.0 / 255.0) if images.is_floating_point() else images.to(torch.float32).mul_(1.0 / 255.0)
+        return self.head(self.convolutions(scaled))
