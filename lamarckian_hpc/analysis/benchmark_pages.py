@@ -177,6 +177,9 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
                                                                "batched_stack_only_ms", "speed_up"]],
     "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),
+    "pong_image_learning": lambda data: pd.DataFrame(data["runs"]).reindex(
+        columns=["cnn_layers", "seed", "untrained_return", "best_return", "final_return", "frames_to_points",
+                 "seconds_to_points", "env_frames", "wall_seconds", "frames_per_second", "final_entropy"]),
     "trajectory_cost": lambda data: pd.DataFrame(data["results"]),
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),
