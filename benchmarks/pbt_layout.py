@@ -32,15 +32,12 @@ SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_T
                  "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
 os.environ.update(SINGLE_THREAD)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from side_by_side import process_seconds  # noqa: E402  (the time from process start both sides count)
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "pbt_layout.json"
 LAYOUTS = ("serial", "fork-1", "fork-2", "fork-4", "ray-1", "ray-2", "ray-4")
-
-
-def process_seconds() -> float:
-    import psutil
-
-    return time.time() - psutil.Process().create_time()
 
 
 def measure(layout: str, intervals: int) -> dict:

@@ -58,6 +58,9 @@ SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_T
                  "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
 os.environ.update(SINGLE_THREAD)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from side_by_side import process_seconds  # noqa: E402  (the time from process start both sides count)
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pbt_ppo_cartpole.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "pbt_vs_tune.json"
@@ -66,12 +69,6 @@ SIDES = ("ours", "independent", "tune")
 TUNE_NAMES = {"learning_rate": "lr", "value_weight": "vf_loss_coeff", "entropy_weight": "entropy_coeff"}
 ENV_NAME = "pbt-vs-tune-env"
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
-
-
-def process_seconds() -> float:
-    import psutil
-
-    return time.time() - psutil.Process().create_time()
 
 
 def our_config(args: argparse.Namespace, overrides: list[str] | None = None):
