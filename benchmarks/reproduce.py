@@ -189,7 +189,7 @@ def write_experiments_table(rows: list[dict[str, str]], out: Path, scale: str) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=(*SCALES, *SCALE_ALIASES), default="small",
-                        help="small: this machine (2 cores) in about 7 minutes; medium, large: a cluster node or "
+                        help="small: this machine (2 cores) in about 25 minutes; medium, large: a cluster node or "
                              "more (`paper` is large's old name)")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default runs/reproduce-<scale>, which git ignores)")

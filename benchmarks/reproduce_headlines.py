@@ -123,7 +123,9 @@ def _vs_rllib(result: dict[str, Any]) -> str:
         if ours.get("target_seconds") is not None or rllib.get("target_seconds") is not None:
             reached = [f"{side['target_seconds']:.1f} s" if side.get("target_seconds") is not None else
                        "not reached" for side in (ours, rllib)]
-            text += f", 475 reached in {reached[0]} ours vs {reached[1]} RLlib"
+            per_env = result.get("settings", {}).get("per_env", {}).get(summary["env"], {})
+            target = per_env.get("target_return", result.get("settings", {}).get("target_return", 475))
+            text += f", {target:g} reached in {reached[0]} ours vs {reached[1]} RLlib"
         parts.append(text)
     return "; ".join(parts)
 
