@@ -9,6 +9,10 @@
 # The file system stays shared, as a cluster's home and scratch are. See README.md.
 #   TESTCLUSTER_SUBNET=10.217.0.0/24   the nodes' /24 (.1..N nodes, .254 the bridge)
 #   TESTCLUSTER_LINK_RATE=1gbit        limit every node's link in both directions (tc tbf)
+#   TESTCLUSTER_NODE_CPUS=0.5          every node's own cores (a CFS quota, cgroup lhtc-nodeK); unset: none
+#   TESTCLUSTER_CPU_QUOTA_SCOPE=node   what the quota holds: `node` (slurmd and all it starts) or
+#                                      `actors` (only processes that join it, see README.md)
+#   TESTCLUSTER_LEARNER_CPUS=1         the learner's own cores (cgroup lhtc-learner); unset: none
 # Starting again stops the running cluster first (stop.sh), so it restarts cleanly.
 set -euo pipefail
 NUM_NODES=${1:-4}
@@ -17,7 +21,11 @@ SUBNET=${TESTCLUSTER_SUBNET:-10.217.0.0/24}
 LINK_RATE=${TESTCLUSTER_LINK_RATE:-}
 CTLD_PORT=${TESTCLUSTER_CTLD_PORT:-6817}
 NODE_PORT=${TESTCLUSTER_NODE_PORT:-6818}
-CPUS=${TESTCLUSTER_CPUS_PER_NODE:-$(nproc)}
+CPUS=${TESTCLUSTER_CPUS_PER_NODE:-$(nproc --all)}
+NODE_CPUS=${TESTCLUSTER_NODE_CPUS:-}
+QUOTA_SCOPE=${TESTCLUSTER_CPU_QUOTA_SCOPE:-node}
+LEARNER_CPUS=${TESTCLUSTER_LEARNER_CPUS:-}
+CPU_CGROUP_ROOT=${TESTCLUSTER_CPU_CGROUP_ROOT:-/sys/fs/cgroup/cpu}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 # Interface names in this namespace; stop.sh removes every link with this prefix.
@@ -35,6 +43,22 @@ fi
     || fail "TESTCLUSTER_SUBNET must be a /24 written A.B.C.0/24, got '$SUBNET'"
 NET=${BASH_REMATCH[1]}
 BRIDGE_ADDR=$NET.254
+# Fractional cores as a CFS quota in microseconds per 100 ms period (the kernel's floor is 1 ms).
+quota_us() {
+    [[ "$2" =~ ^([0-9]+)(\.[0-9]{1,3})?$ ]] || fail "$1 must be cores like 0.1, 0.5 or 2, got '$2'"
+    local quota
+    quota=$(awk -v cores="$2" 'BEGIN {printf "%d", cores * 100000 + 0.5}')
+    [ "$quota" -ge 1000 ] || fail "$1 must be at least 0.01 cores, got '$2'"
+    echo "$quota"
+}
+NODE_QUOTA= LEARNER_QUOTA=
+[ -z "$NODE_CPUS" ] || NODE_QUOTA=$(quota_us TESTCLUSTER_NODE_CPUS "$NODE_CPUS")
+[ -z "$LEARNER_CPUS" ] || LEARNER_QUOTA=$(quota_us TESTCLUSTER_LEARNER_CPUS "$LEARNER_CPUS")
+[[ "$QUOTA_SCOPE" == node || "$QUOTA_SCOPE" == actors ]] \
+    || fail "TESTCLUSTER_CPU_QUOTA_SCOPE must be node or actors, got '$QUOTA_SCOPE'"
+if [ -n "$NODE_QUOTA$LEARNER_QUOTA" ] && [ ! -f "$CPU_CGROUP_ROOT/cpu.cfs_quota_us" ]; then
+    fail "CPU quotas need cgroup v1's cpu controller at $CPU_CGROUP_ROOT (no cpu.cfs_quota_us there); set TESTCLUSTER_CPU_CGROUP_ROOT"
+fi
 programs=(munged munge slurmctld slurmd sinfo ip nsenter unshare)
 [ -z "$LINK_RATE" ] || programs+=(tc python3)
 for program in "${programs[@]}"; do
@@ -84,6 +108,33 @@ for k in range(1, count + 1):
 EOF
 fi
 
+# A host's own cores: a cgroup per node (and one for the learner) with a CFS quota. stop.sh removes
+# them. In scope `node`, start-node puts the node's slurmd in its group, so the node's job steps,
+# Ray daemons and actors inherit it; in scope `actors`, the group holds only the processes that
+# join it (lamarckian_hpc.cluster.cpu_quota.join_cpu_group, through the variable the task prolog sets).
+make_cpu_group() {
+    local group=$CPU_CGROUP_ROOT/${LINK_PREFIX}$1
+    mkdir -p "$group"
+    echo 100000 > "$group/cpu.cfs_period_us"
+    echo "$2" > "$group/cpu.cfs_quota_us"
+}
+if [ -n "$NODE_QUOTA" ]; then
+    for ((k = 1; k <= NUM_NODES; k++)); do make_cpu_group "node$k" "$NODE_QUOTA"; done
+fi
+[ -z "$LEARNER_QUOTA" ] || make_cpu_group learner "$LEARNER_QUOTA"
+# Slurm passes the submitter's environment to a job, not slurmd's: a task prolog (run by every
+# step's slurmstepd before each task, with SLURMD_NODENAME set) names the groups for the task.
+{
+    echo "#!/bin/sh"
+    echo "# Written by start.sh: names the test cluster's CPU groups in every task's environment."
+    if [ -n "$NODE_QUOTA" ] && [ "$QUOTA_SCOPE" = actors ]; then
+        echo "echo \"export LAMARCKIAN_HPC_CPU_CGROUP=$CPU_CGROUP_ROOT/${LINK_PREFIX}\$SLURMD_NODENAME\""
+    fi
+    [ -z "$LEARNER_QUOTA" ] || echo "echo \"export LAMARCKIAN_HPC_LEARNER_CPU_CGROUP=$CPU_CGROUP_ROOT/${LINK_PREFIX}learner\""
+    echo "exit 0"
+} > "$DIR/task-prolog"
+chmod +x "$DIR/task-prolog"
+
 # Node names in a marked block of /etc/hosts (rewritten in place, because /etc/hosts is often a
 # bind mount that cannot be replaced by rename).
 hosts=$(sed "/# $MARK begin/,/# $MARK end/d" /etc/hosts)
@@ -98,7 +149,7 @@ cat "$DIR/hosts" > /etc/hosts
 join() { local IFS=,; echo "$*"; }
 sed -e "s|@HOST@|$(hostname -s)|g" -e "s|@BRIDGE_ADDR@|$BRIDGE_ADDR|g" -e "s|@CTLD_PORT@|$CTLD_PORT|g" \
     -e "s|@DIR@|$DIR|g" -e "s|@NUM_NODES@|$NUM_NODES|g" -e "s|@NODE_ADDRS@|$(join "${addrs[@]}")|g" \
-    -e "s|@NODE_PORT@|$NODE_PORT|g" -e "s|@CPUS@|$CPUS|g" \
+    -e "s|@NODE_PORT@|$NODE_PORT|g" -e "s|@CPUS@|$CPUS|g" -e "s|@TASK_PROLOG@|$DIR/task-prolog|g" \
     "$HERE/slurm.conf.in" > "$DIR/slurm.conf"
 export SLURM_CONF="$DIR/slurm.conf"
 {
@@ -109,16 +160,25 @@ export SLURM_CONF="$DIR/slurm.conf"
     # netmod's TCP addresses are about 100 bytes.
     echo "export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp"
     echo "export TESTCLUSTER_NODE_ADDRS=$(join "${addrs[@]}") TESTCLUSTER_BRIDGE_ADDR=$BRIDGE_ADDR"
+    echo "export TESTCLUSTER_NODE_CPUS=$NODE_CPUS TESTCLUSTER_CPU_QUOTA_SCOPE=$QUOTA_SCOPE TESTCLUSTER_LEARNER_CPUS=$LEARNER_CPUS"
 } > "$DIR/env"
 
 # One node's slurmd in that node's namespaces, also for bringing back a node that was killed.
 # Not `ip netns exec`: it remounts /sys, and slurmd then stops with "No filesystem mounted on
-# /sys/fs/cgroup". slurmd daemonizes; its job steps inherit both namespaces.
+# /sys/fs/cgroup". slurmd daemonizes; its job steps inherit both namespaces, and its CPU group.
+join_node_group=
+if [ -n "$NODE_QUOTA" ] && [ "$QUOTA_SCOPE" = node ]; then
+    group="$CPU_CGROUP_ROOT/${LINK_PREFIX}\$1"
+    join_node_group="[ -d \"$group\" ] || { echo \"start-node: no CPU group $group\" >&2; exit 1; }
+echo \$\$ > \"$group/cgroup.procs\""
+fi
 cat > "$DIR/start-node" <<EOF
 #!/bin/sh
-# Starts the slurmd of one test-cluster node in its own network and UTS namespaces: start-node nodeK
+# Starts the slurmd of one test-cluster node in its own network and UTS namespaces (and, when the
+# cluster has per-node quotas on whole nodes, in its CPU group): start-node nodeK
 set -eu
 [ -e "/run/netns/\$1" ] || { echo "start-node: no network namespace \$1" >&2; exit 1; }
+$join_node_group
 exec nsenter --net="/run/netns/\$1" unshare --uts sh -c 'hostname "\$1" && exec slurmd -f "\$2" -N "\$1"' sh "\$1" "$SLURM_CONF"
 EOF
 chmod +x "$DIR/start-node"
@@ -136,7 +196,10 @@ for ((i = 0; i < 120; i++)); do
     # Exactly "idle": "idle*" is a node that was idle and stopped answering.
     idle=$(sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 == "idle" {print $1}' | sort -u | wc -l)
     if [ "$idle" -ge "$NUM_NODES" ]; then
-        echo "test cluster up: $NUM_NODES idle nodes at $NET.1-$NUM_NODES; source $DIR/env"
+        quota=""
+        [ -z "$NODE_CPUS" ] || quota="; $NODE_CPUS cores each (scope $QUOTA_SCOPE)"
+        [ -z "$LEARNER_CPUS" ] || quota="$quota; learner $LEARNER_CPUS cores"
+        echo "test cluster up: $NUM_NODES idle nodes at $NET.1-$NUM_NODES$quota; source $DIR/env"
         exit 0
     fi
     sleep 0.5

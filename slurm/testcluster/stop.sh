@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Stops the test cluster and removes what start.sh made: every process in the nodes' network
 # namespaces (slurmd, step daemons, whatever jobs left running there, as a host's power-off
-# would), slurmctld, the namespaces, the bridge and its links, and the /etc/hosts block. Logs and
+# would), slurmctld, the namespaces, the bridge and its links, the CPU groups (lhtc-*) and the
+# /etc/hosts block. Logs and
 # state in $TESTCLUSTER_DIR stay to be read (start.sh wipes them). munged is left running: it is
 # shared and harmless. Safe to run when nothing, or only part of it, is running.
 set -euo pipefail
 DIR=${TESTCLUSTER_DIR:-/var/tmp/lamarckian-testcluster}
 MARK=lamarckian-testcluster
 LINK_PREFIX=lhtc-
+CPU_CGROUP_ROOT=${TESTCLUSTER_CPU_CGROUP_ROOT:-/sys/fs/cgroup/cpu}
 
 fail() { echo "stop.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || fail "run as root (the cluster's daemons, namespaces and /etc/hosts need it)"
@@ -28,6 +30,9 @@ cluster_pids() {
     for ns in "${namespaces[@]}"; do ip netns pids "$ns" 2>/dev/null || true; done
     # slurmctld, and any slurmd started outside the namespaces; a stale pid file's pid may have
     # been reused by another program.
+    # Whatever is left in the CPU groups (a learner that joined lhtc-learner runs in node1's
+    # namespace and is listed above already).
+    cat "$CPU_CGROUP_ROOT/$LINK_PREFIX"*/cgroup.procs 2>/dev/null || true
     for pidfile in "$DIR"/ctld/slurmctld.pid "$DIR"/nodes/*/slurmd.pid; do
         [ -f "$pidfile" ] || continue
         pid=$(cat "$pidfile")
@@ -67,6 +72,15 @@ done
 # The bridge and the outer ends of the veths (the inner ends go with their namespaces).
 for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$LINK_PREFIX" || true); do
     ip link del "$link" 2>/dev/null || true
+done
+
+# The CPU groups: empty now, unless a process outlived its KILL; it goes back to the root group.
+for group in "$CPU_CGROUP_ROOT/$LINK_PREFIX"*/; do
+    [ -d "$group" ] || continue
+    for pid in $(cat "$group/cgroup.procs" 2>/dev/null); do
+        echo "$pid" > "$CPU_CGROUP_ROOT/cgroup.procs" 2>/dev/null || true
+    done
+    rmdir "$group" 2>/dev/null || echo "stop.sh: could not remove CPU group $group" >&2
 done
 
 if grep -q "# $MARK begin" /etc/hosts 2>/dev/null; then
