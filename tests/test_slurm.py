@@ -117,6 +117,18 @@ def test_every_launch_option_has_a_flag():
     assert {field for field, _, _ in LAUNCH_FLAGS.values()} == set(LaunchConfig.model_fields)
 
 
+def test_nodes_join_ray_in_waves_that_grow_while_the_head_keeps_up():
+    from lamarckian_hpc.cluster.ray_cluster import RaySettings, next_wave_size
+
+    settings = RaySettings(join_wave_max=32, join_wave_slowdown=1.5)
+    assert next_wave_size(1, 4.0, 4.0, False, settings) == 2            # as fast as one node alone: double
+    assert next_wave_size(2, 5.0, 4.0, False, settings) == 4
+    assert next_wave_size(4, 9.0, 4.0, False, settings) == 4            # slower: hold
+    assert next_wave_size(8, 5.0, 4.0, True, settings) == 4             # a node needed another attempt: halve
+    assert next_wave_size(1, 30.0, 4.0, True, settings) == 1
+    assert next_wave_size(32, 4.0, 4.0, False, settings) == 32          # capped
+
+
 def test_job_states_come_from_the_controller_without_accounting(tmp_path):
     require_slurm(1)
     from lamarckian_hpc.cluster.scheduler import GONE, job_state
@@ -159,6 +171,38 @@ def test_ray_cluster_spans_the_nodes_and_is_torn_down_when_the_driver_fails(tmp_
     leftovers = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_has(pid, marker)]
     assert not leftovers, f"Ray processes of job {job_id} outlived it: {leftovers}"
     assert not [name for name in os.listdir("/tmp") if name.startswith(marker)]
+
+
+DRIVER_THAT_COUNTS = """
+import os
+from lamarckian_hpc.cluster.ray_cluster import RaySettings, run_on_ray_cluster
+def driver(info):
+    import ray
+    alive = sorted({node["NodeManagerAddress"] for node in ray.nodes() if node["Alive"]})
+    print("ray nodes", len(alive), "addresses", ",".join(alive), "joined in", info.join_seconds, "s", flush=True)
+run_on_ray_cluster(driver, log_dir=os.environ["LOG_DIR"], settings=RaySettings(object_store_bytes=80 * 1024 * 1024))
+"""
+
+
+def test_ray_bootstraps_over_every_node_of_the_cluster(tmp_path):
+    """Every node of the running test cluster (4 in CI; the README's 16 on request) joins one Ray
+    cluster: the joins come in waves and a node whose `ray start` times out is started again."""
+    require_slurm(1)
+    nodes = sorted(set(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True,
+                                      timeout=30, check=True).stdout.split()))
+    require_slurm(len(nodes))
+    started = time.monotonic()
+    done = subprocess.run(["srun", "-N", str(len(nodes)), "--mpi=pmi2", "--kill-on-bad-exit=1", sys.executable, "-c",
+                           DRIVER_THAT_COUNTS], capture_output=True, text=True, timeout=120 + 30 * len(nodes),
+                          env={**os.environ, "LOG_DIR": str(tmp_path)})
+    seconds = time.monotonic() - started
+    joined = re.search(r"ray nodes (\d+) addresses (\S+) joined in ([\d.]+) s", done.stdout)
+    assert done.returncode == 0 and joined, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    expected = os.environ.get("TESTCLUSTER_NODE_ADDRS", "").split(",")
+    assert int(joined.group(1)) == len(nodes)
+    if len(expected) == len(nodes):  # each node its own address (slurm/testcluster)
+        assert sorted(joined.group(2).split(",")) == sorted(expected)
+    print(f"{len(nodes)} Ray nodes joined in {joined.group(3)} s; srun took {seconds:.1f} s")
 
 
 def _cmdline_has(pid: str, marker: str) -> bool:

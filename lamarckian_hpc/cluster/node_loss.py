@@ -144,7 +144,7 @@ def remove_job_leftovers(job_id: str, temp_root: str = "/tmp") -> list[str]:
     import glob
     import shutil
 
-    from .ray_cluster import _kill_processes_mentioning
+    from .ray_node import _kill_processes_mentioning
 
     removed = glob.glob(os.path.join(temp_root, f"lhr-{job_id}-*"))
     for folder in removed:

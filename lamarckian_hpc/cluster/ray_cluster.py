@@ -10,6 +10,14 @@ it kills every Ray process of the user on the host, other jobs' included. Each n
 `ray start --block` process in its own session; SIGTERM makes it shut its node down, and the
 session is killed outright if that takes too long.
 
+Many nodes joining at once overload the head's GCS (and, where nodes share cores, the cores):
+`ray start` gives a node 30 s to register, then fails with "The current node timed out during
+startup". So the head comes up first and the other ranks join in waves, each once the one before
+it is up: 1, 2, 4, ... nodes, doubling while a wave comes up quickly (up to `join_wave_max`), so a
+large cluster of fast hosts joins in a few waves and many simulated nodes on a few shared cores
+join a few at a time; a node whose `ray start` exits before its node is up is started again
+(`join_attempts`); and every node runs with metrics collection off (less work for its agents).
+
 Waiting ranks poll non-blocking MPI requests with a sleep: MPICH's blocking calls spin, which on
 a shared node would take cores from the actors. They also stop once the head's Ray node has not
 answered for a while: the release is broadcast through other ranks, and a lost node among them
@@ -18,14 +26,11 @@ would otherwise leave the ranks below it waiting for ever.
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import secrets
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +42,9 @@ import msgpack
 import numpy as np
 
 from .discovery import ClusterLayout, NodeInfo, bcast_bytes, discover
+from .ray_node import POLL_SECONDS, RayClusterError, RayNodeJoin, remove_earlier_attempts
+
+__all__ = ["RayClusterError", "RayClusterInfo", "RaySettings", "run_on_ray_cluster", "ray_start_command"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +55,6 @@ RAY_PORT_OPTIONS = ("port", "node-manager-port", "object-manager-port", "metrics
                     "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
                     "dashboard-port")
 NODE_RESOURCE_PREFIX = "node:"  # custom resource `node:<slurm node name>` on each Ray node
-POLL_SECONDS = 0.1
 # A rank that waits for the head's release gives up once the head's GCS port has refused
 # connections for this long: the head is gone, or one of the ranks that relay the release is (a
 # lost node), and waiting longer would keep the job alive for nothing.
@@ -56,17 +63,17 @@ HEAD_CHECK_SECONDS = 2.0
 FAILED_WAIT_SECONDS = 3.0
 
 
-class RayClusterError(RuntimeError):
-    """The Ray cluster could not be started; the message names the node and the log to read."""
-
-
 @dataclass(frozen=True)
 class RaySettings:
     object_store_bytes: int = 150 * 1024 * 1024
-    start_timeout_seconds: float = 180.0
+    start_timeout_seconds: float = 180.0  # the head's start, and the join window after the last wave
     stop_timeout_seconds: float = 15.0
     temp_root: str | None = None          # default: $TMPDIR or /tmp
     extra_env: dict[str, str] = field(default_factory=dict)
+    join_wave_max: int = 32               # nodes join in waves of 1, 2, 4, ... up to this many ...
+    join_wave_slowdown: float = 1.5       # ... doubling while a wave is up within this times the first's time
+    join_attempts: int = 4                # `ray start` runs per node, when it exits before its node is up
+    join_retry_seconds: float = 3.0       # pause before a node's next attempt (plus up to as much again)
 
 
 @dataclass(frozen=True)
@@ -77,9 +84,11 @@ class RayClusterInfo:
     labels: tuple[str, ...]               # unique node names, in bootstrap-rank order
     head_address: str                     # ip:port of the GCS
     node_ids: dict[str, str]              # label -> Ray node id
+    join_seconds: float = 0.0             # from the head's `ray start` to every node joined
 
     def to_dict(self) -> dict[str, Any]:
-        return {"head_address": self.head_address, "labels": list(self.labels), "node_ids": self.node_ids}
+        return {"head_address": self.head_address, "labels": list(self.labels), "node_ids": self.node_ids,
+                "join_seconds": self.join_seconds}
 
 
 def ray_executable() -> str:
@@ -112,82 +121,6 @@ def ray_start_command(node: NodeInfo, label: str, head_address: str | None, temp
     return command
 
 
-class RayNodeProcess:
-    """One `ray start --block`, its own session, its own temp dir."""
-
-    def __init__(self, command: list[str], temp_dir: str, env: dict[str, str], log_path: str) -> None:
-        self.temp_dir = temp_dir
-        self.log_path = log_path
-        with open(log_path, "ab") as log_file:
-            os.makedirs(temp_dir, exist_ok=True)
-            self.process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            with open(self.log_path, errors="replace") as log_file:
-                return "".join(log_file.readlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self, timeout_seconds: float) -> None:
-        """SIGTERM (Ray drains and stops its processes), then SIGKILL for the whole session."""
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_seconds)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
-        _kill_processes_mentioning(self.temp_dir)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
-def _kill_processes_mentioning(marker: str) -> None:
-    """Kill what escaped the session (Ray workers may start their own): only processes whose
-    command line names this node's unique temp dir, so nothing of another job is touched."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if marker.encode() in cmdline.read():
-                    os.kill(int(entry), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            continue
-
-
-def remove_earlier_attempts(temp_root: str, job_id: str | None, rank: int) -> None:
-    """A requeued job's earlier run may have been killed before its teardown: stop what is left
-    of its Ray node on this rank and remove its temp dir (same job id, so nobody else's)."""
-    if job_id is None:
-        return
-    for stale in glob.glob(os.path.join(temp_root, f"lhr-{job_id}-*-{rank}")):
-        _kill_processes_mentioning(stale)
-        shutil.rmtree(stale, ignore_errors=True)
-
-
-def wait_for_port(host: str, port: int, timeout_seconds: float, process: RayNodeProcess) -> None:
-    deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
-        if not process.alive():
-            raise RayClusterError(f"the Ray head exited with status {process.process.returncode}:\n"
-                                  f"{process.log_tail()}")
-        try:
-            with socket.create_connection((host, port), timeout=1.0):
-                return
-        except OSError:
-            time.sleep(POLL_SECONDS)
-    raise RayClusterError(f"the Ray head did not listen on {host}:{port} within {timeout_seconds:.0f} s")
-
-
 def wait_request(request: Any, timeout_seconds: float | None, give_up: Callable[[], bool] | None = None) -> bool:
     """Poll a non-blocking MPI request with sleeps (no spinning); False on timeout, or as soon as
     `give_up()` (asked every HEAD_CHECK_SECONDS) says so."""
@@ -205,13 +138,18 @@ def wait_request(request: Any, timeout_seconds: float | None, give_up: Callable[
 
 
 class HeadGone:
-    """True once the head's GCS port has not accepted a connection for HEAD_GONE_SECONDS."""
+    """True once the head's GCS port has not accepted a connection for HEAD_GONE_SECONDS, or this
+    rank's own node (asked first, so that it is started again meanwhile) failed every attempt."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, node: RayNodeJoin | None = None) -> None:
         self.host, self.port = host, port
+        self.node = node
         self.failing_since: float | None = None
 
     def __call__(self) -> bool:
+        if self.node is not None and not self.node.check() and not self.node.process.alive():
+            log.error("this rank's Ray node failed to start %d times; see %s", self.node.attempts, self.node.log_path)
+            return True
         try:
             with socket.create_connection((self.host, self.port), timeout=HEAD_CHECK_SECONDS):
                 self.failing_since = None
@@ -222,15 +160,18 @@ class HeadGone:
 
 
 def _ray_env(token: str, settings: RaySettings) -> dict[str, str]:
+    # No metrics collection: nothing here reads Ray's Prometheus metrics, and it is per-node work.
     return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
-            **settings.extra_env}
+            "RAY_enable_metrics_collection": "0", **settings.extra_env}
 
 
-def _wait_for_nodes(labels: tuple[str, ...], timeout_seconds: float, processes: RayNodeProcess) -> dict[str, str]:
+def _wait_for_nodes(labels: tuple[str, ...], timeout_seconds: float, processes: RayNodeJoin) -> dict[str, str]:
     """Label -> Ray node id once every node has joined."""
     import ray
 
-    deadline = time.monotonic() + timeout_seconds
+    started = time.monotonic()
+    deadline = started + timeout_seconds
+    reported = 0
     while True:
         found = {}
         for node in ray.nodes():
@@ -245,8 +186,11 @@ def _wait_for_nodes(labels: tuple[str, ...], timeout_seconds: float, processes: 
             missing = [label for label in labels if label not in found]
             raise RayClusterError(f"Ray nodes {missing} did not join within {timeout_seconds:.0f} s; "
                                   f"see their ray start logs in the job's output folder")
-        if not processes.alive():
-            raise RayClusterError(f"the Ray head exited:\n{processes.log_tail()}")
+        if not processes.process.alive():
+            raise RayClusterError(f"the Ray head exited:\n{processes.process.log_tail()}")
+        if len(found) >= reported + 8:  # progress on large clusters, not a line per node
+            reported = len(found)
+            log.info("%d of %d Ray nodes joined after %.0f s", reported, len(labels), time.monotonic() - started)
         time.sleep(0.5)
 
 
@@ -280,11 +224,13 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
     head_address = f"{head.address}:{head.free_ports[0]}"
 
     started = np.zeros(1, dtype=np.int8)
-    process: RayNodeProcess | None = None
+    process: RayNodeJoin | None = None
     if rank == 0:
-        try:
-            process = RayNodeProcess(ray_start_command(me, labels[0], None, temp_dir, settings), temp_dir, env, log_path)
-            wait_for_port(head.address, head.free_ports[0], settings.start_timeout_seconds, process)
+        try:  # the head comes up whole (GCS and raylet) before anyone joins it
+            bootstrap_started = time.monotonic()
+            process = RayNodeJoin(ray_start_command(me, labels[0], None, temp_dir, settings), temp_dir, env,
+                                  log_path, settings, rank)
+            process.wait_until_up(settings.start_timeout_seconds)
             started[0] = 1
         finally:
             request = comm.Ibcast(started, root=0)
@@ -295,25 +241,42 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
         wait_request(comm.Ibcast(started, root=0), None)
         if not started[0]:
             return None
-        process = RayNodeProcess(ray_start_command(me, labels[rank], head_address, temp_dir, settings),
-                                 temp_dir, env, log_path)
-    assert process is not None
     release = np.zeros(1, dtype=np.int8)
     if rank != 0:
         released = False
-        try:  # until the driver is done, or the head is gone without a word
-            released = wait_request(comm.Ibcast(release, root=0), None, HeadGone(head.address, head.free_ports[0]))
+        head_gone = HeadGone(head.address, head.free_ports[0])
+        try:
+            def join() -> RayNodeJoin:
+                node = RayNodeJoin(ray_start_command(me, labels[rank], head_address, temp_dir, settings),
+                                   temp_dir, env, log_path, settings, rank)
+                try:
+                    node.wait_until_up(settings.start_timeout_seconds)
+                except RayClusterError as error:  # the driver names the missing node; the waves go on
+                    log.error("%s: %s", labels[rank], error)
+                return node
+
+            process = _join_in_waves(comm, settings, join, head_gone)
+            if process is None:
+                return None
+            # until the driver is done, or the head is gone without a word (or this node never came up)
+            released = wait_request(comm.Ibcast(release, root=0), None,
+                                    HeadGone(head.address, head.free_ports[0], process))
         finally:
-            process.stop(settings.stop_timeout_seconds)
+            if process is not None:
+                process.stop(settings.stop_timeout_seconds)
             if released:
                 wait_request(comm.Ibarrier(), settings.stop_timeout_seconds + 10)  # the head goes last
         return None
+    assert process is not None
     # After a failure (a lost node among them) the head does not wait long for the others: a rank
     # that is gone never takes the release or reaches the barrier, the ones left stop by themselves
     # once the head is gone (HeadGone), and the error should reach the user.
     release_seconds, barrier_seconds = FAILED_WAIT_SECONDS, FAILED_WAIT_SECONDS
     try:
-        result = _drive(driver, layout, labels, head_address, env, settings, process)
+        head_process = process
+        if _join_in_waves(comm, settings, None, lambda: not head_process.process.alive()) is None:
+            raise RayClusterError(f"the Ray head exited while the nodes joined:\n{head_process.process.log_tail()}")
+        result = _drive(driver, layout, labels, head_address, env, settings, process, bootstrap_started)
         release_seconds, barrier_seconds = settings.stop_timeout_seconds, settings.stop_timeout_seconds + 10
         return result
     finally:
@@ -322,8 +285,49 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
         process.stop(settings.stop_timeout_seconds)
 
 
+def next_wave_size(size: int, slowest_seconds: float, first_seconds: float, retried: bool,
+                   settings: RaySettings) -> int:
+    """How many nodes join in the next wave: twice as many while a wave comes up within
+    `join_wave_slowdown` times the first wave's time (one node alone: the GCS and the cores keep
+    up), as many when slower, half as many after a node needed another attempt; 1 to `join_wave_max`."""
+    if retried:
+        return max(1, size // 2)
+    if slowest_seconds <= settings.join_wave_slowdown * first_seconds:
+        return min(size * 2, settings.join_wave_max)
+    return size
+
+
+def _join_in_waves(comm: Any, settings: RaySettings, join: Callable[[], RayNodeJoin] | None,
+                   give_up: Callable[[], bool]) -> RayNodeJoin | bool | None:
+    """Collective over all ranks once the head is up: ranks 1, 2, ... start their nodes in waves
+    (`join` on the ranks of the current wave; rank 0 passes None), each wave once the one before
+    it is up, its size from `next_wave_size` on every rank alike (an allreduce of the slowest
+    node's seconds and whether any needed another attempt). This rank's node (rank 0: True), or
+    None when `give_up` said so while waiting for a wave."""
+    from mpi4py import MPI
+
+    rank, num_ranks = comm.Get_rank(), comm.Get_size()
+    node: RayNodeJoin | None = None
+    first, size, first_seconds = 1, 1, 0.0
+    while first < num_ranks:
+        last = min(first + size - 1, num_ranks - 1)
+        mine = np.zeros(2)
+        if join is not None and first <= rank <= last:
+            began = time.monotonic()
+            node = join()
+            mine[:] = time.monotonic() - began, float(node.attempts > 1)
+        slowest = np.zeros(2)
+        if not wait_request(comm.Iallreduce(mine, slowest, op=MPI.MAX), None, give_up):
+            return None
+        log.info("ranks %d-%d joined in %.1f s%s", first, last, slowest[0], " (with retries)" if slowest[1] else "")
+        first_seconds = first_seconds or float(slowest[0])
+        first, size = last + 1, next_wave_size(size, float(slowest[0]), first_seconds, bool(slowest[1]), settings)
+    return node if join is not None else True
+
+
 def _drive(driver: Callable[[RayClusterInfo], T], layout: ClusterLayout, labels: tuple[str, ...],
-           head_address: str, env: dict[str, str], settings: RaySettings, head: RayNodeProcess) -> T:
+           head_address: str, env: dict[str, str], settings: RaySettings, head: RayNodeJoin,
+           bootstrap_started: float) -> T:
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED"):
         os.environ[name] = env[name]  # Ray reads these once, when it is imported
     import ray
@@ -332,6 +336,8 @@ def _drive(driver: Callable[[RayClusterInfo], T], layout: ClusterLayout, labels:
              logging_level=logging.WARNING, log_to_driver=True)
     try:
         node_ids = _wait_for_nodes(labels, settings.start_timeout_seconds, head)
-        return driver(RayClusterInfo(layout=layout, labels=labels, head_address=head_address, node_ids=node_ids))
+        info = RayClusterInfo(layout=layout, labels=labels, head_address=head_address, node_ids=node_ids,
+                              join_seconds=round(time.monotonic() - bootstrap_started, 2))
+        return driver(info)
     finally:
         ray.shutdown()
