@@ -210,11 +210,11 @@ def inspect_command(args: argparse.Namespace) -> int:
     console.print(f"[bold]{path}[/bold]  ({status})")
     console.print(f"env frames {summary.env_frames:,}   wall time {summary.wall_time_seconds:.1f} s   "
                   f"package {summary.meta.get('package_version')}   host {summary.meta.get('hostname')}")
-    per_host = summary.meta.get("actors_connected_per_host")
-    if isinstance(per_host, dict):
-        hosts = ", ".join(f"{host} {count}" for host, count in per_host.items())
-        console.print(f"actors connected {summary.meta.get('actors_connected', sum(per_host.values()))} "
-                      f"on {len(per_host)} host(s): {hosts}", highlight=False)
+    per_node = summary.meta.get("actors_per_node")
+    if isinstance(per_node, dict):
+        nodes = ", ".join(f"{node} {count}" for node, count in per_node.items())
+        console.print(f"{sum(per_node.values())} actors on {len(per_node)} node(s): {nodes}; "
+                      f"{summary.meta.get('broadcast_layout', 'flat')} layout", highlight=False)
     for policy, numbers in recorded.items():  # what `replay --episode K` can show
         shown = ", ".join(str(number) for number in numbers[:8]) + (", ..." if len(numbers) > 8 else "")
         console.print(f"recorded episodes of {policy}: {len(numbers)}{': ' + shown if shown else ''}", highlight=False)

@@ -52,14 +52,31 @@ def closing():
         thing.close()
 
 
-def receiver_and_raw_push(context, closing) -> tuple[ExperienceReceiver, zmq.Socket]:
-    """A receiver and a plain PUSH socket connected to it, for sending frames no sender would make."""
+class RawDealer:
+    """A plain DEALER that starts every message with the empty frame the experience channel expects,
+    for sending frames no sender would make."""
+
+    def __init__(self, context: zmq.Context, address: str) -> None:
+        self.socket = context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(address)
+
+    def send_multipart(self, frames, flags: int = 0) -> None:
+        self.socket.send_multipart([b"", *frames], flags=flags)
+
+    def send(self, frame: bytes) -> None:
+        self.send_multipart([frame])
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def receiver_and_raw_push(context, closing) -> tuple[ExperienceReceiver, RawDealer]:
+    """A receiver and a plain socket connected to it, for sending frames no sender would make."""
     receiver = ExperienceReceiver(context, {EXPERIENCE})
     closing.append(receiver)
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
+    push = RawDealer(context, receiver.address)
     closing.append(push)
-    push.connect(receiver.address)
     return receiver, push
 
 

@@ -91,9 +91,9 @@ def test_other_algorithms_with_two_actors_learn_cartpole(algorithm):
         assert collect.reports[-1].metrics["epsilon"] < 0.1  # the schedule reached the actors' policies
 
 
-def test_max_staleness_drops_older_samples():
+def test_max_policy_lag_drops_older_samples():
     collect = Collect()
-    _train(["runtime.max_staleness=0", "stop.total_env_steps=8000", "stop.target_return=null"], [collect])
+    _train(["runtime.max_policy_lag=0", "stop.total_env_steps=8000", "stop.target_return=null"], [collect])
     assert all(report.metrics["staleness_max"] == 0 for report in collect.reports)
     assert collect.reports[-1].metrics["dropped_stale_steps"] > 0
 

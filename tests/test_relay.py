@@ -169,7 +169,7 @@ class KillRelay:
         if self.killed_pid is None and report.update >= 3:
             import ray
 
-            self.killed_pid = ray.get(self.trainer.broadcast.relays["sim1"].pid.remote())
+            self.killed_pid = ray.get(self.trainer.tree.relays["sim1"].pid.remote())
             self.killed_at_version = report.policy_version
             os.kill(self.killed_pid, signal.SIGKILL)
 
@@ -193,19 +193,23 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
         trainer = DistributedTrainer(config, [killer])
         killer.trainer = trainer
         try:
-            tree = trainer.broadcast.tree
+            tree = trainer.tree.tree
             assert tree is not None and tree.depth == 3 and tree.parent_of("sim3") == "sim1"
-            assert len(set(trainer.broadcast.actor_addresses)) == 4  # one IPC endpoint per node
+            assert len(set(trainer.tree.actor_addresses)) == 4  # one IPC endpoint per node
             ray.get([actor.pid.remote() for actor in trainer.actors], timeout=120)  # all started, also when slow
             result = trainer.train()
             # Ray may still be restarting the killed relay when training ends (on a busy machine):
             # wait for it, answering its subscription as the learner does between updates.
             deadline = time.monotonic() + 90
-            while (stats := trainer.broadcast.relay_stats()).get("sim1", {}).get("version", -1) <= killer.killed_at_version:
+            while (stats := trainer.tree.relay_stats()).get("sim1", {}).get("version", -1) <= killer.killed_at_version:
                 assert time.monotonic() < deadline, f"the killed relay did not come back: {stats}"
                 trainer.publisher.serve_joins()
                 time.sleep(0.2)
-            restarted_pid = ray.get(trainer.broadcast.relays["sim1"].pid.remote(), timeout=30)
+            restarted_pid = ray.get(trainer.tree.relays["sim1"].pid.remote(), timeout=30)
+            # Experience came up the tree: the learner's accounts are reached through relays, and its
+            # connections (the first hop of each route) are the first-layer relays and sim0's actor.
+            routes = [account.route for account in trainer.receiver.ledger.accounts.values()]
+            first_hops = {route[0] for route in routes}
         finally:
             trainer.close()
     finally:
@@ -218,5 +222,10 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
     assert stats["sim3"]["parent"] == "sim0" and stats["sim3"]["reattachments"] >= 1, stats
     assert stats["sim1"]["version"] > killer.killed_at_version and stats["sim1"]["forwarded"] >= 1, stats
     assert all(s["version"] > killer.killed_at_version for s in stats.values()), stats  # every relay went on
+    assert stats["sim2"]["experience_up"] > 0 and stats["sim3"]["experience_up"] > 0, stats
+    assert stats["sim2"]["credits_down"] > 0, stats
+    assert sum(len(route) >= 2 for route in routes) >= 3, routes  # the actors of sim1..sim3, through relays
+    assert len(first_hops) <= 3, first_hops  # never one connection per actor: relays sim1, sim2 (and sim3 after
+    # its parent died, re-attached to the learner) and sim0's own actor
     staleness = [report.metrics["staleness_max"] for report in killer.reports]
     assert all(np.isfinite(staleness)) and max(staleness) > 0  # recorded, and async samples do age

@@ -328,7 +328,7 @@ def test_a_flood_of_malformed_messages_leaves_the_receiver_serving(job):
     keys, context = job
     actor = JobKeys.load(keys.actor_folder)
     receiver = ExperienceReceiver(context, KINDS, keys=keys, high_water_mark=1000)
-    attacker = context.socket(zmq.PUSH)  # holds the job's keys: the wire format is the last line of defence
+    attacker = context.socket(zmq.DEALER)  # holds the job's keys: the wire format is the last line of defence
     attacker.setsockopt(zmq.LINGER, 0)
     attacker.setsockopt(zmq.SNDHWM, 1000)
     actor.connect(attacker, LEARNER)
@@ -342,7 +342,7 @@ def test_a_flood_of_malformed_messages_leaves_the_receiver_serving(job):
         sent = 0
         while sent < total:  # never block on a full queue: the receiver drains between bursts
             try:
-                attacker.send_multipart(pool[sent % len(pool)], flags=zmq.NOBLOCK)
+                attacker.send_multipart([b"", *pool[sent % len(pool)]], flags=zmq.NOBLOCK)
                 sent += 1
             except zmq.Again:
                 while receiver.receive(5) is not None:

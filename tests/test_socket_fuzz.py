@@ -149,7 +149,7 @@ def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(
     actor = contexts["actor"]
     member = ExperienceSender(actor, receiver.address, keys=actor_keys)
     subscriber = WeightSubscriber(actor, relay.ipc_address, keys=actor_keys)
-    attacker = actor.socket(zmq.PUSH)  # an actor gone bad: it holds the job's keys
+    attacker = actor.socket(zmq.DEALER)  # an actor gone bad: it holds the job's keys
     attacker.setsockopt(zmq.LINGER, 0)
     actor_keys.connect(attacker, LEARNER)
     attacker.connect(receiver.address)
@@ -173,7 +173,7 @@ def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(
             assert member.send(experience(round_), timeout_ms=5000), "the actor could not send"
             for _ in range(JUNK_PER_ROUND):
                 try:
-                    attacker.send_multipart(hostile(rng, experience_base, "experience"), flags=zmq.NOBLOCK)
+                    attacker.send_multipart([b"", *hostile(rng, experience_base, "experience")], flags=zmq.NOBLOCK)
                     junk_sent += 1
                 except zmq.Again:
                     pass

@@ -22,6 +22,12 @@ NEEDS = Requirement("/metrics/env_frames_per_second rows", "train runs (lamarcki
                     lambda run: run.has_metric("env_frames_per_second"))
 
 
+def run_layout(run: RunData) -> str:
+    """flat or tree, as the run used it (/meta `broadcast_layout`), else as its config asked."""
+    layout = run.meta.get("broadcast_layout")
+    return str(layout) if layout else str(run.config_value("runtime.broadcast", "flat"))
+
+
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     """Measured columns as float (a missing value is NaN, not None), cores as int."""
     return frame.astype({**{column: float for column in MEASURED_COLUMNS}, "cores": int})
@@ -52,7 +58,7 @@ def _series(run: RunData) -> str:
     what = f"{run.config_value('algorithm.name', 'ppo')} {run.config_value('env.id', '?')}"
     if run.config_value("runtime.mode") == "serial":
         return f"runs: {what}, serial"
-    return f"runs: {what}, {run.config_value('runtime.broadcast', 'flat')} broadcast"
+    return f"runs: {what}, {run_layout(run)} broadcast"
 
 
 def scaling_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
@@ -65,7 +71,7 @@ def scaling_from_runs(runs: Sequence[RunData]) -> pd.DataFrame:
         staleness_max = run.metric("staleness_max")["value"]
         rows.append({
             "source": str(run.path), "series": _series(run), "cores": cores,
-            "broadcast": run.config_value("runtime.broadcast", "flat"),
+            "broadcast": run_layout(run),
             "steps_per_second": mean_after_warmup(run, "env_frames_per_second"),
             "trained_per_second": mean_after_warmup(run, "trained_frames_per_second"),
             "staleness_mean": mean_after_warmup(run, "staleness_mean"),

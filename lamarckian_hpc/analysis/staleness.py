@@ -21,7 +21,7 @@ import pandas as pd
 
 from .loader import Requirement, RunData
 from .plotting import Analysis, FigureResult, new_figure, save
-from .scaling import mean_after_warmup, run_cores
+from .scaling import mean_after_warmup, run_cores, run_layout
 
 #: A histogram bin's metric: staleness_count_<k>, or staleness_count_<k>plus for the last, open bin.
 COUNT_METRIC = re.compile(r"^staleness_count_(\d+)(plus)?$")
@@ -59,14 +59,14 @@ def staleness_histogram_data(runs: Sequence[RunData]) -> pd.DataFrame:
 
 def run_hosts(run: RunData) -> int:
     """The hosts a run's actors ran on: `runtime.simulated_nodes` when it simulated nodes on one
-    host (tests and benchmarks of the tree), else the hosts of /meta `actors_connected_per_host`,
+    host (tests and benchmarks of the tree), else the nodes with actors in /meta `actors_per_node`,
     else the length of /meta `hosts` (1 for a run on one machine)."""
     simulated = run.config_value("runtime.simulated_nodes")
     if isinstance(simulated, int) and simulated > 0:
         return simulated
-    per_host = run.meta.get("actors_connected_per_host")
-    if isinstance(per_host, dict) and per_host:
-        return len(per_host)
+    per_node = run.meta.get("actors_per_node")
+    if isinstance(per_node, dict) and per_node:
+        return sum(1 for count in per_node.values() if count)
     hosts = run.meta.get("hosts")
     return len(hosts) if isinstance(hosts, (list, tuple, np.ndarray)) and len(hosts) else 1
 
@@ -85,7 +85,7 @@ def staleness_across_runs(runs: Sequence[RunData]) -> pd.DataFrame:
         largest = run.metric("staleness_max")["value"]
         serial = run.config_value("runtime.mode") == "serial"
         rows.append({"run": run.name, "hosts": run_hosts(run), "cores": run_cores(run),
-                     "broadcast": "serial" if serial else run.config_value("runtime.broadcast", "flat"),
+                     "broadcast": "serial" if serial else run_layout(run),
                      "updates": len(run.metric("staleness_mean")),
                      "staleness_mean": mean_after_warmup(run, "staleness_mean"),
                      "staleness_max": float(largest.max()) if len(largest) else np.nan,

@@ -22,7 +22,6 @@ from typing import Any
 
 import submitit
 
-from ..comm.topology import build_tree
 from .ray_cluster import RayClusterInfo, RaySettings, run_on_ray_cluster
 from ..config import RunConfig
 from .slurm_env import SlurmJob
@@ -45,12 +44,11 @@ class EvolveJobError(RuntimeError):
 
 
 def cluster_meta(info: RayClusterInfo, slurm: SlurmJob | None) -> dict[str, Any]:
-    """What `/meta` records about where the run ran: hosts, the broadcast tree over them, the
-    discovered nodes, the Ray nodes and the Slurm job."""
+    """What `/meta` records about where the run ran: hosts, the discovered nodes, the Ray nodes and
+    the Slurm job (the layout the run used, flat or its tree, the run adds: `runtime.relay_tree`)."""
     hosts = list(slurm.nodes) if slurm is not None else list(info.labels)
     return {
         "hosts": hosts,
-        "broadcast_tree": build_tree(hosts).to_dict(),
         "cluster_nodes": [asdict(node) for node in info.layout.nodes],
         "ray_nodes": info.node_ids,
         "ray_head_address": info.head_address,

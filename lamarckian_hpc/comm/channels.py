@@ -5,9 +5,13 @@ re-sending the newest weights. A subscriber that joins late therefore gets the c
 once, and nobody sleeps against ZeroMQ's slow-joiner problem. Subscribers keep only the newest
 version they have seen.
 
-Experience: actors PUSH messages tagged with the policy version that produced them; the learner
-PULLs. A malformed message is logged, counted and dropped; the receiver keeps serving. The queue
-between them is short (high-water marks and kernel buffers), which bounds staleness.
+Experience: actors send messages tagged with the policy version that produced them from a DEALER
+to a ROUTER: the learner's, or on a node with a relay, the relay's, which forwards them up the
+tree (`comm.relay`), so the learner holds one connection per relay it feeds. Every message starts
+with an empty frame after the routing ids the ROUTERs on the way prepend, and the learner answers
+on that route with credits (`comm.credits`): an actor sends experience only while it holds one,
+which bounds the experience in flight, and so the policy lag, whatever the number of actors. A
+malformed message is logged, counted and dropped; the receiver keeps serving.
 
 Every socket has linger 0, so closing never hangs on a dead peer, and a ZMQ_MAXMSGSIZE set before
 it binds or connects (`comm.limits`): sockets that receive data accept frames up to the run's
@@ -20,12 +24,15 @@ learner's, each relay's) serves with.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
 import zmq
 
+from .credits import CreditLedger
 from .limits import CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, authenticate
 from .wire import Message, WireError, decode, encode
@@ -33,6 +40,8 @@ from .wire import Message, WireError, decode, encode
 log = logging.getLogger(__name__)
 
 WEIGHTS = "weights"
+#: The kind of credit requests and grants, and the meta key of a message that spends a credit.
+CREDIT = "credit"
 #: Malformed messages logged one by one; after these, every 1000th, so that a peer sending junk
 #: cannot fill the log (or the memory of whatever keeps log records).
 MALFORMED_LOGGED = 10
@@ -154,28 +163,112 @@ class WeightSubscriber:
         self.socket.close()
 
 
-class ExperienceSender:
-    """Actor side of the experience channel."""
+#: Frames of a route (ZeroMQ routing ids, one per relay on the way, then the sender's) at most,
+#: before the empty frame that ends it: actors, two layers of relays, one spare.
+MAX_ROUTE_FRAMES = 4
+#: An actor without a credit this long asks again (with its counts, so nothing is granted twice):
+#: a grant lost with a relay that died would otherwise leave it waiting for ever.
+ASK_AGAIN_SECONDS = 30.0
 
-    def __init__(self, context: zmq.Context, address: str, high_water_mark: int = 1,
-                 keys: JobKeys | None = None) -> None:
-        self.socket = make_socket(context, zmq.PUSH, CONTROL_MESSAGE_BYTES, keys, trust=LEARNER)
-        self.socket.setsockopt(zmq.SNDHWM, high_water_mark)
+
+def split_route(frames: list[Any]) -> tuple[tuple[bytes, ...], list[Any]]:
+    """(route, message frames) of what a ROUTER received: the routing ids up to the empty frame
+    that every experience-channel message starts with. Raises WireError without one."""
+    for index, frame in enumerate(frames[:MAX_ROUTE_FRAMES + 1]):
+        if len(frame) == 0:
+            if index == 0:
+                break
+            return tuple(bytes(f.bytes if hasattr(f, "bytes") else f) for f in frames[:index]), frames[index + 1:]
+    raise WireError("no route: an experience-channel message starts with routing ids and an empty frame")
+
+
+def credit_request(window: int, received: int, spent: int) -> Message:
+    return Message(CREDIT, "sender", -1, {}, {"window": int(window), "received": int(received), "spent": int(spent)})
+
+
+class ExperienceSender:
+    """Actor side of the experience channel: a DEALER that sends experience up (to the learner or
+    its node's relay) and holds the credits the learner grants (`comm.credits`).
+
+    Experience is sent with `credited=True` and spends a credit; control messages (hello, an
+    environment that fails) spend none. `take_credit` waits until one is held, asking for the
+    window first and again after ASK_AGAIN_SECONDS without one. The routing id is random and this
+    process's own, so the learner's ledger keeps its account whatever path its messages take."""
+
+    def __init__(self, context: zmq.Context, address: str, keys: JobKeys | None = None, *,
+                 trust: str = LEARNER, window: int = 1, high_water_mark: int | None = None) -> None:
+        self.socket = make_socket(context, zmq.DEALER, CONTROL_MESSAGE_BYTES, keys, trust=trust)
+        self.socket.setsockopt(zmq.ROUTING_ID, os.urandom(8))
+        self.window = max(1, int(window))
+        # Credited messages never exceed the window; the rest are a few control messages.
+        self.socket.setsockopt(zmq.SNDHWM, high_water_mark or self.window + 4)
         self.socket.setsockopt(zmq.SNDBUF, SOCKET_BUFFER_BYTES)
         self.socket.connect(address)
+        self.credits = 0
+        self.received = 0  # credits granted to this sender so far
+        self.spent = 0  # credited messages sent so far
+        self.malformed = 0
+        self._asked_at: float | None = None
 
-    def send(self, message: Message, timeout_ms: int | None = None) -> bool:
+    def ask(self) -> None:
+        """Ask the learner for the window, saying what this sender received and spent so far."""
+        self._send_frames(encode(credit_request(self.window, self.received, self.spent)), None)
+        self._asked_at = time.monotonic()
+
+    def poll_credits(self, timeout_ms: int = 0) -> int:
+        """Take in the grants that arrived (waiting up to timeout_ms for the first); credits held."""
+        wait = timeout_ms
+        while self.socket.poll(wait):
+            wait = 0
+            frames = self.socket.recv_multipart(copy=False)
+            try:
+                if len(frames) < 2 or len(frames[0]) != 0:
+                    raise WireError("a grant starts with an empty frame")
+                grant = decode(frames[1:], known_kinds={CREDIT}).meta.get("grant")
+                if type(grant) is not int or not 0 < grant <= 1 << 20:
+                    raise WireError(f"a grant of {grant!r} credits")
+            except WireError as error:
+                self.malformed += 1
+                log_malformed(self.malformed, "credit grant", error)
+                continue
+            self.credits += grant
+            self.received += grant
+        return self.credits
+
+    def take_credit(self, timeout_ms: int) -> bool:
+        """Whether a credit is held now or arrives within timeout_ms (asking first if never asked)."""
+        if self._asked_at is None:
+            self.ask()
+        if self.credits > 0 or self.poll_credits(timeout_ms) > 0:
+            return True
+        if time.monotonic() - self._asked_at > ASK_AGAIN_SECONDS:
+            self.ask()
+        return False
+
+    def send(self, message: Message, timeout_ms: int | None = None, credited: bool = False) -> bool:
         """Queue a message; with a timeout, give up (and say so) when the learner is that far behind.
-        The send after a positive poll does not block either: the peer that made the socket
-        writable may be gone by then (a connection whose handshake failed), and a blocking send
-        would then wait for a learner that never comes."""
+        A credited message spends a credit (the caller took one). The send after a positive poll
+        does not block either: the peer that made the socket writable may be gone by then (a
+        connection whose handshake failed), and a blocking send would then wait for a learner
+        that never comes."""
+        if credited:
+            message = replace(message, meta={**message.meta, CREDIT: 1})
+        if not self._send_frames(encode(message), timeout_ms):
+            return False
+        if credited:
+            self.credits -= 1
+            self.spent += 1
+        return True
+
+    def _send_frames(self, frames: list[Any], timeout_ms: int | None) -> bool:
+        frames = [b"", *frames]
         if timeout_ms is None:
-            self.socket.send_multipart(encode(message), copy=False)
+            self.socket.send_multipart(frames, copy=False)
             return True
         if not self.socket.poll(timeout_ms, zmq.POLLOUT):
             return False
         try:
-            self.socket.send_multipart(encode(message), flags=zmq.NOBLOCK, copy=False)
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:
             return False
         return True
@@ -185,33 +278,76 @@ class ExperienceSender:
 
 
 class ExperienceReceiver:
-    """Learner side of the experience channel; drops and counts malformed messages."""
+    """Learner side of the experience channel: a ROUTER every actor or relay connects to, one
+    connection per relay it feeds. Drops and counts malformed messages, and grants credits
+    (`comm.credits`) as credited messages arrive, never while the learner is not receiving.
+
+    `credit_budget` bounds the messages in flight, and with it the memory the learner can be
+    asked to hold, whatever the number of connections: the high-water marks are left open
+    (a relay's one connection carries many actors' credited messages), since credits bound them."""
 
     def __init__(self, context: zmq.Context, known_kinds: set[str], host: str = "127.0.0.1",
-                 high_water_mark: int = 2, keys: JobKeys | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
-        self.socket = make_socket(context, zmq.PULL, max_message_bytes, keys, serve=LEARNER)
+                 high_water_mark: int = 0, keys: JobKeys | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credit_budget: int = 1 << 20,
+                 serve: str = LEARNER) -> None:
+        self.socket = make_socket(context, zmq.ROUTER, max_message_bytes, keys, serve=serve)
         self.socket.setsockopt(zmq.RCVHWM, high_water_mark)
+        self.socket.setsockopt(zmq.SNDHWM, 0)  # grants are tiny, and a dropped one stalls a sender
         self.socket.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
         self.address = bind_random(self.socket, host)
-        self.known_kinds = frozenset(known_kinds)
+        self.known_kinds = frozenset(known_kinds) | {CREDIT}
+        self.ledger = CreditLedger(credit_budget)
         self.malformed = 0
         self.received = 0
+        self._reclaimed_at = time.monotonic()
+
+    def bind_ipc(self, path: str) -> str:
+        """Also listen on `ipc://path` (the actors of this node); returns that address."""
+        self.socket.bind(f"ipc://{path}")
+        return f"ipc://{path}"
 
     def receive(self, timeout_ms: int = 0) -> Message | None:
-        """The next well-formed message, or None when none arrives within timeout_ms."""
+        """The next well-formed message other than a credit request, or None when none arrives
+        within timeout_ms. Credits are granted on the way."""
         deadline = time.monotonic() + timeout_ms / 1000
-        while self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
-            frames = self.socket.recv_multipart(copy=False)
-            try:
-                message = decode(frames, known_kinds=self.known_kinds)
-            except WireError as error:
-                self.malformed += 1
-                log_malformed(self.malformed, "message", error)
-                continue
-            self.received += 1
-            return message
-        return None
+        try:
+            while self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
+                frames = self.socket.recv_multipart(copy=False)
+                try:
+                    route, body = split_route(frames)
+                    message = decode(body, known_kinds=self.known_kinds)
+                except WireError as error:
+                    self.malformed += 1
+                    log_malformed(self.malformed, "message", error)
+                    continue
+                key = route[-1]
+                if message.kind == CREDIT:
+                    meta = message.meta
+                    counts = [meta.get(name, 0) for name in ("window", "received", "spent")]
+                    if not all(type(count) is int and 0 <= count < 1 << 62 for count in counts):
+                        self.malformed += 1
+                        log_malformed(self.malformed, "credit request", WireError(f"counts {counts!r}"))
+                        continue
+                    self.ledger.want(key, route, *counts)
+                    continue
+                if message.meta.get(CREDIT):
+                    self.ledger.spend(key, route)
+                else:
+                    self.ledger.seen(key, route)
+                self.received += 1
+                return message
+            return None
+        finally:
+            self.grant()
+
+    def grant(self) -> None:
+        """Send the credits the ledger has room for (and reclaim those of silent senders)."""
+        now = time.monotonic()
+        if now - self._reclaimed_at > 1.0:
+            self._reclaimed_at = now
+            self.ledger.reclaim(now)
+        for route, count in self.ledger.grants():
+            self.socket.send_multipart([*route, b"", *encode(Message(CREDIT, "learner", -1, {}, {"grant": count}))])
 
     def close(self) -> None:
         self.socket.close()

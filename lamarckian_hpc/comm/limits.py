@@ -74,3 +74,38 @@ def limit_bytes(megabytes: float | None) -> int:
     """The limit a config names, in bytes (the learner resolves `runtime.max_message_megabytes` in
     the config its actors get), or DEFAULT_MAX_MESSAGE_BYTES where none is named."""
     return DEFAULT_MAX_MESSAGE_BYTES if megabytes is None else round(megabytes * MEGABYTE)
+
+
+#: Descriptors a process keeps for itself beyond its connections (files, pipes, Ray, HDF5).
+SPARE_DESCRIPTORS = 256
+#: Connections one ZeroMQ I/O thread serves; ZeroMQ's guide gives one thread per GB/s of data,
+#: and the CURVE handshakes of thousands of connections at start are what one thread falls behind on.
+CONNECTIONS_PER_IO_THREAD = 1000
+MAX_IO_THREADS = 8
+
+
+def raise_open_file_limit(connections: int) -> int:
+    """Raise this process's soft open-file limit to what `connections` sockets need (one descriptor
+    each, plus SPARE_DESCRIPTORS), up to the hard limit; a learner fed by thousands of actors
+    under a cluster's default of 1024 would otherwise fail to accept connections. Says in one line
+    when the hard limit is too low. Returns the soft limit now in force."""
+    import logging
+    import resource
+
+    needed = connections + SPARE_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+        if target < needed:
+            logging.getLogger(__name__).warning(
+                "open-file limit: %d connections need %d descriptors, but the hard limit (ulimit -Hn) is %d; "
+                "use runtime.broadcast=tree (one connection per relay) or ask for a higher limit",
+                connections, needed, hard)
+    return soft
+
+
+def io_threads_for(connections: int) -> int:
+    """ZeroMQ I/O threads for a context serving `connections` connections."""
+    return max(1, min(MAX_IO_THREADS, math.ceil(connections / CONNECTIONS_PER_IO_THREAD)))

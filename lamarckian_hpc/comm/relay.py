@@ -1,4 +1,4 @@
-"""A relay of the weight broadcast: takes weights from its parent in the tree, passes them on.
+"""A relay of the tree: weights down from its parent, experience and credits through it.
 
 One relay runs per node (see `topology.py`). It subscribes to its parent's weight publisher and
 re-publishes every newer version at once on its own `WeightPublisher`, an XPUB socket bound twice:
@@ -7,6 +7,14 @@ frames as they are (zero copy), once they pass the very check its subscribers ma
 which only makes views of the frames): a malformed message is counted and dropped, never forwarded
 nor kept as the newest weights that every joining subscriber is sent. The learner never waits for
 a relay; XPUB drops for a subscriber that cannot keep up rather than blocking.
+
+Experience goes the other way, as in the Lamarckian paper's tree: the relay's ROUTER (TCP for the
+relays below it, IPC for its node's actors) takes what arrives and its DEALER passes it up to the
+parent's ROUTER unchanged, the routing ids of the way prepended by ZeroMQ; the credits the learner
+grants come back down the same route (`comm.credits`). The learner thus holds one connection per
+relay it feeds, never one per actor, and flow control works through the tree untouched. The
+relay does not decode experience: the learner checks every message, and credits bound how much
+can pass. Its DEALER follows the weights subscription to a new parent when the old one dies.
 
 A relay is given the relay folder of the job's keys (`comm.security`): the client pair it
 subscribes with and the broadcast pair it serves with, never the learner's secret.
@@ -32,9 +40,9 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .channels import WEIGHTS, WeightPublisher, log_malformed, make_socket
+from .channels import SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, log_malformed, make_socket
 from .limits import DEFAULT_MAX_MESSAGE_BYTES
-from .security import BROADCAST, JobKeys, stop_authenticator
+from .security import BROADCAST, LEARNER, JobKeys, stop_authenticator
 from .topology import BroadcastTree
 from .wire import WireError, decode
 
@@ -58,6 +66,11 @@ class RelaySpec:
     key_folder: str | None = None
     #: ZMQ_MAXMSGSIZE of the subscription to the parent: the run's limit (`comm.limits`).
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: TCP address of the experience ROUTER of each node above this one (the learner's included);
+    #: none: this relay carries weights only.
+    experience_upstreams: dict[str, str] | None = None
+    #: Where the node's actors send experience (IPC); None: only relays below connect (TCP).
+    experience_ipc_path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +84,9 @@ class RelayStats:
     reattachments: int = 0
     parent: str = ""
     joins_served: int = 0
+    experience_up: int = 0  # messages passed up towards the learner
+    credits_down: int = 0  # grants passed down to actors and relays below
+    dropped_up: int = 0  # messages that found no room on the way up (their credits are reclaimed)
 
 
 class Relay:
@@ -90,6 +106,19 @@ class Relay:
             os.makedirs(os.path.dirname(spec.ipc_path) or ".", mode=0o700, exist_ok=True)
             self.publisher.socket.bind(f"ipc://{spec.ipc_path}")
         self.address = self.publisher.address
+        self.experience_address: str | None = None
+        self._down: zmq.Socket | None = None  # experience from below
+        self._up: zmq.Socket | None = None  # experience to the parent
+        if spec.experience_upstreams is not None:
+            # Serves with the broadcast pair (a relay never holds the learner's secret); admits the job's clients.
+            self._down = make_socket(self.context, zmq.ROUTER, spec.max_message_bytes, self.keys, serve=BROADCAST)
+            for option in (zmq.RCVHWM, zmq.SNDHWM):
+                self._down.setsockopt(option, 0)  # credits bound what passes
+            self._down.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
+            self.experience_address = bind_random(self._down, spec.host)
+            if spec.experience_ipc_path is not None:
+                os.makedirs(os.path.dirname(spec.experience_ipc_path) or ".", mode=0o700, exist_ok=True)
+                self._down.bind(f"ipc://{spec.experience_ipc_path}")
         self.stats = RelayStats()
         self.stop_event = threading.Event()
         self._upstream: zmq.Socket | None = None
@@ -119,11 +148,53 @@ class Relay:
         self._poller = zmq.Poller()
         for watched in (socket, self._monitor, self.publisher.socket):
             self._poller.register(watched, zmq.POLLIN)
+        if self._down is not None:
+            self._up = self._experience_dealer(parent)
+            for watched in (self._down, self._up):
+                self._poller.register(watched, zmq.POLLIN)
         self._connected = False
         self._connect_deadline = time.monotonic() + self.spec.timeout_ms / 1000
         self.stats.parent = parent
 
+    def _experience_dealer(self, parent: str) -> zmq.Socket:
+        """The DEALER to `parent`'s experience ROUTER, named by this node so that the parent's
+        route to it survives a reconnect; it trusts the learner's key or, for a relay, the
+        broadcast key that relays serve with."""
+        assert self.spec.experience_upstreams is not None
+        address = self.spec.experience_upstreams.get(parent)
+        if address is None:
+            raise KeyError(f"relay {self.spec.node!r}: no experience address for node {parent!r}")
+        trust = LEARNER if self.tree.parent_of(parent) is None else BROADCAST
+        socket = make_socket(self.context, zmq.DEALER, self.spec.max_message_bytes, self.keys, trust=trust)
+        socket.setsockopt(zmq.ROUTING_ID, f"relay:{self.spec.node}".encode())
+        for option in (zmq.RCVHWM, zmq.SNDHWM):
+            socket.setsockopt(option, 0)
+        socket.connect(address)
+        return socket
+
+    def _pass_experience(self, ready: dict[Any, int]) -> None:
+        """Experience up, grants down, all that is queued, never blocking."""
+        if self._down is not None and self._down in ready and self._up is not None:
+            while self._down.poll(0):
+                frames = self._down.recv_multipart(copy=False)
+                try:
+                    self._up.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                    self.stats.experience_up += 1
+                except zmq.Again:
+                    self.stats.dropped_up += 1
+        if self._up is not None and self._up in ready and self._down is not None:
+            while self._up.poll(0):
+                frames = self._up.recv_multipart(copy=False)
+                try:
+                    self._down.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                    self.stats.credits_down += 1
+                except zmq.ZMQError:  # the peer is gone (a ROUTER drops silently; mandatory or not)
+                    pass
+
     def _close_upstream(self) -> None:
+        if self._up is not None:
+            self._up.close()
+            self._up = None
         if self._upstream is not None:
             self._upstream.disable_monitor()
             self._upstream.close()
@@ -178,6 +249,7 @@ class Relay:
                 self.forward(self._upstream.recv_multipart(copy=False))
         if self.publisher.socket in ready:
             self.stats.joins_served += self.publisher.serve_joins()
+        self._pass_experience(ready)
         if not self._connected and time.monotonic() > self._connect_deadline:
             self._parent_died()  # never answered: as good as dead
 
@@ -191,20 +263,31 @@ class Relay:
     def close(self) -> None:
         self._close_upstream()
         self.publisher.close()
+        if self._down is not None:
+            self._down.close()
         stop_authenticator(self.context)
-        if self.spec.ipc_path is not None and os.path.exists(self.spec.ipc_path):
-            os.unlink(self.spec.ipc_path)
+        for path in (self.spec.ipc_path, self.spec.experience_ipc_path):
+            if path is not None and os.path.exists(path):
+                os.unlink(path)
 
 
 def _relay_main(spec: dict[str, Any], reply: Any) -> None:
     relay = Relay(RelaySpec(**spec))
-    reply.send(relay.address)
+    reply.send((relay.address, relay.experience_address))
     reply.close()
     relay.run()
 
 
 def spawn_relay(spec: RelaySpec, timeout_s: float = 30.0) -> tuple[multiprocessing.Process, str]:
-    """Start a relay in its own process; returns the process and its TCP address once bound."""
+    """Start a relay in its own process; returns the process and its TCP weights address once
+    bound (`spawn_relay_addresses` for the experience address too)."""
+    process, (weights, _) = spawn_relay_addresses(spec, timeout_s)
+    return process, weights
+
+
+def spawn_relay_addresses(spec: RelaySpec, timeout_s: float = 30.0) -> tuple[multiprocessing.Process,
+                                                                              tuple[str, str | None]]:
+    """Start a relay in its own process; the process and its TCP (weights, experience) addresses."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe(duplex=False)
     process = context.Process(target=_relay_main, args=(spec.to_dict(), theirs), daemon=True,

@@ -20,7 +20,8 @@ and each process is given only its role's folder:
 
     <key folder>/admitted/client.key          the learner's ZAP handler admits these
     <key folder>/actor/   client.key_secret, learner.key, broadcast.key (public only)
-    <key folder>/relay/   client.key_secret, broadcast.key_secret, admitted/client.key
+    <key folder>/relay/   client.key_secret, broadcast.key_secret, learner.key (public only),
+                          admitted/client.key
 
 Processes read their keys from their folder (never from a message or a task argument), so the
 secrets cross no network and no Ray object store.
@@ -83,15 +84,26 @@ class JobKeys:
         _write_key(actor / f"{CLIENT}.key_secret", client.public, client.secret)
         _write_key(actor / f"{LEARNER}.key", learner.public)
         _write_key(actor / f"{BROADCAST}.key", broadcast.public)
-        relay = root / RELAY_FOLDER
-        shutil.rmtree(relay, ignore_errors=True)  # an earlier start's: its keys are no longer trusted
-        if relays:
-            _private_folder(relay)
-            _write_key(relay / f"{CLIENT}.key_secret", client.public, client.secret)
-            _write_key(relay / f"{BROADCAST}.key_secret", broadcast.public, broadcast.secret)
-            _write_key(_private_folder(relay / ADMITTED_FOLDER) / f"{CLIENT}.key", client.public)
-        return cls(root, client, {LEARNER: learner.public, BROADCAST: broadcast.public},
+        shutil.rmtree(root / RELAY_FOLDER, ignore_errors=True)  # an earlier start's: no longer trusted
+        keys = cls(root, client, {LEARNER: learner.public, BROADCAST: broadcast.public},
                    {LEARNER: learner, BROADCAST: broadcast}, root / ADMITTED_FOLDER)
+        if relays:
+            keys.write_relay_folder()
+        return keys
+
+    def write_relay_folder(self) -> Path:
+        """Write the relay folder (the client pair and the broadcast pair) of keys made by `create`:
+        only once a run knows it has relays (`runtime.broadcast: auto` learns it when its nodes are
+        known), so that no broadcast secret is on disk in a run without them."""
+        broadcast = self.serving.get(BROADCAST)
+        if broadcast is None:
+            raise KeyFolderError(f"the keys in {self.folder} cannot make a relay folder (no broadcast pair)")
+        relay = _private_folder(self.folder / RELAY_FOLDER)
+        _write_key(relay / f"{CLIENT}.key_secret", self.client.public, self.client.secret)
+        _write_key(relay / f"{BROADCAST}.key_secret", broadcast.public, broadcast.secret)
+        _write_key(relay / f"{LEARNER}.key", self.trusted[LEARNER])  # experience goes up to the learner
+        _write_key(_private_folder(relay / ADMITTED_FOLDER) / f"{CLIENT}.key", self.client.public)
+        return relay
 
     @classmethod
     def load(cls, folder: str | Path) -> JobKeys:

@@ -62,7 +62,7 @@ CONSTRAINTS: dict[str, str] = {
 EXAMPLES: dict[str, Any] = {
     "EnvConfig.id": "Pendulum-v1", "EnvConfig.kwargs": {"max_episode_steps": 200}, "EnvConfig.num_envs": 16,
     "EnvConfig.max_episode_steps": 500, "ModelConfig.policy_hidden_sizes": [64, 64],
-    "ModelConfig.critic_hidden_sizes": [], "RuntimeConfig.num_actors": 4, "RuntimeConfig.max_staleness": 4, "RuntimeConfig.simulated_nodes": 4,
+    "ModelConfig.critic_hidden_sizes": [], "RuntimeConfig.num_actors": 4, "RuntimeConfig.max_policy_lag": 4, "RuntimeConfig.simulated_nodes": 4,
     "RuntimeConfig.key_folder": "/shared/job-keys",
     "RuntimeConfig.bind_address": "10.1.2.3", "StorageConfig.directory": "/scratch/runs",
     "StorageConfig.run_name": "cartpole-lr3e-4", "StopConfig.target_return": 475,

@@ -151,12 +151,24 @@ class RuntimeConfig(Section):
     )
     num_actors: int | None = Field(None, ge=1, le=100_000, description="Actor processes; default one per core.")
     rollout_steps: int = Field(32, ge=1, description="Ticks an actor samples per message it sends.")
-    max_staleness: int | None = Field(None, ge=0, description="Drop samples older than this many policy versions.")
+    max_policy_lag: int | None = Field(
+        4, ge=0, le=1_000_000,
+        description="Drop samples more than this many policy versions older than the learner's, counted in the "
+                    "dropped_stale_steps metric; null keeps every sample. Flow control keeps the lag near 1, so "
+                    "this only catches stragglers (an actor whose host paused).")
+    batches_in_flight: float = Field(
+        1.0, gt=0, le=64,
+        description="Experience allowed in flight (being sampled, in relays, queued at the learner) in batches: "
+                    "the learner grants actors that many batches' worth of credits, one per message, so policy "
+                    "lag stays bounded whatever the number of actors (about this many versions). With more "
+                    "actors than credits, actors wait in turn: the learner is then the ceiling.")
     ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Learner device; auto takes a GPU if present.")
     torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads of the learner process.")
-    broadcast: Literal["flat", "tree"] = Field(
-        "flat", description="flat: the learner sends weights to every actor; tree: through one relay per node."
+    broadcast: Literal["auto", "flat", "tree"] = Field(
+        "auto", description="How weights go down and experience comes up. flat: every actor connects to the learner; "
+                            "tree: through one relay per node (the learner holds one connection per relay it "
+                            "feeds); auto: the tree when the run's actors are on more than one host, flat on one."
     )
     simulated_nodes: int | None = Field(
         None, ge=1, le=100_000,

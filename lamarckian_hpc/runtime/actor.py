@@ -1,8 +1,11 @@
-"""An actor: samples with the newest weights it has and pushes experience to the learner.
+"""An actor: samples with the newest weights it has and sends experience to the learner.
 
 This is the loop of one actor process, free of Ray so it can run (and be tested) in any process.
-In asynchronous sampling it never waits for the learner; in synchronous sampling it samples its
-share of a batch with policy version v, then waits for v+1, as RLlib does.
+It samples a message only while it holds a credit the learner granted (`comm.credits`), so the
+experience in flight stays within `runtime.batches_in_flight` batches whatever the number of
+actors, and a message it samples is sent at once with the weights it was sampled with. In
+asynchronous sampling it waits for nothing else; in synchronous sampling it samples its share of
+a batch with policy version v, then waits for v+1, as RLlib does.
 
 An actor that only acts samples with a torch-free policy and never imports torch; only A3C's
 actors (which compute gradients) and CNN actors do (`sampling.needs_torch`). Keep torch imports
@@ -20,11 +23,11 @@ import threading
 import numpy as np
 import zmq
 
-from ..comm import ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
+from ..comm import LEARNER, ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
 from ..config import A3CConfig, RunConfig
 from ..mdp import EnvironmentFailingError
 from .messages import Recorded, env_failing_message, experience_message, gradients_message, hello_message
-from .sampling import SamplingSide, make_sampling_side, queued_messages, steps_per_update
+from .sampling import SamplingSide, credit_window, make_sampling_side, message_steps, steps_per_update
 
 log = logging.getLogger(__name__)
 WAIT_POLL_MS = 50
@@ -32,12 +35,15 @@ WAIT_POLL_MS = 50
 
 class ActorLoop:
     def __init__(self, config: RunConfig, actor_index: int, num_actors: int, weights_address: str,
-                 experience_address: str, use_torch: bool = False) -> None:
+                 experience_address: str, use_torch: bool = False, experience_server: str = LEARNER) -> None:
+        """`experience_server`: the key role of whoever listens at `experience_address`, the
+        learner (LEARNER) or its node's relay (BROADCAST, the key relays serve with)."""
         self.config = config
         self.actor_index = actor_index
         self.num_actors = num_actors
         self.weights_address = weights_address
         self.experience_address = experience_address
+        self.experience_server = experience_server
         self.use_torch = use_torch  # sample with torch even when a torch-free policy would do (to compare)
         self.stop_event = threading.Event()
         self.sent = 0  # messages sent by this process (numbered, so the learner can spot a lost one)
@@ -54,14 +60,13 @@ class ActorLoop:
         subscriber = WeightSubscriber(context, self.weights_address, keys=keys,
                                       max_message_bytes=limit_bytes(config.runtime.max_message_megabytes))
         side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1), use_torch=self.use_torch)
-        observation_space = side.observation_space
-        sender = ExperienceSender(context, self.experience_address, keys=keys,
-                                  high_water_mark=queued_messages(config, self.num_actors, observation_space))
+        sender = ExperienceSender(context, self.experience_address, keys=keys, trust=self.experience_server,
+                                  window=credit_window(config, self.num_actors))
         if side.model is not None:  # A3C, CNN or asked for: this actor runs torch
             import torch
 
             torch.set_num_threads(1)
-        rollout = config.runtime.rollout_steps * config.env.num_envs
+        rollout = message_steps(config, self.num_actors)
         share = math.ceil(steps_per_update(config) / self.num_actors)
         synchronous = config.runtime.sampling == "sync"
         try:
@@ -73,11 +78,12 @@ class ActorLoop:
                 if synchronous and sent_with_version >= share:
                     version = self._wait_for_weights(subscriber, side, newer_than=version)
                     sent_with_version = 0
-                else:
-                    message = subscriber.poll(0)
-                    if message is not None:
-                        version = self._load(message, side)
-                        sent_with_version = 0
+                if not sender.take_credit(WAIT_POLL_MS):
+                    continue
+                message = subscriber.poll(0)  # the newest weights, also those that came while waiting
+                if message is not None:
+                    version = self._load(message, side)
+                    sent_with_version = 0
                 steps = min(rollout, share - sent_with_version) if synchronous else rollout
                 try:
                     side.sample(steps)
@@ -89,8 +95,10 @@ class ActorLoop:
                     break
                 frames, errors = side.sampler.env_frames, side.sampler.env_errors
                 # One message per policy that gathered steps (a multi-agent run's sides have several);
-                # the frames and errors since the last message are counted in the first.
-                for policy_id, batch, completed in side.take_experience():
+                # the frames and errors since the last message are counted in the first, and the
+                # last spends the rollout's credit.
+                parts = side.take_experience()
+                for part, (policy_id, batch, completed) in enumerate(parts):
                     returns = np.array([r.episode_return for r in completed])
                     lengths = np.array([r.length for r in completed], dtype=np.int64)
                     if isinstance(config.algorithm, A3CConfig):
@@ -105,7 +113,7 @@ class ActorLoop:
                                                      frames - frames_before, errors - errors_before,
                                                      sequence=self.sent, recorded=self._recordings(completed),
                                                      policy_id=policy_id)
-                    sender.send(message)
+                    sender.send(message, credited=part == len(parts) - 1)
                     self.sent += 1
                     frames_before, errors_before = frames, errors
                     sent_with_version += len(batch)

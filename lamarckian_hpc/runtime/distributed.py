@@ -3,8 +3,9 @@
 The learner publishes weights with a version number, takes experience as it arrives and measures
 how stale it is (learner version - sampling version, per step). Synchronous sampling keeps only
 steps of the current version (RLlib's PPO, staleness 0 at the update and at most 1 counted the
-paper's way); asynchronous sampling takes whatever arrives, optionally dropping messages older than
-`runtime.max_staleness`. A dead actor is restarted by Ray; its new process says hello, and the
+paper's way); asynchronous sampling takes whatever arrives, dropping messages more than
+`runtime.max_policy_lag` versions old. Credits (`comm.credits`) keep the experience in flight within
+`runtime.batches_in_flight` batches, so the lag stays near one version whatever the number of actors. A dead actor is restarted by Ray; its new process says hello, and the
 learner counts the restart.
 
 A multi-agent run (`multiagent:`) is the same loop with a policy dimension: every experience
@@ -31,6 +32,7 @@ from ..config import RunConfig
 from ..mdp import ExperienceBatch
 from ..comm import (MEGABYTE, ExperienceReceiver, JobKeys, largest_message_bytes, limit_bytes, message_limit,
                     stop_authenticator)
+from ..comm.limits import io_threads_for, raise_open_file_limit
 from .actor_watch import ActorWatch
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
@@ -43,15 +45,15 @@ from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
 from .ray_setup import ray_cpus, reachable_host, shutdown_ray
 from .recording import RecordedEpisodes
-from .sampling import POLICY_ID, spaces_of, steps_per_update
+from .sampling import POLICY_ID, credit_budget, spaces_of, steps_per_update
 from .trainer import METRIC_NAMES as SERIAL_METRIC_NAMES
-from .weight_broadcast import WeightBroadcast
+from .relay_tree import RelayTree
 
 log = logging.getLogger(__name__)
 
 METRIC_NAMES: tuple[str, ...] = (
     *SERIAL_METRIC_NAMES, "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
-    "lost_messages", "actors_connected",
+    "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight",
 )
 RECEIVE_POLL_MS = 50
 WAIT_CHECK_SECONDS = 1.0
@@ -67,7 +69,7 @@ def job_keys(config: RunConfig) -> tuple[RunConfig, JobKeys | None, str | None]:
     own = None
     if folder is None:
         own = folder = tempfile.mkdtemp(prefix="lamarckian-keys-")  # mode 0700
-    keys = JobKeys.create(folder, relays=config.runtime.broadcast == "tree")
+    keys = JobKeys.create(folder)  # the relay folder follows, once the run knows it has relays
     # The actors' config names only the actor folder: no learner or relay secret is in it.
     runtime = config.runtime.model_copy(update={"key_folder": keys.actor_folder})
     return config.model_copy(update={"runtime": runtime}), keys, own
@@ -107,7 +109,9 @@ class DistributedTrainer:
             self.policy_learners = dict(self.learner.learners)
         cores = os.cpu_count() or 1
         self.num_actors = config.runtime.num_actors or cores
-        self.context = zmq.Context()
+        # Fan-in: descriptors for every connection (a flat run's two per actor), and ZeroMQ I/O threads for them.
+        raise_open_file_limit(2 * self.num_actors)
+        self.context = zmq.Context(io_threads=io_threads_for(2 * self.num_actors))
         config, self.keys, self.own_key_folder = job_keys(config)
         config = with_message_limit(config, self.learner.weights(), message_spaces)
         self.started_ray = init_ray(config, num_cpus=ray_cpus(config.runtime.num_actors))
@@ -115,13 +119,14 @@ class DistributedTrainer:
         # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.
         host = config.runtime.bind_address or reachable_host(self.started_ray)
         self.receiver = ExperienceReceiver(self.context, KINDS, host=host, keys=self.keys,
-                                           max_message_bytes=limit_bytes(config.runtime.max_message_megabytes))
-        self.broadcast = WeightBroadcast(config, self.context, self.num_actors, host, self.keys)
-        self.publisher = self.broadcast.publisher
+                                           max_message_bytes=limit_bytes(config.runtime.max_message_megabytes),
+                                           credit_budget=credit_budget(config, self.num_actors))
+        self.tree = RelayTree(config, self.context, self.num_actors, host, self.receiver, self.keys)
+        self.publisher = self.tree.publisher
         self.cpu_meter = TreeCpuMeter(cores)
         self._publish(env_frames=0)
-        self.actors = start_actors(config, self.num_actors, self.broadcast.actor_addresses, self.receiver.address,
-                                   self.broadcast.actor_scheduling)
+        self.actors = start_actors(config, self.num_actors, self.tree.actor_addresses, self.tree.experience_addresses,
+                                   self.tree.actor_scheduling, self.tree.experience_servers)
         self.watch = ActorWatch(self.num_actors, config.runtime.connect_timeout_seconds,
                                 config.runtime.stall_timeout_seconds, self._describe_actors)
         self.hellos: dict[int, int] = {}
@@ -159,10 +164,6 @@ class DistributedTrainer:
             index = int(message.meta.get("actor_index", -1))
             self.hellos[index] = self.hellos.get(index, 0) + 1
             self.watch.on_hello(index, str(message.meta.get("host", "unknown")))
-            for observer in self.observers:
-                on_actors_connected = getattr(observer, "on_actors_connected", None)
-                if on_actors_connected is not None:
-                    on_actors_connected(self.watch.per_host())
             self.next_sequence[index] = 0  # a new process numbers its messages from 0
             self.actor_pids[index] = int(message.meta.get("pid", -1))
             return None
@@ -206,8 +207,9 @@ class DistributedTrainer:
         for index, reply in zip(indices, nodes):
             where = f"on {ray.get(reply)}" if reply in ready else "not started by Ray (no free CPU on any node?)"
             parts.append(f"actor {index} {where}")
-        addresses = sorted({self.broadcast.actor_addresses[index] for index in indices})
-        return (f"{'; '.join(parts)}; they were given experience address {self.receiver.address} "
+        addresses = sorted({self.tree.actor_addresses[index] for index in indices})
+        experience = sorted({self.tree.experience_addresses[index] for index in indices})
+        return (f"{'; '.join(parts)}; they were given experience address {', '.join(experience)} "
                 f"and weights address {', '.join(addresses)}")
 
     def _check_sequence(self, item: ActorExperience) -> None:
@@ -233,7 +235,7 @@ class DistributedTrainer:
             return False
         if self.config.runtime.sampling == "sync":
             return self._fresh(int(versions.min()), len(versions), 0, version)  # only the current version
-        return self._fresh(int(versions.min()), len(versions), self.config.runtime.max_staleness, version)
+        return self._fresh(int(versions.min()), len(versions), self.config.runtime.max_policy_lag, version)
 
     def _learn_from_experience(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
         """Gather experience until a policy's batch is full and update every policy whose batch is;
@@ -330,6 +332,8 @@ class DistributedTrainer:
                 lost_messages=float(self.lost_messages),
                 malformed_messages=float(self.receiver.malformed),
                 actors_connected=float(len(self.watch.hosts)),
+                hosts_connected=float(len(set(self.watch.hosts.values()))),
+                credits_in_flight=float(self.receiver.ledger.in_flight),
             )
             wall_time = progress.wall_time
             report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, wall_time,
@@ -359,7 +363,7 @@ class DistributedTrainer:
         # aborts the process when a peer's connection drops while a multipart message to or from
         # it is half through a pipe that is being torn down (session_base.cpp, clean_pipes).
         self.receiver.close()
-        self.broadcast.close()  # closes the publisher, then kills the relays, so Ray must still be up
+        self.tree.close()  # closes the publisher, then kills the relays, so Ray must still be up
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import ray
 
+from ..comm import LEARNER
 from ..comm.relay import Relay, RelaySpec
 from ..config import RunConfig
 from .actor import ActorLoop
@@ -25,9 +26,10 @@ log = logging.getLogger(__name__)
 
 class ActorProcess:
     def __init__(self, config_tree: dict[str, Any], actor_index: int, num_actors: int, weights_address: str,
-                 experience_address: str) -> None:
+                 experience_address: str, experience_server: str) -> None:
         config = RunConfig.model_validate(config_tree)
-        self.loop = ActorLoop(config, actor_index, num_actors, weights_address, experience_address)
+        self.loop = ActorLoop(config, actor_index, num_actors, weights_address, experience_address,
+                              experience_server=experience_server)
         self.thread = threading.Thread(target=self._run, name=f"actor-{actor_index}", daemon=True)
         self.thread.start()
 
@@ -74,6 +76,10 @@ class RelayProcess:
     def address(self) -> str:
         return self.relay.address
 
+    def addresses(self) -> tuple[str, str | None]:
+        """Its TCP addresses: weights publisher, experience receiver."""
+        return self.relay.address, self.relay.experience_address
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -90,9 +96,12 @@ def start_relay(spec: RelaySpec, scheduling: Any = None) -> Any:
     return ray.remote(RelayProcess).options(**options).remote(spec.to_dict())
 
 
-def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequence[str], experience_address: str,
-                 scheduling: Callable[[int], Any] | None = None) -> list[Any]:
-    """Actor processes; `weights_address` is one for all or one per actor, `scheduling(i)` pins actor i."""
+def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequence[str],
+                 experience_address: str | Sequence[str], scheduling: Callable[[int], Any] | None = None,
+                 experience_servers: Sequence[str] | None = None) -> list[Any]:
+    """Actor processes; each address is one for all or one per actor, `experience_servers[i]` the
+    key role of whoever listens at actor i's experience address (the learner by default),
+    `scheduling(i)` pins actor i."""
     remote = ray.remote(ActorProcess)
     options: dict[str, Any] = {
         "num_cpus": min(1.0, ray.cluster_resources().get("CPU", 1.0) / num_actors),  # oversubscribe if asked to
@@ -102,12 +111,15 @@ def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequ
     }
     tree = config.to_json_dict()
     addresses = [weights_address] * num_actors if isinstance(weights_address, str) else list(weights_address)
+    experience = ([experience_address] * num_actors if isinstance(experience_address, str)
+                  else list(experience_address))
+    servers = list(experience_servers) if experience_servers is not None else [LEARNER] * num_actors
     actors = []
     for index in range(num_actors):
         strategy = scheduling(index) if scheduling is not None else None
         # Without a node to pin it to, SPREAD: on a multi-node cluster the actors sample on every node.
         placed = remote.options(**options, scheduling_strategy=strategy if strategy is not None else "SPREAD")
-        actors.append(placed.remote(tree, index, num_actors, addresses[index], experience_address))
+        actors.append(placed.remote(tree, index, num_actors, addresses[index], experience[index], servers[index]))
     return actors
 
 

@@ -73,10 +73,5 @@ class MetricsRecorder:
                 self._cap_noted = True
         self.writer.flush_if_due(self.interval_seconds)
 
-    def on_actors_connected(self, per_host: dict[str, int]) -> None:
-        """/meta `actors_connected_per_host`, rewritten whenever an actor says hello."""
-        self.writer.update_meta({"actors_connected_per_host": per_host,
-                                 "actors_connected": int(sum(per_host.values()))})
-
     def on_train_end(self, result: TrainResult) -> None:
         self.writer.close()

@@ -1,14 +1,17 @@
-"""How the learner's weights reach the actors: `runtime.broadcast` flat or tree.
+"""The paths between the learner and its actors: `runtime.broadcast` flat or tree (auto picks).
 
-flat: the learner's XPUB socket sends every version to every actor over TCP, so its link carries
-one copy per actor. tree: the actors are grouped by node; the learner's node is the root of the
-three-layer tree of `comm.topology`, every other node runs one relay (a Ray actor pinned to that
-node), and the actors of a node subscribe over IPC to their node's relay (the learner's node's
-actors to the learner itself). The learner's link then carries one copy per relay it feeds.
+flat: every actor connects to the learner itself, its weights publisher (XPUB) and its experience
+receiver (ROUTER), so the learner's link carries one copy of each version per actor and it holds
+two connections per actor. tree: the actors are grouped by node; the learner's node is the root
+of the three-layer tree of `comm.topology`, every other node runs one relay (a Ray actor pinned to
+that node), and the actors of a node talk over IPC to their node's relay (the learner's node's
+actors to the learner itself): weights come down, experience goes up and credits come back
+down through it. The learner then holds one connection per relay it feeds. auto, the default:
+the tree when the run's actors are on more than one host, flat on one host.
 
 Nodes are the Ray cluster's alive nodes, the learner's first. `runtime.simulated_nodes` instead
 groups the actors into that many simulated nodes on the local host: each gets its own relay
-process and IPC endpoint, exactly as a separate host would, but all share one machine's cores and
+process and IPC endpoints, exactly as a separate host would, but all share one machine's cores and
 loopback, so it shows the tree working, not the network savings of real hosts.
 """
 
@@ -28,7 +31,7 @@ import ray
 import zmq
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..comm import JobKeys, WeightPublisher, limit_bytes
+from ..comm import BROADCAST, LEARNER, ExperienceReceiver, JobKeys, WeightPublisher, limit_bytes
 from ..comm.relay import RelaySpec
 from ..comm.topology import BroadcastTree, build_tree
 from ..config import RunConfig
@@ -88,48 +91,83 @@ def _natural(name: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-class WeightBroadcast:
-    """The learner's publisher, the relays of the tree and the address every actor subscribes to."""
+def choose_layout(setting: str, plan: NodePlan) -> str:
+    """flat or tree for `runtime.broadcast`: auto is the tree when actors are on several nodes."""
+    if setting != "auto":
+        return setting
+    return "tree" if len(set(plan.actor_nodes)) > 1 else "flat"
+
+
+class RelayTree:
+    """The learner's publisher and receiver, the relays of the tree, and the addresses every actor
+    is given for weights and for experience (with the key role of the server it reaches there)."""
 
     def __init__(self, config: RunConfig, context: zmq.Context, num_actors: int, host: str,
-                 keys: JobKeys | None = None) -> None:
+                 receiver: ExperienceReceiver, keys: JobKeys | None = None) -> None:
         """`host`: the learner's address that every actor and relay reaches (loopback only when
-        the run's Ray is on this host alone)."""
+        the run's Ray is on this host alone); `receiver`: the learner's experience receiver."""
         self.plan = plan_nodes(config, num_actors)
+        self.layout = choose_layout(config.runtime.broadcast, self.plan)
         self.publisher = WeightPublisher(context, host=host, keys=keys)
+        self.receiver = receiver
         # Relays get the relay folder of the keys (never the learner's secret); only a tree has one.
-        tree = config.runtime.broadcast == "tree"
-        self.key_folder = None if keys is None or not tree else str(keys.relay_folder)
+        self.key_folder = None if keys is None or self.layout != "tree" else str(keys.write_relay_folder())
         self.max_message_bytes = limit_bytes(config.runtime.max_message_megabytes)
         self.tree: BroadcastTree | None = None
         self.relays: dict[str, Any] = {}
         self.ipc_dir: str | None = None
-        if config.runtime.broadcast == "flat":
+        if self.layout == "flat":
             self.actor_addresses = [self.publisher.address] * num_actors
+            self.experience_addresses = [receiver.address] * num_actors
+            self.experience_servers = [LEARNER] * num_actors
             return
         self.tree = build_tree(self.plan.names)
         # Short paths: IPC endpoints are limited to about 100 bytes.
         self.ipc_dir = os.path.join(tempfile.gettempdir(), f"lhpc-{uuid.uuid4().hex[:10]}")
         os.makedirs(self.ipc_dir, mode=0o700, exist_ok=True)
-        endpoints = [os.path.join(self.ipc_dir, f"{i}.ipc") for i in range(len(self.plan.names))]
-        self.publisher.socket.bind(f"ipc://{endpoints[0]}")
+        weights = [os.path.join(self.ipc_dir, f"{i}.ipc") for i in range(len(self.plan.names))]
+        experience = [os.path.join(self.ipc_dir, f"{i}e.ipc") for i in range(len(self.plan.names))]
+        self.publisher.socket.bind(f"ipc://{weights[0]}")
+        receiver.bind_ipc(experience[0])
         # A relay binds on the address of the node Ray put it on ("" below), unless all is local.
-        self._start_relays(endpoints, "127.0.0.1" if host == "127.0.0.1" else "")
-        self.actor_addresses = [f"ipc://{endpoints[node]}" for node in self.plan.actor_nodes]
+        self._start_relays(weights, experience, "127.0.0.1" if host == "127.0.0.1" else "")
+        self.actor_addresses = [f"ipc://{weights[node]}" for node in self.plan.actor_nodes]
+        self.experience_addresses = [f"ipc://{experience[node]}" for node in self.plan.actor_nodes]
+        self.experience_servers = [LEARNER if node == 0 else BROADCAST for node in self.plan.actor_nodes]
 
-    def _start_relays(self, endpoints: list[str], host: str) -> None:
+    def _start_relays(self, weights: list[str], experience: list[str], host: str) -> None:
         """Start the relays layer by layer, so each is given the addresses of the nodes above it."""
         assert self.tree is not None
         addresses = {self.tree.root: self.publisher.address}
+        experience_addresses = {self.tree.root: self.receiver.address}
         for layer in (1, 2):
             started = {}
             for index, node in enumerate(self.tree.nodes):
                 if index and self.tree.layer_of(node) == layer:
-                    spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=endpoints[index],
-                                     key_folder=self.key_folder, max_message_bytes=self.max_message_bytes)
+                    spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=weights[index],
+                                     key_folder=self.key_folder, max_message_bytes=self.max_message_bytes,
+                                     experience_upstreams=dict(experience_addresses),
+                                     experience_ipc_path=experience[index])
                     started[node] = start_relay(spec, self.plan.scheduling(index))
-            addresses.update(zip(started, ray.get([relay.address.remote() for relay in started.values()])))
+            for node, (weights_address, experience_address) in zip(
+                    started, ray.get([relay.addresses.remote() for relay in started.values()])):
+                addresses[node] = weights_address
+                experience_addresses[node] = experience_address
             self.relays.update(started)
+
+    def meta(self) -> dict[str, Any]:
+        """What the run file's /meta records of the layout used: flat or tree, the tree over the
+        nodes (a tree run only) and the actors planned per node."""
+        counts = [self.plan.actor_nodes.count(node) for node in range(len(self.plan.names))]
+        if self.tree is None:
+            connections = len(self.plan.actor_nodes)
+        else:  # the relays of the first layer and the learner's node's own actors
+            connections = counts[0] + sum(1 for name in self.plan.names[1:] if self.tree.parent_of(name) == self.tree.root)
+        meta: dict[str, Any] = {"broadcast_layout": self.layout, "learner_experience_connections": connections,
+                                "actors_per_node": dict(zip(self.plan.names, counts))}
+        if self.tree is not None:
+            meta["broadcast_tree"] = self.tree.to_dict()
+        return meta
 
     def actor_scheduling(self, actor_index: int) -> NodeAffinitySchedulingStrategy | None:
         """Where an actor must run: on its node when nodes are real Ray nodes, anywhere otherwise."""

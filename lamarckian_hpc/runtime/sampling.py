@@ -17,7 +17,6 @@ import gymnasium as gym
 import numpy as np
 
 from ..comm import Message
-from ..comm.limits import space_elements
 from ..config import A3CConfig, DQNConfig, RunConfig
 from ..mdp import (EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, GymMDP, PolicyOutput, Sampler,
                    TrainingController, make_gym_env)
@@ -92,21 +91,32 @@ def steps_per_update(config: RunConfig) -> int:
     return batch_size if batch_size is not None else config.runtime.rollout_steps * config.env.num_envs
 
 
-#: The most experience one actor keeps queued for the learner, in bytes (image observations).
-MAX_QUEUED_BYTES = 64 * 1024 * 1024
-
-
-def queued_messages(config: RunConfig, num_actors: int, observation_space: gym.Space) -> int:
-    """Messages an actor may have queued for the learner: its share of one batch (at most
-    MAX_QUEUED_BYTES). While the learner updates, its actors sample on into the queue, so the next
-    batch is waiting when the update ends; with a shorter queue they would stop until the learner
-    drained it, then the learner would wait for them. A queued step ages by at most the one update
-    it waits through."""
-    rollout = config.runtime.rollout_steps * config.env.num_envs
+def message_steps(config: RunConfig, num_actors: int) -> int:
+    """Steps an actor samples per message: a rollout, or its share of a batch when that is smaller
+    (whole ticks of its environments), so that the actors together fill a batch and no actor's
+    message is more than the learner needs: with many actors, one full rollout each would be
+    many batches, all aging while they wait."""
+    num_envs = config.env.num_envs
+    rollout = config.runtime.rollout_steps * num_envs
     share = math.ceil(steps_per_update(config) / num_actors)
-    dtype = getattr(observation_space, "dtype", None)  # None for Dict and Tuple spaces: assume 8 bytes
-    message_bytes = rollout * space_elements(observation_space) * (dtype.itemsize if dtype is not None else 8)
-    return max(1, min(math.ceil(share / rollout), MAX_QUEUED_BYTES // message_bytes))
+    return min(rollout, max(num_envs, math.ceil(share / num_envs) * num_envs))
+
+
+def credit_budget(config: RunConfig, num_actors: int) -> int:
+    """Messages the learner lets be in flight at once (`comm.credits`): `runtime.batches_in_flight`
+    batches of messages. Where each message is an update of its own (DQN, A3C: no `batch_size`),
+    one per actor, so that every actor samples; their lag has its own bounds (replay, the
+    gradient staleness limit). A multi-agent rollout feeds several policies' batches at once: one
+    per actor too, at least."""
+    per_message = getattr(config.algorithm, "batch_size", None) is None or config.multiagent is not None
+    messages = math.ceil(config.runtime.batches_in_flight * steps_per_update(config) / message_steps(config, num_actors))
+    return max(1, messages, num_actors if per_message else 1)
+
+
+def credit_window(config: RunConfig, num_actors: int) -> int:
+    """Credits one actor may hold at once: its share of the budget (one at least), so that with
+    the budget to spare, every actor samples its part of the batches in flight without waiting."""
+    return max(1, math.ceil(credit_budget(config, num_actors) / num_actors))
 
 
 def recorded_every(config: RunConfig) -> int:

@@ -73,6 +73,8 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
     except ValueError as error:
         raise TrainingSetupError(str(error)) from None
     try:
+        layout = getattr(trainer, "tree", None)
+        meta = {**(meta or {}), **(layout.meta() if layout is not None else {"broadcast_layout": "serial"})}
         names = metric_names_for(config)
         reserve = int(config.storage.min_free_megabytes * MEGABYTE)
         options = trajectory_writer_options(config, trainer.spaces, *(config.multiagent.trained if config.multiagent
