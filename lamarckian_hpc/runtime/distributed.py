@@ -34,6 +34,7 @@ from ..comm import (MEGABYTE, ExperienceReceiver, JobKeys, largest_message_bytes
                     stop_authenticator)
 from ..comm.limits import io_threads_for, raise_open_file_limit
 from .actor_watch import ActorWatch
+from .cpu_quota import join_learner_cpu_group
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .learner import A3CLearner, make_learner
@@ -92,6 +93,7 @@ class DistributedTrainer:
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = ()) -> None:
         self.config = config
         self.observers = list(observers)
+        join_learner_cpu_group()
         torch.set_num_threads(config.runtime.torch_threads)
         self.learner: Any
         if config.multiagent is None:

@@ -20,6 +20,7 @@ from ..comm import LEARNER
 from ..comm.relay import Relay, RelaySpec
 from ..config import RunConfig
 from .actor import ActorLoop
+from .cpu_quota import join_cpu_group
 from .ray_setup import ensure_ray, worker_runtime_env
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 class ActorProcess:
     def __init__(self, config_tree: dict[str, Any], actor_index: int, num_actors: int, weights_address: str,
                  experience_address: str, experience_server: str) -> None:
+        join_cpu_group()  # a host's own cores where the test cluster gives it a quota; else nothing
         config = RunConfig.model_validate(config_tree)
         self.loop = ActorLoop(config, actor_index, num_actors, weights_address, experience_address,
                               experience_server=experience_server)
