@@ -1,0 +1,189 @@
+"""Flow control of the experience channel: the learner's credits bound the messages in flight
+whatever the number of senders, go round in turn, survive a lost grant, and work the same through
+a relay, where the learner then holds one connection for all the relay's senders."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from lamarckian_hpc.comm import BROADCAST, ExperienceReceiver, ExperienceSender, JobKeys, Message, WeightPublisher
+from lamarckian_hpc.comm.credits import CreditLedger
+from lamarckian_hpc.comm.relay import Relay, RelaySpec
+from lamarckian_hpc.comm.topology import build_tree
+from lamarckian_hpc.config import load_config
+from lamarckian_hpc.runtime.sampling import credit_budget, credit_window, message_steps
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ROUTE = (b"r",)
+
+
+def experience(value: float) -> Message:
+    return Message("experience", "actor", 1, {"x": np.full(16, value, np.float32)})
+
+
+def test_the_ledger_keeps_the_budget_and_gives_credits_in_turn() -> None:
+    ledger = CreditLedger(budget=3)
+    for key in (b"a", b"b", b"c", b"d"):
+        ledger.want(key, (key,), window=2)
+    first = dict(ledger.grants())
+    assert first == {(b"a",): 1, (b"b",): 1, (b"c",): 1}  # one each in turn, never more than the budget
+    assert ledger.in_flight == 3 and ledger.grants() == []
+    ledger.spend(b"a", (b"a",))  # a's message arrived: its credit goes to the next in turn, d
+    assert dict(ledger.grants()) == {(b"d",): 1}
+    ledger.spend(b"b", (b"b",))
+    assert dict(ledger.grants()) == {(b"a",): 1}  # then a again, before b asks twice
+    assert ledger.in_flight == 3 and ledger.uncredited == 0
+
+
+def test_the_window_caps_one_sender_and_a_repeated_request_grants_nothing_twice() -> None:
+    ledger = CreditLedger(budget=100)
+    ledger.want(b"a", ROUTE, window=3)
+    assert dict(ledger.grants()) == {ROUTE: 3}
+    ledger.want(b"a", ROUTE, window=3, received=3, spent=0)  # asks again: it holds all three
+    assert ledger.grants() == [] and ledger.in_flight == 3
+    ledger.want(b"a", ROUTE, window=3, received=1, spent=1)  # two grants lost on the way, one message sent
+    assert ledger.in_flight == 1  # that message is still on its way here
+    assert dict(ledger.grants()) == {ROUTE: 2}
+    ledger.spend(b"a", ROUTE)
+    assert ledger.in_flight == 2 and dict(ledger.grants()) == {ROUTE: 1}
+
+
+def test_a_silent_sender_gives_its_credits_back() -> None:
+    ledger = CreditLedger(budget=2, reclaim_seconds=10)
+    ledger.want(b"dead", ROUTE, window=2)
+    assert dict(ledger.grants()) == {ROUTE: 2}
+    ledger.want(b"alive", (b"x",), window=2)
+    assert ledger.grants() == []  # the budget is with a sender that died
+    assert ledger.reclaim(time.monotonic() + 11) == 2 and b"dead" not in ledger.accounts
+    assert ledger.in_flight == 0
+    ledger.want(b"alive", (b"x",), window=2)
+    assert dict(ledger.grants()) == {(b"x",): 2}
+
+
+def test_messages_sizes_and_credits_follow_the_actor_count() -> None:
+    config = load_config(CONFIGS / "ppo_cartpole.yaml", ["algorithm.batch_size=4096", "algorithm.num_minibatches=8"])
+    rollout = config.runtime.rollout_steps * config.env.num_envs  # 256 steps
+    assert message_steps(config, 2) == rollout  # a whole rollout: well under an actor's share
+    assert message_steps(config, 32) == 4096 // 32 == 128  # the share, in whole ticks of 8 envs
+    assert message_steps(config, 6000) == config.env.num_envs  # one tick at least
+    for actors in (2, 32, 64, 6000):
+        budget = credit_budget(config, actors)
+        in_flight_steps = budget * message_steps(config, actors)
+        assert 4096 <= in_flight_steps < 2 * 4096, (actors, budget)  # one batch in flight, whatever the count
+        assert credit_window(config, actors) == max(1, -(-budget // actors))
+    more = load_config(CONFIGS / "ppo_cartpole.yaml", ["algorithm.batch_size=4096", "runtime.batches_in_flight=2"])
+    assert credit_budget(more, 32) == 2 * credit_budget(config, 32)
+    dqn = load_config(CONFIGS / "dqn_cartpole.yaml")
+    assert credit_budget(dqn, 16) == 16  # an update per message: every actor keeps one in flight
+
+
+@pytest.fixture
+def context():
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def _fill(senders: list[ExperienceSender], seconds: float) -> int:
+    """Every sender sends all it holds credits for, for `seconds`; the messages sent."""
+    sent = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for sender in senders:
+            while sender.take_credit(0):
+                assert sender.send(experience(1.0), timeout_ms=1000, credited=True)
+                sent += 1
+        time.sleep(0.01)
+    return sent
+
+
+def test_senders_cannot_outrun_the_budget_while_the_learner_does_not_receive(context, tmp_path) -> None:
+    keys = JobKeys.create(tmp_path / "keys")
+    receiver = ExperienceReceiver(context, {"experience"}, keys=keys, credit_budget=6)
+    actor = JobKeys.load(keys.actor_folder)
+    senders = [ExperienceSender(context, receiver.address, keys=actor, window=2) for _ in range(10)]
+    try:
+        for sender in senders:
+            sender.ask()
+        deadline = time.monotonic() + 10
+        while len(receiver.ledger.accounts) < 10:  # hear every request; receives no experience
+            assert receiver.receive(50) is None and time.monotonic() < deadline
+        assert _fill(senders, 1.0) == 6  # ten senders, window two: six credits, six messages
+        got = [receiver.receive(1000) for _ in range(6)]
+        assert all(message is not None and message.kind == "experience" for message in got)
+        assert receiver.ledger.in_flight == 6  # every received message's credit went back out
+        assert _fill(senders, 1.0) == 6  # and was spent again
+        assert sum(sender.spent for sender in senders) == 12
+        assert max(sender.spent for sender in senders) <= 2  # in turn: nobody took three of twelve
+    finally:
+        for sender in senders:
+            sender.close()
+        receiver.close()
+
+
+def test_a_sender_that_lost_its_grant_asks_again_and_gets_it(context, monkeypatch) -> None:
+    import lamarckian_hpc.comm.channels as channels
+
+    monkeypatch.setattr(channels, "ASK_AGAIN_SECONDS", 0.3)
+    receiver = ExperienceReceiver(context, {"experience"}, credit_budget=1)
+    sender = ExperienceSender(context, receiver.address)
+    try:
+        assert not sender.take_credit(100)  # asks
+        receiver.receive(200)  # grants the one credit...
+        assert sender.poll_credits(1000) == 1
+        sender.credits = sender.received = 0  # ...which never arrived
+        deadline = time.monotonic() + 5
+        while not sender.take_credit(50):
+            receiver.receive(10)
+            assert time.monotonic() < deadline, "the sender never got its credit back"
+        assert receiver.ledger.in_flight == 1  # written off and granted again: the budget still holds
+    finally:
+        sender.close()
+        receiver.close()
+
+
+def test_through_a_relay_the_learner_holds_one_connection_and_credits_come_back_down(context, tmp_path) -> None:
+    keys = JobKeys.create(tmp_path / "keys")
+    relay_folder = keys.write_relay_folder()
+    receiver = ExperienceReceiver(context, {"experience", "hello"}, keys=keys, credit_budget=4)
+    publisher = WeightPublisher(context, keys=keys)
+    tree = build_tree(["node0", "node1"])
+    relay = Relay(RelaySpec("node1", tree.to_dict(), {"node0": publisher.address}, ipc_path=f"{tmp_path}/w.ipc",
+                            key_folder=str(relay_folder), experience_upstreams={"node0": receiver.address},
+                            experience_ipc_path=f"{tmp_path}/e.ipc"), zmq.Context())
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    actor = JobKeys.load(keys.actor_folder)
+    senders = [ExperienceSender(context, f"ipc://{tmp_path}/e.ipc", keys=actor, trust=BROADCAST, window=1)
+               for _ in range(8)]
+    try:
+        received = 0
+        deadline = time.monotonic() + 20
+        while received < 40:
+            assert time.monotonic() < deadline, f"{received} messages through the relay"
+            for sender in senders:
+                if sender.take_credit(0):
+                    sender.send(experience(2.0), credited=True)
+            message = receiver.receive(20)
+            if message is not None:
+                assert np.all(message.arrays["x"] == 2.0)
+                received += 1
+            assert receiver.ledger.in_flight <= 4
+        routes = [account.route for account in receiver.ledger.accounts.values()]
+        assert len(routes) == 8 and {route[0] for route in routes} == {b"relay:node1"}  # one connection
+        assert all(len(route) == 2 for route in routes)
+        assert relay.stats.experience_up >= 40 and relay.stats.credits_down >= 40
+        assert sum(sender.spent for sender in senders) <= received + 4  # at most the budget in flight
+    finally:
+        relay.stop_event.set()
+        thread.join(5)
+        for sender in senders:
+            sender.close()
+        publisher.close()
+        receiver.close()
