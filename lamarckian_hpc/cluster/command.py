@@ -23,6 +23,7 @@ LAUNCH_FLAGS: dict[str, tuple[str, type, str]] = {
     "--folder": ("folder", str, "submitit folder; each job's logs go to FOLDER/<job id>"),
     "--max-requeues": ("max_requeues", int, "time-limit requeues before giving up"),
     "--signal-delay": ("signal_delay_seconds", int, "seconds before the time limit at which the job checkpoints"),
+    "--srun-mpi": ("srun_mpi", str, "srun's MPI plugin: pmi2 (MPICH, Intel MPI; default) or pmix (Open MPI)"),
     "--object-store-mb": ("ray_object_store_mb", int, "Ray object store per node (MB)"),
     "--poll": ("poll_interval_seconds", float, "seconds between state checks"),
     "--wait-timeout": ("wait_timeout_seconds", float, "stop following the job after this many seconds"),

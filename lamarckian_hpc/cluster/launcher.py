@@ -43,7 +43,7 @@ class LaunchResult:
 
 
 def make_executor(launch: LaunchConfig, survive_node_loss: bool = False) -> submitit.SlurmExecutor:
-    """A Slurm executor for one bootstrap task per node, MPI through PMI2 for discovery.
+    """A Slurm executor for one bootstrap task per node, MPI through srun's plugin (`srun_mpi`) for discovery.
 
     `survive_node_loss` (`runtime.on_node_loss=continue`) submits with `--no-kill`, job and step:
     Slurm then keeps the job running when one of its nodes fails instead of ending it NODE_FAIL.
@@ -55,7 +55,7 @@ def make_executor(launch: LaunchConfig, survive_node_loss: bool = False) -> subm
         "time": launch.time_minutes, "job_name": launch.job_name,
         "signal_delay_s": launch.signal_delay_seconds,
         # --kill-on-bad-exit: a bootstrap task that dies ends the job instead of leaving it waiting.
-        "srun_args": ["--mpi=pmi2", "--kill-on-bad-exit=1", *(["--no-kill"] if survive_node_loss else [])],
+        "srun_args": [f"--mpi={launch.srun_mpi}", "--kill-on-bad-exit=1", *(["--no-kill"] if survive_node_loss else [])],
     }
     if survive_node_loss:
         parameters["additional_parameters"] = {"no_kill": True}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, computed_field, field_validator
 
@@ -49,6 +50,7 @@ class LaunchConfig(Section):
     folder: Path = Field(Path("slurm-jobs"), description="Where submitit keeps each job's script, logs and result (<folder>/<job id>).")
     max_requeues: int = Field(3, ge=0, le=100, description="Time-limit requeues before the job is left to end.")
     signal_delay_seconds: int = Field(90, ge=10, le=3600, description="Slurm warns the job this long before its time limit; it checkpoints and requeues.")
+    srun_mpi: Literal["pmi2", "pmix"] = Field("pmi2", description="srun's MPI plugin for the bootstrap tasks (--mpi): pmi2 for MPICH and Intel MPI, pmix for Open MPI; `srun --mpi=list` shows a cluster's.")
     ray_object_store_mb: int = Field(200, ge=50, le=1_000_000, description="Ray object store per node.")
     poll_interval_seconds: float = Field(2.0, gt=0, le=300, description="How often the launcher asks Slurm about the job.")
     wait_timeout_seconds: float | None = Field(None, gt=0, description="Give up following the job after this long; default: the time limit times (requeues + 1) plus an hour of queueing.")
