@@ -10,8 +10,8 @@
 #   TESTCLUSTER_SUBNET=10.217.0.0/24   the nodes' /24 (.1..N nodes, .254 the bridge)
 #   TESTCLUSTER_LINK_RATE=1gbit        limit every node's link in both directions (tc tbf)
 #   TESTCLUSTER_NODE_CPUS=0.5          every node's own cores (a CFS quota, cgroup lhtc-nodeK); unset: none
-#   TESTCLUSTER_CPU_QUOTA_SCOPE=node   what the quota holds: `node` (slurmd and all it starts) or
-#                                      `actors` (only processes that join it, see README.md)
+#   TESTCLUSTER_CPU_QUOTA_SCOPE=actors what the quota holds: `actors` (only processes that join it) or
+#                                      `node` (slurmd and all it starts; see README.md)
 #   TESTCLUSTER_LEARNER_CPUS=1         the learner's own cores (cgroup lhtc-learner); unset: none
 # Starting again stops the running cluster first (stop.sh), so it restarts cleanly.
 set -euo pipefail
@@ -23,7 +23,7 @@ CTLD_PORT=${TESTCLUSTER_CTLD_PORT:-6817}
 NODE_PORT=${TESTCLUSTER_NODE_PORT:-6818}
 CPUS=${TESTCLUSTER_CPUS_PER_NODE:-$(nproc --all)}
 NODE_CPUS=${TESTCLUSTER_NODE_CPUS:-}
-QUOTA_SCOPE=${TESTCLUSTER_CPU_QUOTA_SCOPE:-node}
+QUOTA_SCOPE=${TESTCLUSTER_CPU_QUOTA_SCOPE:-actors}
 LEARNER_CPUS=${TESTCLUSTER_LEARNER_CPUS:-}
 CPU_CGROUP_ROOT=${TESTCLUSTER_CPU_CGROUP_ROOT:-/sys/fs/cgroup/cpu}
 HERE=$(cd "$(dirname "$0")" && pwd)
