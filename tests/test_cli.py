@@ -73,6 +73,7 @@ def test_train_writes_a_complete_run_file(smoke_run: SmokeRun) -> None:
         assert reader.config["seed"] == resolved.seed
         assert reader.config["env"]["id"] == resolved.env.id == "CartPole-v1"
         assert reader.meta["config_file"] == "configs/ppo_cartpole.yaml"
+        assert reader.meta["broadcast_layout"] == "serial"  # no actors, no broadcast
         assert reader.closed_cleanly is True
         summary = reader.summary()
         num_updates = SMOKE_ENV_STEPS // resolved.algorithm.batch_size
@@ -259,3 +260,8 @@ def test_local_ray_run_authenticates_itself_and_keeps_its_files_to_itself(tmp_pa
     assert left == []
     shared = Path("/tmp/ray/session_latest")
     assert not (shared.exists() and shared.lstat().st_mtime >= started), "the run used the shared /tmp/ray"
+    # runtime.broadcast: auto on one host is flat, and /meta says what was used
+    (run_file,) = (tmp_path / "runs").glob("*.h5")
+    with open_run(run_file) as reader:
+        assert reader.meta["broadcast_layout"] == "flat" and "broadcast_tree" not in reader.meta
+        assert reader.meta["learner_experience_connections"] == 1 == sum(reader.meta["actors_per_node"].values())

@@ -248,6 +248,7 @@ def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_pa
         series = run.metrics()
     assert summary.closed_cleanly
     assert list(meta["hosts"]) == hosts
+    assert meta["broadcast_layout"] == "tree"  # runtime.broadcast: auto, actors on four hosts
     assert meta["broadcast_tree"] == build_tree(hosts).to_dict()
     assert sorted(meta["ray_nodes"]) == hosts                      # Ray ran on all 4 simulated nodes
     assert [node["node_name"] for node in meta["cluster_nodes"]] == hosts
