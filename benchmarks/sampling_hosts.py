@@ -6,14 +6,21 @@ address, its own loopback, its own host name and a link limited to `--rate` in b
 so everything the learner and the actors exchange crosses those links. For each host count H:
 
 - a Ray head in host 0 and a Ray worker in each other host, `--actors-per-host` CPUs each, joined
-  with token authentication as a cluster's nodes are;
+  with token authentication as a cluster's nodes are, in waves (1, 2, 4, 4, ... nodes, each once
+  the one before is up: 16 nodes started at once on 2 cores miss Ray's registration window);
+- with `--host-cpus C`, every host's own cores: a cgroup v1 cpu group per host holding C cores
+  (`cpu_groups.py`), named to that host's Ray node in `LAMARCKIAN_HPC_CPU_CGROUP`, which its actors
+  join; with `--learner-cpus L` one for the learner (`LAMARCKIAN_HPC_LEARNER_CPU_CGROUP`). Ray's
+  daemons and the relays stay outside. Without them all hosts share the machine's cores;
 - for each `--broadcast` layout, one `lamarckian-hpc train` run in host 0 that joins that cluster
   (`runtime.ray_address`), with H x `--actors-per-host` actors and the sampling setup of
   `sampling.py` (asynchronous PPO, (256, 128) model, 8 envs per actor, a learner update made cheap
   on purpose so that the figure measures the actors). The figure is the env frames sampled per
-  wall second after the first update, from the run file, beside the run's staleness (mean over
-  updates of each update's mean, and the largest, the first update left out) and the hosts its
-  actors said hello from (`actors_connected_per_host`): every host must have contributed;
+  wall second from the first update at which every host had said hello (the run file's metric
+  `hosts_connected`) to the last, beside the run's staleness (mean over those updates of each
+  update's mean, and the largest) and the efficiency against one host (steps/s over hosts x the
+  1-host steps/s of the same layout). A run in which a host never said hello fails its point;
+  /meta's `actors_per_node` and `broadcast_layout` are recorded beside;
 - the broadcast's per-hop costs across the same hosts, with the real publisher, relay and
   subscriber code (`broadcast.py`'s `measure_zmq`): a `--megabytes` blob to `--link-receivers`
   receivers per host, flat and tree. `scale_model.py` is calibrated on these.
@@ -21,11 +28,13 @@ so everything the learner and the actors exchange crosses those links. For each 
 Beside it the raw bound of this machine (`sampling.py`'s `measure_raw`: one process, the same
 envs and model, no learning), measured before and after the sweep. All hosts still share this
 machine's cores: the links are apart, the CPUs are not. Each point records how busy the machine
-was and how many cores other work, outside the benchmark's own processes, took meanwhile; a run
+was, how many cores other work, outside the benchmark's own processes, took meanwhile, and how
+often each quota throttled its group (the learner's near 1: the learner was the ceiling); a run
 (or raw bound) during which other work took more than `--quiet-cores` is made again, up to
 `--retries` times, and the quietest attempt is the point, all attempts kept in the JSON.
 
     python benchmarks/sampling_hosts.py [--hosts 1 2 4] [--broadcast flat tree] [--rate 1gbit] [--seconds 40]
+                                        [--host-cpus 0.06 --learner-cpus 0.4] [--link-hosts 1 2 4]
 
 Prints a Markdown table and writes benchmarks/results/sampling_hosts.json.
 """
@@ -33,10 +42,10 @@ Prints a Markdown table and writes benchmarks/results/sampling_hosts.json.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -47,88 +56,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import netem  # noqa: E402
+from cpu_groups import QuotaMeter, cpu_groups  # noqa: E402
+from ray_hosts import RayCluster, on_host, ray_env  # noqa: E402
 from sampling import machine_busy_seconds, measure_raw, run_config  # noqa: E402  (sets one thread per process)
 
 RESULTS = HERE / "results" / "sampling_hosts.json"
-RAY = str(Path(sys.executable).with_name("ray"))
-HEAD_PORT = 46479
-START_TIMEOUT_S = 180.0
-
-
-# ---------------------------------------------------------------- one emulated host
-def on_host(index: int, command: list[str]) -> list[str]:
-    """`command` in emulated host `index`: its network namespace and a host name of its own, which
-    its actors report in their hello. nsenter rather than `ip netns exec`, which remounts /sys
-    and so hides the cgroups Ray's raylet reads."""
-    namespace = netem.namespaces(index + 1)[index]
-    return ["nsenter", f"--net=/run/netns/{namespace}", "unshare", "--uts", "sh", "-c",
-            f'hostname {namespace} && exec "$@"', "sh", *command]
-
-
-def ray_env() -> dict[str, str]:
-    """One token for the whole cluster and every driver that joins it."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32), RAY_USAGE_STATS_ENABLED="0")
-    return env
-
-
-class RayCluster:
-    """A Ray head in host 0 and a worker in every other host, each with `cpus` CPUs."""
-
-    def __init__(self, addresses: list[str], cpus: int, env: dict[str, str]) -> None:
-        self.addresses, self.cpus, self.env = addresses, cpus, env
-        # Short: Ray's Unix socket paths sit about 75 characters below it and may not pass 107 bytes.
-        self.temp = tempfile.mkdtemp(prefix="lhs-", dir="/tmp")
-        self.processes: list[subprocess.Popen] = []
-        self.logs: list[list[str]] = []
-
-    @property
-    def address(self) -> str:
-        return f"{self.addresses[0]}:{HEAD_PORT}"
-
-    def _start(self, index: int, role: list[str]) -> threading.Event:
-        command = [RAY, "start", "--block", "--disable-usage-stats", f"--node-ip-address={self.addresses[index]}",
-                   f"--num-cpus={self.cpus}", "--object-store-memory=104857600", f"--temp-dir={self.temp}/{index}",
-                   *role]
-        process = subprocess.Popen(on_host(index, command), env=self.env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
-        self.processes.append(process)
-        lines: list[str] = []
-        self.logs.append(lines)
-        started = threading.Event()
-
-        def read() -> None:  # `ray start --block` says so once the node has joined, then keeps running
-            for line in process.stdout:
-                lines.append(line)
-                if "Ray runtime started" in line:
-                    started.set()
-        threading.Thread(target=read, daemon=True).start()
-        return started
-
-    def _wait(self, index: int, started: threading.Event) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not started.wait(0.5):
-            if self.processes[index].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Ray node in host {index} did not start:\n{''.join(self.logs[index])[-3000:]}")
-
-    def start(self) -> None:
-        self._wait(0, self._start(0, ["--head", f"--port={HEAD_PORT}", "--include-dashboard=false"]))
-        events = [self._start(i, [f"--address={self.address}"]) for i in range(1, len(self.addresses))]
-        for index, started in enumerate(events, start=1):
-            self._wait(index, started)
-
-    def stop(self) -> None:
-        for process in self.processes:
-            process.terminate()  # `ray start --block` stops its node's processes on SIGTERM
-        for process in self.processes:
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        shutil.rmtree(self.temp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- one training run in host 0
@@ -137,33 +74,49 @@ def train_config(args: argparse.Namespace, hosts: int, broadcast: str, address: 
     config = run_config(args.env, hosts * args.actors_per_host, args.num_envs, args.batch_size, 10**9)
     tree = config.model_dump(mode="json")
     tree["runtime"].update(ray_address=address, broadcast=broadcast, transport_security=args.security)
-    tree["stop"].update(max_wall_seconds=args.seconds, target_return=None)
+    # Start-up (Ray's workers, the actors' imports at a host's quota) grows with the hosts: the
+    # extra seconds keep the steady window after the last hello about as long at every host count.
+    tree["stop"].update(max_wall_seconds=run_seconds(args, hosts), target_return=None)
     tree["storage"].update(directory=str(folder), run_name=name, checkpoint_interval_seconds=None)
     return tree
 
 
+def run_seconds(args: argparse.Namespace, hosts: int) -> float:
+    return args.seconds + args.seconds_per_host * hosts
+
+
 def read_run(path: Path, hosts: int) -> dict[str, Any]:
-    """The figures of one run file: steady-state sampling rate, staleness, who contributed."""
+    """The figures of one run file: steady-state sampling rate, staleness, who contributed.
+
+    The window opens at the end of the first update at which every host had said hello (the
+    metric `hosts_connected`, distinct hosts, recorded with every update): Ray's and the actors'
+    start-up, and the updates made before the last host joined, fall before it and are left out."""
     from lamarckian_hpc.storage import open_run
 
     with open_run(path) as run:
         meta, summary = run.meta, run.summary()
         mean, largest = run.metric("staleness_mean"), run.metric("staleness_max")
-    if len(mean) < 3:
-        raise RuntimeError(f"{path}: only {len(mean)} updates; raise --seconds")
-    # Row 0 is the end of the first update: Ray's and the actors' start-up and the first batch
-    # fall before it and are left out, as sampling.py does.
-    frames = int(mean.env_frames[-1] - mean.env_frames[0])
-    seconds = float(mean.wall_time[-1] - mean.wall_time[0])
-    per_host = meta.get("actors_connected_per_host") or {}
+        connected = run.metric("hosts_connected")
+    hosts_seen = int(connected.value.max()) if len(connected) else 0
+    everyone = np.flatnonzero(connected.value >= hosts)
+    first = int(everyone[0]) if len(everyone) else len(mean)
+    if hosts_seen < hosts or len(mean) - first < 3:
+        raise RuntimeError(f"{path}: {len(mean) - first} updates with all {hosts} hosts (at most {hosts_seen} "
+                           f"said hello, actors per node {meta.get('actors_per_node')}); raise --seconds")
+    frames = int(mean.env_frames[-1] - mean.env_frames[first])
+    seconds = float(mean.wall_time[-1] - mean.wall_time[first])
     return {
         "steps_per_second": frames / seconds, "measured_frames": frames, "measured_seconds": seconds,
-        "updates": len(mean), "update_interval_s": seconds / (len(mean) - 1),
-        "staleness_mean": float(mean.value[1:].mean()), "staleness_max": float(largest.value[1:].max()),
+        "updates": len(mean) - first, "update_interval_s": seconds / (len(mean) - 1 - first),
+        "staleness_mean": float(mean.value[first + 1:].mean()),
+        "staleness_max": float(largest.value[first + 1:].max()),
         "staleness_per_update": [float(v) for v in mean.value], "first_update_wall_s": float(mean.wall_time[0]),
-        "total_frames": summary.env_frames, "wall_seconds": summary.wall_time_seconds,
-        "closed_cleanly": summary.closed_cleanly, "actors_connected_per_host": per_host,
-        "all_hosts_contributed": sorted(per_host) == sorted(netem.namespaces(hosts)),
+        "all_hosts_wall_s": float(mean.wall_time[first]), "last_update_wall_s": float(mean.wall_time[-1]),
+        "total_frames": summary.env_frames,
+        "wall_seconds": summary.wall_time_seconds, "closed_cleanly": summary.closed_cleanly,
+        "hosts_connected": hosts_seen, "actors_per_node": meta.get("actors_per_node") or {},
+        "broadcast_layout": meta.get("broadcast_layout"), "all_hosts_contributed": hosts_seen >= hosts,
+        "start_epoch": datetime.datetime.fromisoformat(str(meta["start_time"])).timestamp(),
     }
 
 
@@ -208,31 +161,54 @@ def measure_training(args: argparse.Namespace, hosts: int, broadcast: str, clust
     config_path = folder / f"{name}.yaml"
     config_path.write_text(json.dumps(train_config(args, hosts, broadcast, cluster.address, folder, name), indent=1))
     command = on_host(0, [sys.executable, "-m", "lamarckian_hpc", "train", str(config_path)])
+    groups = {"hosts": cluster.groups, "learner": [cluster.learner_group] if cluster.learner_group else []}
+    quota = QuotaMeter(groups)
     other = OtherWork()
     started = time.monotonic()
-    done = subprocess.run(command, env=cluster.env, capture_output=True, text=True, timeout=args.seconds + 300)
-    elapsed = time.monotonic() - started
+    done = subprocess.run(command, env={**cluster.env, **cluster.learner_env}, capture_output=True, text=True,
+                          timeout=run_seconds(args, hosts) + 300)
+    ended, ended_epoch = time.monotonic(), time.time()
     cpu = other.finish()
+    quota.finish()
     if done.returncode:
         raise RuntimeError(f"train, {hosts} hosts, {broadcast}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return {**read_run(folder / f"{name}.h5", hosts), "process_seconds": elapsed, **cpu}
+    run = read_run(folder / f"{name}.h5", hosts)
+    # The steady window in this clock: the run file's times count from /meta's start_time.
+    origin = ended - (ended_epoch - run.pop("start_epoch"))
+    quotas = quota.window(origin + run["all_hosts_wall_s"], origin + run["last_update_wall_s"])
+    return {**run, "process_seconds": ended - started, **cpu,
+            "learner_throttled_share": quotas["learner"][0]["throttled_share"] if quotas["learner"] else None,
+            "host_throttled_share": statistics.fmean(q["throttled_share"] for q in quotas["hosts"])
+            if quotas["hosts"] else None, "quota_throttling": quotas}
 
 
 def quietest_run(args: argparse.Namespace, hosts: int, broadcast: str, cluster: RayCluster, folder: Path) -> dict:
     """The run that other work disturbed least: on a shared machine a run during which others took
-    more than --quiet-cores is made again, up to --retries times; every attempt is kept."""
-    attempts = []
+    more than --quiet-cores is made again, up to --retries times; every attempt is kept. A run that
+    fails (a host that never said hello, too few updates) is an attempt too; when every attempt
+    failed the point says why (`failed`) and has no figures."""
+    attempts, failures = [], []
     for attempt in range(1 + args.retries):
-        run = measure_training(args, hosts, broadcast, cluster, folder, f"h{hosts}-{broadcast}-{attempt}")
+        try:
+            run = measure_training(args, hosts, broadcast, cluster, folder, f"h{hosts}-{broadcast}-{attempt}")
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            failures.append(str(error).splitlines()[0])
+            print(f"{hosts} host(s), {broadcast}, attempt {attempt + 1} failed: {failures[-1]}", flush=True)
+            continue
         attempts.append(run)
         print(f"{hosts} host(s), {broadcast}, attempt {attempt + 1}: {run['steps_per_second']:,.0f} steps/s, "
               f"staleness {run['staleness_mean']:.2f} (max {run['staleness_max']:.0f}), other work "
-              f"{run['other_cores']:.2f} cores, actors per host {run['actors_connected_per_host']}", flush=True)
+              f"{run['other_cores']:.2f} cores, hosts {run['hosts_connected']}, actors per node "
+              f"{run['actors_per_node']}, {run['broadcast_layout']} layout, learner throttled in "
+              f"{run['learner_throttled_share'] or 0:.0%} of its periods", flush=True)
         if run["other_cores"] <= args.quiet_cores:
             break
+    if not attempts:
+        return {"failed": "; ".join(failures), "all_hosts_contributed": False, "attempts": []}
     best = min(attempts, key=lambda run: run["other_cores"])
-    keys = ("steps_per_second", "staleness_mean", "staleness_max", "update_interval_s", "other_cores")
-    return {**best, "attempts": [{key: run[key] for key in keys} for run in attempts]}
+    keys = ("steps_per_second", "staleness_mean", "staleness_max", "update_interval_s", "other_cores",
+            "learner_throttled_share")
+    return {**best, "attempts": [{key: run[key] for key in keys} for run in attempts], "failed_attempts": failures}
 
 
 def quietest_raw(args: argparse.Namespace, config: Any) -> dict[str, Any]:
@@ -305,18 +281,43 @@ def weight_bytes(args: argparse.Namespace) -> int:
     return int(sum(array.nbytes for array in make_learner(config, *spaces_of(config)).weights().values()))
 
 
+def table_rows(points: list[dict[str, Any]], raw: dict[str, Any], host_cpus: float | None) -> list[dict[str, Any]]:
+    """The page's table: one row per point that has figures. `efficiency` is steps/s over hosts x
+    the 1-host steps/s of the same layout (1.0 is linear); `ratio to raw` compares with the raw
+    bound of one process scaled to the cores the actors had (hosts x --host-cpus, or one core each)."""
+    one = {p["broadcast"]: p["steps_per_second"] for p in points if p["hosts"] == 1 and "failed" not in p}
+    rows = []
+    for p in points:
+        if "failed" in p:
+            continue
+        cores = p["hosts"] * (host_cpus or 1.0)
+        rows.append({"hosts": p["hosts"], "broadcast": p["broadcast"], "actors": p["actors"],
+                     "env steps/s": p["steps_per_second"], "per host": p["steps_per_second"] / p["hosts"],
+                     "efficiency": p["steps_per_second"] / (p["hosts"] * one[p["broadcast"]])
+                     if p["broadcast"] in one else None,
+                     "staleness mean": p["staleness_mean"], "staleness max": p["staleness_max"],
+                     "s per update": p["update_interval_s"], "actor cores": cores,
+                     "ratio to raw": p["steps_per_second"] / (raw["steps_per_second"] * cores),
+                     "learner throttled": p.get("learner_throttled_share"),
+                     "machine CPU busy": p["machine_cpu_busy"], "other work (cores)": p["other_cores"]})
+    return rows
+
+
 def print_table(table: list[dict[str, Any]], raw: dict[str, float], args: argparse.Namespace) -> None:
-    print(f"\n{args.env}, {args.num_envs} envs and 1 CPU per actor, {args.actors_per_host} actor(s) per host, "
-          f"{args.rate} links; raw bound {raw['steps_per_second']:,.0f} steps/s "
+    quota = (f"{args.host_cpus} cores per host" if args.host_cpus else "no host quota") + ", " + \
+        (f"learner {args.learner_cpus} cores" if args.learner_cpus else "no learner quota")
+    print(f"\n{args.env}, {args.num_envs} envs per actor, {args.actors_per_host} actor(s) per host, {quota}, "
+          f"{args.rate} links; raw bound {raw['steps_per_second']:,.0f} steps/s per core "
           f"(before {raw['before']:,.0f}, after {raw['after']:,.0f}); {os.cpu_count()} cores in all\n")
-    print("| hosts | broadcast | actors | env steps/s | per host | staleness mean | staleness max | s per update | "
-          "ratio to raw | machine CPU busy | other work (cores) |")
+    print("| hosts | broadcast | env steps/s | per host | efficiency | staleness mean | staleness max | "
+          "s per update | ratio to raw | learner throttled | other work (cores) |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in table:
-        print(f"| {row['hosts']} | {row['broadcast']} | {row['actors']} | {row['env steps/s']:,.0f} | "
-              f"{row['per host']:,.0f} | {row['staleness mean']:.2f} | {row['staleness max']:.0f} | "
-              f"{row['s per update']:.3f} | {row['ratio to raw']:.2f} | {row['machine CPU busy']:.0%} | "
-              f"{row['other work (cores)']:.2f} |")
+        efficiency = f"{row['efficiency']:.0%}" if row["efficiency"] is not None else "-"
+        learner = f"{row['learner throttled']:.0%}" if row["learner throttled"] is not None else "-"
+        print(f"| {row['hosts']} | {row['broadcast']} | {row['env steps/s']:,.0f} | {row['per host']:,.0f} | "
+              f"{efficiency} | {row['staleness mean']:.2f} | {row['staleness max']:.0f} | {row['s per update']:.3f} | "
+              f"{row['ratio to raw']:.2f} | {learner} | {row['other work (cores)']:.2f} |")
 
 
 def main() -> None:
@@ -325,6 +326,8 @@ def main() -> None:
     parser.add_argument("--broadcast", nargs="+", choices=["flat", "tree"], default=["flat", "tree"])
     parser.add_argument("--rate", default="1gbit", help="every host's link, each direction (tc tbf rate)")
     parser.add_argument("--seconds", type=float, default=40.0, help="wall seconds of each training run")
+    parser.add_argument("--seconds-per-host", type=float, default=0.0,
+                        help="extra wall seconds per host of each run, for the longer start-up of many hosts")
     parser.add_argument("--actors-per-host", type=int, default=1, help="also the CPUs of each Ray node")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--num-envs", type=int, default=8, help="environments per actor process")
@@ -339,6 +342,12 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=4, help="blob of the link measurement")
     parser.add_argument("--reps", type=int, default=10, help="timed versions per link measurement")
     parser.add_argument("--no-links", action="store_true", help="leave out the link measurement")
+    parser.add_argument("--link-hosts", type=int, nargs="+", default=None,
+                        help="host counts that get the link measurement (default: all of --hosts)")
+    parser.add_argument("--host-cpus", type=float, default=None,
+                        help="every host's own cores: a CFS quota its actors join (default: none, shared cores)")
+    parser.add_argument("--learner-cpus", type=float, default=None,
+                        help="the learner's own cores, a quota of its own (default: none)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--links-inside", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -357,17 +366,20 @@ def main() -> None:
     runs = Path(tempfile.mkdtemp(prefix="lhs-runs-"))
     try:
         for hosts in args.hosts:
-            with netem.emulated_hosts(hosts, args.rate) as addresses:
-                if not args.no_links:
+            with netem.emulated_hosts(hosts, args.rate) as addresses, \
+                    cpu_groups(hosts, args.host_cpus, args.learner_cpus) as (groups, learner_group):
+                if not args.no_links and hosts in (args.link_hosts or args.hosts):
                     links.append({"hosts": hosts, "by_receivers_per_host": measure_links(args, hosts)})
                     print(f"{hosts} host(s), links: " + ", ".join(
                         f"{r['receivers']} receivers flat {r['flat_median_ms']:.1f} ms, tree "
                         f"{r['tree_median_ms']:.1f} ms" for r in links[-1]["by_receivers_per_host"]), flush=True)
-                cluster = RayCluster(addresses, args.actors_per_host, ray_env())
+                cluster = RayCluster(addresses, args.actors_per_host, ray_env(), groups, learner_group)
                 try:
                     cluster.start()
+                    print(f"{hosts} host(s): Ray up in {cluster.join_seconds:.1f} s", flush=True)
                     for broadcast in args.broadcast:
                         points.append({"hosts": hosts, "broadcast": broadcast, "actors": hosts * args.actors_per_host,
+                                       "ray_join_seconds": cluster.join_seconds,
                                        **quietest_run(args, hosts, broadcast, cluster, runs)})
                 finally:
                     cluster.stop()
@@ -379,12 +391,7 @@ def main() -> None:
            "steps_per_second": (raw_before["steps_per_second"] + raw_after["steps_per_second"]) / 2,
            "attempts_before": raw_before["attempts"], "attempts_after": raw_after["attempts"],
            "frames": args.raw_frames}
-    table = [{"hosts": p["hosts"], "broadcast": p["broadcast"], "actors": p["actors"],
-              "env steps/s": p["steps_per_second"], "per host": p["steps_per_second"] / p["hosts"],
-              "staleness mean": p["staleness_mean"], "staleness max": p["staleness_max"],
-              "s per update": p["update_interval_s"], "raw bound": raw["steps_per_second"],
-              "ratio to raw": p["steps_per_second"] / raw["steps_per_second"],
-              "machine CPU busy": p["machine_cpu_busy"], "other work (cores)": p["other_cores"]} for p in points]
+    table = table_rows(points, raw, args.host_cpus)
     print_table(table, raw, args)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     # "table" first: the pages' generic renderer shows the first of the longest lists of records.
@@ -392,16 +399,19 @@ def main() -> None:
         "table": table, **git_commit(), "date": started, "machine": platform.node(), "cores": os.cpu_count(),
         "python": platform.python_version(), "torch": torch.__version__, "ray": ray_version(),
         "load_average": load_before, "load_average_after": load_after, "rate": args.rate, "seconds": args.seconds,
+        "seconds_per_host": args.seconds_per_host,
         "env": args.env, "num_envs": args.num_envs, "batch_size": args.batch_size,
         "actors_per_host": args.actors_per_host, "security": args.security, "quiet_cores": args.quiet_cores,
-        "retries": args.retries, "model": [256, 128],
+        "retries": args.retries, "model": [256, 128], "host_cpus": args.host_cpus,
+        "learner_cpus": args.learner_cpus,
+        "quota_cores": (args.host_cpus or 0) * max(args.hosts) + (args.learner_cpus or 0),
         "weight_bytes": weight_bytes(args), "raw": raw, "points": points,
         "links": {"megabytes": args.megabytes, "reps": args.reps, "rate": args.rate, "security": args.security,
                   "hosts": links},
     }, indent=2) + "\n")
     print(f"\nload average before {', '.join(f'{v:.2f}' for v in load_before)}, "
           f"after {', '.join(f'{v:.2f}' for v in load_after)}\nwritten: {args.output}")
-    missing = [f"{p['hosts']} hosts {p['broadcast']}: {p['actors_connected_per_host']}" for p in points
+    missing = [f"{p['hosts']} hosts {p['broadcast']}: {p.get('failed') or p['actors_per_node']}" for p in points
                if not p["all_hosts_contributed"]]
     if missing:
         raise SystemExit("not every host contributed: " + "; ".join(missing))
