@@ -18,7 +18,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
+
+import psutil
 
 ROOT = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 100_000
@@ -69,15 +71,27 @@ class QuotaMeter:
         self.groups, self.interval_s = groups, interval_s
         self.times: list[float] = []
         self.stats: list[dict[str, list[dict[str, int]]]] = []
+        self.process: psutil.Process | None = None  # the learner's, once `watch` names it
+        self.cpu_seconds: list[float] = []
         self.stop = threading.Event()
         self._sample()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
+    def watch(self, pid: int) -> None:
+        """Also read the CPU seconds of process `pid` (the learner: its threads, not its children)."""
+        self.process = psutil.Process(pid)
+
     def _sample(self) -> None:
         stats = {kind: [group.stat() for group in chosen] for kind, chosen in self.groups.items()}
+        try:
+            times = self.process.cpu_times() if self.process else None
+            cpu = times.user + times.system if times else 0.0
+        except psutil.Error:  # ended: its last reading stands
+            cpu = self.cpu_seconds[-1] if self.cpu_seconds else 0.0
         self.times.append(time.monotonic())
         self.stats.append(stats)
+        self.cpu_seconds.append(cpu)
 
     def _run(self) -> None:
         while not self.stop.wait(self.interval_s):
@@ -88,12 +102,16 @@ class QuotaMeter:
         self.thread.join()
         self._sample()
 
-    def window(self, start: float, end: float) -> dict[str, list[dict[str, float]]]:
-        """Throttling per group between the samples nearest to monotonic times `start` and `end`."""
+    def window(self, start: float, end: float) -> dict[str, Any]:
+        """Throttling per group between the samples nearest to monotonic times `start` and `end`, and
+        the watched process's CPU seconds and seconds of that span."""
         first = min(bisect.bisect_left(self.times, start), len(self.times) - 1)
         last = max(min(bisect.bisect_right(self.times, end) - 1, len(self.times) - 1), first)
-        return {kind: [throttling(old, new) for old, new in zip(self.stats[first][kind], self.stats[last][kind])]
-                for kind in self.groups}
+        found: dict[str, Any] = {kind: [throttling(old, new) for old, new in
+                                        zip(self.stats[first][kind], self.stats[last][kind])] for kind in self.groups}
+        found["process_cpu_seconds"] = self.cpu_seconds[last] - self.cpu_seconds[first]
+        found["span_seconds"] = self.times[last] - self.times[first]
+        return found
 
 
 @contextlib.contextmanager

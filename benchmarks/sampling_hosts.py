@@ -165,13 +165,21 @@ def measure_training(args: argparse.Namespace, hosts: int, broadcast: str, clust
     quota = QuotaMeter(groups)
     other = OtherWork()
     started = time.monotonic()
-    done = subprocess.run(command, env={**cluster.env, **cluster.learner_env}, capture_output=True, text=True,
-                          timeout=run_seconds(args, hosts) + 300)
+    # nsenter, unshare and sh exec: the process started is the learner's own.
+    learner = subprocess.Popen(command, env={**cluster.env, **cluster.learner_env}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    quota.watch(learner.pid)
+    try:
+        _, stderr = learner.communicate(timeout=run_seconds(args, hosts) + 300)
+    except subprocess.TimeoutExpired:
+        learner.kill()
+        learner.communicate()
+        raise
     ended, ended_epoch = time.monotonic(), time.time()
     cpu = other.finish()
     quota.finish()
-    if done.returncode:
-        raise RuntimeError(f"train, {hosts} hosts, {broadcast}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    if learner.returncode:
+        raise RuntimeError(f"train, {hosts} hosts, {broadcast}: exit {learner.returncode}\n{stderr[-3000:]}")
     run = read_run(folder / f"{name}.h5", hosts)
     # The steady window in this clock: the run file's times count from /meta's start_time.
     origin = ended - (ended_epoch - run.pop("start_epoch"))
@@ -179,7 +187,12 @@ def measure_training(args: argparse.Namespace, hosts: int, broadcast: str, clust
     return {**run, "process_seconds": ended - started, **cpu,
             "learner_throttled_share": quotas["learner"][0]["throttled_share"] if quotas["learner"] else None,
             "host_throttled_share": statistics.fmean(q["throttled_share"] for q in quotas["hosts"])
-            if quotas["hosts"] else None, "quota_throttling": quotas}
+            if quotas["hosts"] else None, "quota_throttling": quotas,
+            # The learner's own CPU per frame of the window (its update, ingest and Ray's driver threads):
+            # what the learner ceiling of scale_model.py is made of.
+            "learner_cores": quotas["process_cpu_seconds"] / max(quotas["span_seconds"], 1e-9),
+            "learner_cpu_us_per_frame": 1e6 * quotas["process_cpu_seconds"] / max(
+                run["steps_per_second"] * quotas["span_seconds"], 1e-9)}
 
 
 def quietest_run(args: argparse.Namespace, hosts: int, broadcast: str, cluster: RayCluster, folder: Path) -> dict:
@@ -200,14 +213,15 @@ def quietest_run(args: argparse.Namespace, hosts: int, broadcast: str, cluster: 
               f"staleness {run['staleness_mean']:.2f} (max {run['staleness_max']:.0f}), other work "
               f"{run['other_cores']:.2f} cores, hosts {run['hosts_connected']}, actors per node "
               f"{run['actors_per_node']}, {run['broadcast_layout']} layout, learner throttled in "
-              f"{run['learner_throttled_share'] or 0:.0%} of its periods", flush=True)
+              f"{run['learner_throttled_share'] or 0:.0%} of its periods, learner {run['learner_cores']:.2f} cores "
+              f"({run['learner_cpu_us_per_frame']:.1f} us per frame)", flush=True)
         if run["other_cores"] <= args.quiet_cores:
             break
     if not attempts:
         return {"failed": "; ".join(failures), "all_hosts_contributed": False, "attempts": []}
     best = min(attempts, key=lambda run: run["other_cores"])
     keys = ("steps_per_second", "staleness_mean", "staleness_max", "update_interval_s", "other_cores",
-            "learner_throttled_share")
+            "learner_throttled_share", "learner_cores")
     return {**best, "attempts": [{key: run[key] for key in keys} for run in attempts], "failed_attempts": failures}
 
 
@@ -298,7 +312,7 @@ def table_rows(points: list[dict[str, Any]], raw: dict[str, Any], host_cpus: flo
                      "staleness mean": p["staleness_mean"], "staleness max": p["staleness_max"],
                      "s per update": p["update_interval_s"], "actor cores": cores,
                      "ratio to raw": p["steps_per_second"] / (raw["steps_per_second"] * cores),
-                     "learner throttled": p.get("learner_throttled_share"),
+                     "learner throttled": p.get("learner_throttled_share"), "learner cores": p.get("learner_cores"),
                      "machine CPU busy": p["machine_cpu_busy"], "other work (cores)": p["other_cores"]})
     return rows
 
@@ -310,14 +324,15 @@ def print_table(table: list[dict[str, Any]], raw: dict[str, float], args: argpar
           f"{args.rate} links; raw bound {raw['steps_per_second']:,.0f} steps/s per core "
           f"(before {raw['before']:,.0f}, after {raw['after']:,.0f}); {os.cpu_count()} cores in all\n")
     print("| hosts | broadcast | env steps/s | per host | efficiency | staleness mean | staleness max | "
-          "s per update | ratio to raw | learner throttled | other work (cores) |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "s per update | ratio to raw | learner cores | learner throttled | other work (cores) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in table:
         efficiency = f"{row['efficiency']:.0%}" if row["efficiency"] is not None else "-"
         learner = f"{row['learner throttled']:.0%}" if row["learner throttled"] is not None else "-"
         print(f"| {row['hosts']} | {row['broadcast']} | {row['env steps/s']:,.0f} | {row['per host']:,.0f} | "
               f"{efficiency} | {row['staleness mean']:.2f} | {row['staleness max']:.0f} | {row['s per update']:.3f} | "
-              f"{row['ratio to raw']:.2f} | {learner} | {row['other work (cores)']:.2f} |")
+              f"{row['ratio to raw']:.2f} | {row['learner cores'] or 0:.2f} | {learner} | "
+              f"{row['other work (cores)']:.2f} |")
 
 
 def main() -> None:
