@@ -116,6 +116,7 @@ def read_run(path: Path, hosts: int) -> dict[str, Any]:
         "wall_seconds": summary.wall_time_seconds, "closed_cleanly": summary.closed_cleanly,
         "hosts_connected": hosts_seen, "actors_per_node": meta.get("actors_per_node") or {},
         "broadcast_layout": meta.get("broadcast_layout"), "all_hosts_contributed": hosts_seen >= hosts,
+        "learner_experience_connections": meta.get("learner_experience_connections"),
         "start_epoch": datetime.datetime.fromisoformat(str(meta["start_time"])).timestamp(),
     }
 
