@@ -1,53 +1,51 @@
-"""A model of broadcast latency and staleness for flat and tree, from 10 to 6000 cores.
+"""A model of sampling throughput, staleness, broadcast latency and the learner's connections and
+memory, flat against tree, from 10 to 6000 cores: measured points in, a table out.
 
-Calibrated on per-hop costs that `sampling_hosts.py` measured across emulated hosts (network
-namespaces with 1 Gbit links, the runtime's own publisher, relays and subscribers), checked
-against the points that calibration did not use (each within 20%, or the check says which is not
-and by how much), then evaluated for clusters of 40 cores per node, one actor per core (the
-learner's node included), as in the paper's runs.
+It is calibrated on what `sampling_hosts.py` measured on 1, 2 and 4 emulated hosts (network
+namespaces with shaped links, each host a CPU quota of its own, the learner one too; the runtime's
+own learner, actors, relays, credits), checked against the 8- and 16-host points it never saw
+(each within 20%, or the check says which is not and by how much), and, where `fan_in.py`'s
+results exist, given the learner's cost per connection from them. The table is for clusters of
+40 cores per node, one actor per core. Nothing at 6000 cores is measured: it is this model.
 
-Latency of one weight version (a blob of B bytes) to every actor, n nodes of p actors, from four
-per-hop costs, each calibrated on the smallest measurement that shows it:
-
-- fixed cost `a`: what a version costs before any copy (serialising the header, waking the
-  subscribers), and local copy `c_local`: seconds per subscriber on the same host (TCP to the
-  host's own address or IPC), the intercept and slope over receivers of the 1-host points, flat
-  and tree alike (on one host both are local copies only); a node's relay (or the learner, on
-  its node) delivers p of them;
-- link copy `c`: seconds for one copy of the blob over one host's network link, from the flat
-  2-host points (flat sends (n-1)*p copies through the learner's link, all at once, fairly
-  shared): the least-squares slope over (n-1)*p with the intercept held at `a`;
-- hop `h`: what a relay adds besides the copies (receive, header check, re-send), the mean
-  residual of the tree 2-host points, where the tree has one hop.
-
+Broadcast latency of one weight version (B bytes) to every actor, n nodes of p actors, from the
+link measurement of `sampling_hosts.py` (a 4 MB blob, the runtime's publisher, relays, subscribers):
+  a fixed cost `a` and a local copy `c_local` per subscriber on a host (1-host points), a link copy
+  `c` (flat 2- and 4-host points, (n-1)*p copies through the learner's link) and a relay hop `h`
+  (mean residual of the tree 2- and 4-host points, 0 at least);
   flat: T = a + max(c * (n-1) * p, c_local * p)
-  tree: T = a + c * r + c * k + h * hops + c_local * p, with r = min(fanout, n-1) relays fed by
-        the learner at once, k = the most leaves one relay feeds, hops = (r > 0) + (k > 0), fanout
-        ceil(sqrt(n)) (the learner's link carries r copies, then the relays' links k copies each).
+  tree: T = a + c * (r + k) + h * hops + c_local * p, r relays fed by the learner, k the most leaves
+        one relay feeds (fan-out ceil(sqrt(n)), `comm.topology`); c and c_local scale with B.
 
-Every point with more than 2 hosts is a check the calibration did not see: `sampling_hosts.py`'s
-own 4-host points and `broadcast.py --emulate-links`'s (up to 16 hosts), when present.
+Throughput: X(n) = min(n * x, L). x is a host's sampling rate (least squares through the origin
+over the 1-4 host points of each layout). L is the learner's ceiling: its CPU per second grows
+as f + v * X (fitted on the same points from the learner's measured cores), so L = (cores - f) / v
+on the learner's cores. At scale a message carries the runtime's share of a batch
+(`runtime.sampling.message_steps`: 256 frames per message on a few hosts, 8 at 6000 actors), and
+`fan_in.py`'s learner CPU per message at that many connections (direct for flat, relayed for
+tree) is added per frame; the credits (`batches_in_flight` batches of messages) cap the actors
+sampling at once.
 
-Staleness in policy versions: s = alpha + beta * actors + T / U, with U the seconds per learner
-update and T the model's latency for the run's own weights (the per-byte costs c and c_local
-scaled by its size, a and h not). alpha and beta are a property of sampling and queueing, the
-same for flat and tree, and of the run's batch and model, so each set of runs has its own: for
-the `sampling_hosts.py` runs they are fitted on the flat points and the tree points are the
-check; for the `staleness.py` runs (4 MB model, loopback) as before, on all of them. T / U is the
-part the broadcast layout changes. At scale the table shows alpha + T / U for the 4 MB weights,
-with alpha and U = `--update-seconds` (default: the mean measured) of the `staleness.py` runs,
-whose model has those weights, because beta * actors depends on whether the learner keeps up with
-the actors, which this machine cannot tell.
+Staleness, now bounded by credits: during an update (u seconds) and while the weights travel (T)
+the actors keep sampling on the old version, on credits worth at most `batches_in_flight` batches,
+so s = alpha + min(X * u / batch, batches_in_flight) + X * T / batch (X * T / batch = T / U, U =
+batch / X the seconds per update). alpha and u are fitted on the 1-4 host points, both layouts.
+The flow control bounds the queueing part whatever the actor count; what it does not bound is a
+broadcast slower than an update, which `runtime.max_policy_lag` then drops.
 
-    python benchmarks/scale_model.py [--cores-per-node 40] [--update-seconds U]
-                                     [--sampling-hosts PATH] [--broadcast PATH] [--staleness PATH]
-                                     [--output PATH]
+Connections and memory at the learner: flat one experience connection per actor, tree one per
+first-layer relay plus the learner's node's own actors (`runtime.relay_tree`); memory and
+descriptors a line over connections from `fan_in.py`'s rows (100 to 6000 connections).
 
-Reads benchmarks/results/sampling_hosts.json, broadcast.json and staleness.json, or the files
-`--sampling-hosts`, `--broadcast` and `--staleness` name (`benchmarks/reproduce.py` points the
-last two at the results it has just measured). Prints the calibration, the check against the
-measured points and the prediction table; writes benchmarks/results/scale_model.json (or
-`--output`) and, when matplotlib is installed, scale_model.png beside it (the same name, .png).
+    python benchmarks/scale_model.py [--cores-per-node 40] [--learner-cores 1] [--batch-size N]
+                                     [--sampling-hosts PATH] [--fan-in PATH] [--broadcast PATH]
+                                     [--staleness PATH] [--output PATH]
+
+Reads benchmarks/results/sampling_hosts.json, fan_in.json and broadcast.json (`broadcast.py
+--emulate-links` points are further latency checks), or the files named; `--staleness` is
+accepted for `benchmarks/reproduce.py` and not used (staleness.py's runs predate flow control).
+Prints the calibration, the check and the table; writes benchmarks/results/scale_model.json (or
+`--output`) and, when matplotlib is installed, scale_model.png beside it.
 """
 
 from __future__ import annotations
@@ -66,9 +64,11 @@ from lamarckian_hpc.comm.topology import build_tree
 RESULTS = Path(__file__).resolve().parent / "results"
 CORES = [10, 20, 40, 80, 160, 320, 640, 1000, 1500, 2000, 3000, 4000, 5000, 6000]
 TOLERANCE = 0.20
-CALIBRATION_HOSTS = (1, 2)
+FIT_HOSTS = (1, 2, 4)
+LAYOUTS = ("flat", "tree")
 
 
+# ---------------------------------------------------------------- broadcast latency
 def tree_shape(nodes: int) -> tuple[int, int]:
     """(relays fed by the learner, most leaves fed by one relay) of the tree over `nodes`."""
     tree = build_tree([str(i) for i in range(nodes)])
@@ -111,15 +111,16 @@ def link_rows(hosts_run: dict[str, Any]) -> list[dict[str, Any]]:
 
 def calibrate(rows: list[dict[str, Any]]) -> dict[str, float]:
     one = [r for r in rows if r["hosts"] == 1]
-    two = [r for r in rows if r["hosts"] == 2]
-    if len({r["per_node"] for r in one}) < 2 or not two:
+    more = [r for r in rows if 1 < r["hosts"] and r["hosts"] in FIT_HOSTS]
+    if len({r["per_node"] for r in one}) < 2 or not more:
         raise SystemExit("the calibration needs sampling_hosts.py's link points on 1 host (two receiver counts "
                          "or more) and on 2 hosts: --hosts 1 2 ... --link-receivers 1 2 ...")
     a, c_local = _line([r["per_node"] for r in one] * 2, [r["flat_s"] for r in one] + [r["tree_s"] for r in one])
-    x = np.asarray([r["per_node"] for r in two], float)  # (n-1)*p copies over the learner's link, n = 2
-    c = float(np.dot(x, np.asarray([r["flat_s"] for r in two]) - a) / np.dot(x, x))
+    x = np.asarray([(r["hosts"] - 1) * r["per_node"] for r in more], float)  # copies over the learner's link
+    c = float(np.dot(x, np.asarray([r["flat_s"] for r in more]) - a) / np.dot(x, x))
     params = {"a": a, "c": c, "c_local": c_local, "h": 0.0}
-    params["h"] = statistics.fmean(r["tree_s"] - tree_latency(params, 2, r["per_node"]) for r in two)
+    # A relay cannot make a version arrive sooner: a negative mean residual is noise, held at 0.
+    params["h"] = max(0.0, statistics.fmean(r["tree_s"] - tree_latency(params, r["hosts"], r["per_node"]) for r in more))
     return params
 
 
@@ -130,7 +131,7 @@ def latency_points(params: dict[str, float], rows: list[dict[str, Any]], broadca
             points.append({"what": f"{mode} latency ms, {row['hosts']} hosts x {row['per_node']} (sampling_hosts)",
                            "receivers": row["receivers"], "measured": row[f"{mode}_s"] * 1e3,
                            "predicted": model(params, row["hosts"], row["per_node"]) * 1e3,
-                           "role": "fit" if row["hosts"] in CALIBRATION_HOSTS else "check"})
+                           "role": "fit" if row["hosts"] in FIT_HOSTS else "check"})
     emulated = (broadcast or {}).get("emulated")
     for row in emulated["rows"] if emulated else []:
         for mode, model in MODELS.items():
@@ -146,37 +147,51 @@ def scaled(params: dict[str, float], weight_bytes: int, blob_bytes: int) -> dict
     return {**params, "c": params["c"] * ratio, "c_local": params["c_local"] * ratio}
 
 
-def hosts_staleness(params: dict[str, float], hosts_run: dict[str, Any]) -> tuple[float, float, list[dict[str, Any]]]:
-    """alpha and beta of the sampling_hosts runs, fitted on the flat ones; a point per run."""
-    run_params = scaled(params, hosts_run["weight_bytes"], hosts_run["links"]["megabytes"] * 2**20)
+# ---------------------------------------------------------------- throughput and staleness across hosts
+def fit_sampling(hosts_run: dict[str, Any], weights: dict[str, float]) -> dict[str, Any]:
+    """Per-host rate per layout, the learner's cost line and the staleness parameters, on the
+    1-4 host points that have figures."""
+    points = [p for p in hosts_run["points"] if "failed" not in p]
+    fit = [p for p in points if p["hosts"] in FIT_HOSTS]
     per_host = hosts_run["actors_per_host"]
-    runs = [{**p, "part": MODELS[p["broadcast"]](run_params, p["hosts"], per_host) / p["update_interval_s"]}
-            for p in hosts_run["points"]]
-    flat = [r for r in runs if r["broadcast"] == "flat"] or runs
-    alpha, beta = _line([r["actors"] for r in flat], [r["staleness_mean"] - r["part"] for r in flat])
-    points = [{"what": f"{r['broadcast']} staleness, {r['hosts']} hosts x {per_host} (sampling_hosts)",
-               "receivers": r["actors"], "measured": r["staleness_mean"],
-               "predicted": alpha + beta * r["actors"] + r["part"],
-               "role": "fit" if r["broadcast"] == "flat" else "check"} for r in runs]
-    return alpha, beta, points
+    rate = {}
+    for layout in LAYOUTS:
+        mine = [p for p in fit if p["broadcast"] == layout] or fit
+        rate[layout] = sum(p["hosts"] * p["steps_per_second"] for p in mine) / sum(p["hosts"] ** 2 for p in mine)
+    costed = [p for p in fit if p.get("learner_cores") is not None]
+    fixed, per_frame = _line([p["steps_per_second"] for p in costed], [p["learner_cores"] for p in costed]) \
+        if costed else (0.0, 0.0)
+    batch = hosts_run["batch_size"]
+    broadcast_part = [p["steps_per_second"] * MODELS[p["broadcast"]](weights, p["hosts"], per_host) / batch
+                      for p in fit]
+    # s - X T / batch = alpha + X u / batch (below the credit cap, as every measured point is)
+    alpha, slope = _line([p["steps_per_second"] for p in fit],
+                         [p["staleness_mean"] - part for p, part in zip(fit, broadcast_part)])
+    learner_cpus = hosts_run.get("learner_cpus") or 1.0
+    return {"host_rate": rate, "learner_fixed_cores": fixed, "learner_cores_per_frame": max(per_frame, 1e-12),
+            "learner_cpus": learner_cpus, "learner_ceiling": (learner_cpus - fixed) / max(per_frame, 1e-12),
+            "alpha": alpha, "update_seconds": slope * batch, "batch_size": batch,
+            "batches_in_flight": 1.0, "host_cpus": hosts_run.get("host_cpus"), "actors_per_host": per_host}
 
 
-def loopback_latency(broadcast: dict[str, Any], mode: str, receivers: int) -> float:
-    """Measured loopback latency at `receivers`, linear between (and beyond) the measured counts."""
-    rows = broadcast["loopback"]["rows"]
-    intercept, slope = _line([r["receivers"] for r in rows], [r[f"{mode}_median_ms"] / 1e3 for r in rows])
-    return max(intercept + slope * receivers, 0.0)
+def staleness(fit: dict[str, Any], steps: float, latency: float, batch: int) -> float:
+    queue = min(steps * fit["update_seconds"] / batch, fit["batches_in_flight"])
+    return fit["alpha"] + queue + steps * latency / batch
 
 
-def loopback_staleness(staleness: dict[str, Any], broadcast: dict[str, Any]) -> tuple[float, float, list]:
-    """alpha and beta of the staleness.py runs (4 MB model, simulated nodes on loopback)."""
-    rows = staleness["rows"]
-    parts = [loopback_latency(broadcast, r["broadcast"], r["actors"]) / r["update_interval_s"] for r in rows]
-    alpha, beta = _line([r["actors"] for r in rows], [r["staleness_mean"] - b for r, b in zip(rows, parts)])
-    points = [{"what": f"{r['broadcast']} staleness (staleness.py, loopback)", "receivers": r["actors"],
-               "measured": r["staleness_mean"], "predicted": alpha + beta * r["actors"] + part, "role": "fit"}
-              for r, part in zip(rows, parts)]
-    return alpha, beta, points
+def sampling_points(fit: dict[str, Any], hosts_run: dict[str, Any], weights: dict[str, float]) -> list:
+    points = []
+    for p in (p for p in hosts_run["points"] if "failed" not in p):
+        layout, hosts = p["broadcast"], p["hosts"]
+        steps = min(hosts * fit["host_rate"][layout], fit["learner_ceiling"])
+        role = "fit" if hosts in FIT_HOSTS else "check"
+        latency = MODELS[layout](weights, hosts, fit["actors_per_host"])
+        points += [{"what": f"{layout} throughput steps/s, {hosts} hosts (sampling_hosts)", "receivers": p["actors"],
+                    "measured": p["steps_per_second"], "predicted": steps, "role": role},
+                   {"what": f"{layout} staleness, {hosts} hosts (sampling_hosts)", "receivers": p["actors"],
+                    "measured": p["staleness_mean"], "role": role,
+                    "predicted": staleness(fit, p["steps_per_second"], latency, fit["batch_size"])}]
+    return points
 
 
 def judge(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -187,14 +202,66 @@ def judge(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return points
 
 
-def predict(params: dict[str, float], per_node: int, alpha: float, update_s: float) -> list[dict[str, Any]]:
-    rows = []
+# ---------------------------------------------------------------- the learner's fan-in
+def fan_in_costs(fan_in: dict[str, Any] | None) -> dict[str, Any] | None:
+    """From fan_in.py's rows: learner CPU seconds per message against connections, per mode, and
+    memory (MiB) and descriptors as lines over connections (both modes together)."""
+    rows = [r for r in (fan_in or {}).get("results", []) if r.get("messages_per_learner_cpu_s")]
+    if not rows:
+        return None
+    per_message = {mode: sorted((r["connections_held"] or r["actors"], 1 / r["messages_per_learner_cpu_s"])
+                                for r in rows if r["mode"] == mode) for mode in ("direct", "relayed")}
+    connections = [r["connections_held"] or r["actors"] for r in rows]
+    return {"per_message": per_message,
+            "rss_mib": _line(connections, [r["learner_rss_mib"] for r in rows]),
+            "fds": _line(connections, [r["learner_fds"] for r in rows]),
+            "source": {"time": fan_in.get("time"), "rows": len(rows)}}
+
+
+def message_cost(fan: dict[str, Any] | None, mode: str, connections: int) -> float:
+    """Learner CPU seconds per message at `connections`, linear in log(connections) between the
+    measured counts and held at the ends; 0 without fan_in.py's results."""
+    table = (fan or {}).get("per_message", {}).get(mode) or []
+    if not table:
+        return 0.0
+    x = [math.log(max(count, 1)) for count, _ in table]
+    return float(np.interp(math.log(max(connections, 1)), x, [cost for _, cost in table]))
+
+
+def message_frames(batch: int, actors: int, num_envs: int, rollout_steps: int) -> int:
+    """`runtime.sampling.message_steps`: a rollout, or the actor's share of a batch when smaller."""
+    share = math.ceil(batch / actors)
+    return min(rollout_steps * num_envs, max(num_envs, math.ceil(share / num_envs) * num_envs))
+
+
+# ---------------------------------------------------------------- the table
+def predict(fit: dict[str, Any], latency: dict[str, float], fan: dict[str, Any] | None,
+            args: argparse.Namespace) -> list[dict[str, Any]]:
+    per_core = max(fit["host_rate"].values()) / ((fit["host_cpus"] or 1.0) / fit["actors_per_host"])
+    batch, rows = args.batch_size or fit["batch_size"], []
     for cores in CORES:
-        nodes, actors = math.ceil(cores / per_node), min(cores, per_node)
-        flat, tree = flat_latency(params, nodes, actors), tree_latency(params, nodes, actors)
-        rows.append({"cores": cores, "nodes": nodes, "fanout": build_tree([str(i) for i in range(nodes)]).fanout,
-                     "flat_ms": flat * 1e3, "tree_ms": tree * 1e3,
-                     "flat_staleness": alpha + flat / update_s, "tree_staleness": alpha + tree / update_s})
+        nodes, per_node = math.ceil(cores / args.cores_per_node), min(cores, args.cores_per_node)
+        frames = message_frames(batch, cores, args.num_envs, args.rollout_steps)
+        budget = max(1, math.ceil(fit["batches_in_flight"] * batch / frames))  # messages in flight at once
+        row: dict[str, Any] = {"cores": cores, "nodes": nodes, "fanout": build_tree([str(i) for i in range(nodes)]).fanout,
+                               "message_frames": frames, "credits": budget}
+        relays = tree_shape(nodes)[0]
+        for layout, mode in (("flat", "direct"), ("tree", "relayed")):
+            connections = cores if layout == "flat" or nodes == 1 else per_node + relays
+            seconds_per_frame = fit["learner_cores_per_frame"] + message_cost(fan, mode if nodes > 1 else "direct",
+                                                                              connections) / frames
+            ceiling = (args.learner_cores - fit["learner_fixed_cores"]) / seconds_per_frame
+            actors = min(cores, budget) * per_core  # with fewer credits than actors, actors wait in turn
+            steps = min(actors, ceiling)
+            delay = MODELS[layout](latency, nodes, per_node)
+            row.update({f"{layout}_steps_per_s": steps, f"{layout}_learner_bound": bool(ceiling < actors),
+                        f"{layout}_ms": delay * 1e3, f"{layout}_staleness": staleness(fit, steps, delay, batch),
+                        f"{layout}_connections": connections})
+            if fan:
+                row[f"{layout}_learner_mib"] = fan["rss_mib"][0] + fan["rss_mib"][1] * connections
+                row[f"{layout}_learner_fds"] = fan["fds"][0] + fan["fds"][1] * connections
+        row["actor_capacity_steps_per_s"] = cores * per_core
+        rows.append(row)
     return rows
 
 
@@ -206,32 +273,31 @@ def figure(rows: list[dict[str, Any]], points: list[dict[str, Any]], rate: str, 
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no figure"
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
     cores = [r["cores"] for r in rows]
-    left.loglog(cores, [r["flat_ms"] for r in rows], "o-", label="flat")
-    left.loglog(cores, [r["tree_ms"] for r in rows], "s-", label="tree")
-    left.set(xlabel="cores (40 per node)", ylabel="broadcast latency, ms (model)", title=f"4 MB weights, {rate} links")
-    left.legend()
-    for axis, kind, unit in ((middle, "latency", "ms"), (right, "staleness", "versions")):
+    for layout, style in (("flat", "o-"), ("tree", "s-")):
+        axes[0].loglog(cores, [r[f"{layout}_steps_per_s"] for r in rows], style, label=layout)
+        axes[1].loglog(cores, [r[f"{layout}_ms"] for r in rows], style, label=layout)
+    axes[0].loglog(cores, [r["actor_capacity_steps_per_s"] for r in rows], ":", color="0.5", label="actors alone")
+    axes[0].set(xlabel="cores (40 per node)", ylabel="env steps/s (model)", title="throughput, 1 learner")
+    axes[1].set(xlabel="cores (40 per node)", ylabel="broadcast latency, ms (model)", title=f"{rate} links")
+    for axis in axes[:2]:
+        axis.legend(fontsize=7)
+    for axis, kind in ((axes[2], "throughput"), (axes[3], "staleness")):
         chosen = [p for p in points if f" {kind}" in p["what"]]
         if not chosen:
             continue
-        logarithmic = kind == "latency"  # milliseconds to seconds; staleness spans less than a decade
-        low = min(min(p["measured"], p["predicted"]) for p in chosen) * 0.8 if logarithmic else 0.0
         high = max(max(p["measured"], p["predicted"]) for p in chosen) * 1.2
-        line = np.geomspace(max(low, 1e-3), high, 50) if logarithmic else np.linspace(low, high, 50)
+        line = np.linspace(0.0, high, 50)
         axis.fill_between(line, line * (1 - TOLERANCE), line * (1 + TOLERANCE), color="0.9", label="within 20%")
         axis.plot(line, line, color="0.6", lw=1)
-        for mode, color in (("flat", "C0"), ("tree", "C1")):
+        for layout, color in (("flat", "C0"), ("tree", "C1")):
             for role, marker in (("fit", "o"), ("check", "s")):
-                mine = [p for p in chosen if p["what"].startswith(mode) and p["role"] == role]
+                mine = [p for p in chosen if p["what"].startswith(layout) and p["role"] == role]
                 if mine:
                     axis.plot([p["measured"] for p in mine], [p["predicted"] for p in mine], marker, color=color,
-                              mfc=color if role == "check" else "none", label=f"{mode}, {role}")
-        if logarithmic:
-            axis.set_xscale("log")
-            axis.set_yscale("log")
-        axis.set(xlabel=f"measured, {unit}", ylabel=f"model, {unit}", title=f"{kind}: model vs measured")
+                              mfc=color if role == "check" else "none", label=f"{layout}, {role}")
+        axis.set(xlabel="measured", ylabel="model", title=f"{kind} across hosts: model vs measured")
         axis.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -243,56 +309,52 @@ def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _print(params: dict[str, float], fit: dict[str, Any], points: list, prediction: list, fan: Any) -> None:
+    print("calibration: " + ", ".join(f"{k} = {v * 1e3:.2f} ms" for k, v in params.items()))
+    print(f"per-host rate {', '.join(f'{k} {v:,.0f}' for k, v in fit['host_rate'].items())} steps/s; learner "
+          f"{fit['learner_fixed_cores']:.3f} cores + {fit['learner_cores_per_frame'] * 1e6:.2f} us per frame, ceiling "
+          f"{fit['learner_ceiling']:,.0f} steps/s on {fit['learner_cpus']} cores; staleness alpha "
+          f"{fit['alpha']:.3f}, u {fit['update_seconds']:.3f} s; fan-in {'from fan_in.py' if fan else 'none'}")
+    print("\n| measured point | receivers | measured | model | error | role |\n|---|---:|---:|---:|---:|---|")
+    for p in points:
+        print(f"| {p['what']} | {p['receivers']} | {p['measured']:,.2f} | {p['predicted']:,.2f} | "
+              f"{100 * p['error']:+.0f}%{'' if p['within'] else ' (over 20%)'} | {p['role']} |")
+    print("\n| cores | nodes | flat steps/s | tree steps/s | flat ms | tree ms | flat staleness | tree staleness | "
+          "flat conns | tree conns |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in prediction:
+        print(f"| {r['cores']} | {r['nodes']} | {r['flat_steps_per_s']:,.0f} | {r['tree_steps_per_s']:,.0f} | "
+              f"{r['flat_ms']:,.0f} | {r['tree_ms']:,.0f} | {r['flat_staleness']:.2f} | {r['tree_staleness']:.2f} | "
+              f"{r['flat_connections']} | {r['tree_connections']} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cores-per-node", type=int, default=40)
-    parser.add_argument("--update-seconds", type=float, default=None)
-    parser.add_argument("--sampling-hosts", type=Path, default=RESULTS / "sampling_hosts.json",
-                        help="sampling_hosts.py's results: the per-hop costs (default: %(default)s)")
-    parser.add_argument("--broadcast", type=Path, default=RESULTS / "broadcast.json",
-                        help="broadcast.py's results: loopback latency, emulated checks (default: %(default)s)")
-    parser.add_argument("--staleness", type=Path, default=RESULTS / "staleness.json",
-                        help="staleness.py's results: staleness of the 4 MB model (default: %(default)s)")
-    parser.add_argument("--output", type=Path, default=RESULTS / "scale_model.json",
-                        help="results file; the figure goes beside it as .png (default: %(default)s)")
+    parser.add_argument("--learner-cores", type=float, default=1.0, help="the learner's cores at scale")
+    parser.add_argument("--batch-size", type=int, default=None, help="frames per update at scale (default: measured)")
+    parser.add_argument("--num-envs", type=int, default=8, help="envs per actor at scale")
+    parser.add_argument("--rollout-steps", type=int, default=32, help="runtime.rollout_steps at scale")
+    parser.add_argument("--sampling-hosts", type=Path, default=RESULTS / "sampling_hosts.json")
+    parser.add_argument("--fan-in", type=Path, default=RESULTS / "fan_in.json")
+    parser.add_argument("--broadcast", type=Path, default=RESULTS / "broadcast.json")
+    parser.add_argument("--staleness", type=Path, default=None, help="accepted, not used (runs before credits)")
+    parser.add_argument("--update-seconds", type=float, default=None, help=argparse.SUPPRESS)  # old option
+    parser.add_argument("--output", type=Path, default=RESULTS / "scale_model.json")
     args = parser.parse_args()
     hosts_run = _load(args.sampling_hosts)
     if hosts_run is None or not hosts_run["links"]["hosts"]:
         raise SystemExit(f"no per-hop costs in {args.sampling_hosts}: run benchmarks/sampling_hosts.py first (as root)")
-    broadcast, staleness = _load(args.broadcast), _load(args.staleness)
-    for name, path, value in (("broadcast", args.broadcast, broadcast), ("staleness", args.staleness, staleness)):
-        print(f"{name}: {path}" + ("" if value is not None else " (missing: left out)"))
+    broadcast, fan = _load(args.broadcast), fan_in_costs(_load(args.fan_in))
     rows = link_rows(hosts_run)
     params = calibrate(rows)
-    alpha_h, beta_h, hosts_points = hosts_staleness(params, hosts_run)
-    points = latency_points(params, rows, broadcast) + hosts_points
-    if staleness and broadcast and "loopback" in broadcast:
-        alpha, beta, loop_points = loopback_staleness(staleness, broadcast)
-        points += loop_points
-        measured_u = statistics.fmean(r["update_interval_s"] for r in staleness["rows"])
-    else:  # no 4 MB-model runs: the sampling_hosts runs' own figures
-        alpha, beta = alpha_h, beta_h
-        measured_u = statistics.fmean(p["update_interval_s"] for p in hosts_run["points"])
-    update_s = args.update_seconds or measured_u
-    points = judge(points)
-    print(f"calibration ({hosts_run['links']['megabytes']} MB, {hosts_run['links']['rate']} links, "
-          f"security {hosts_run['links']['security']}, measured {hosts_run['date']}): "
-          + ", ".join(f"{k} = {v * 1e3:.2f} ms" for k, v in params.items()))
-    print(f"staleness across hosts: alpha = {alpha_h:.3f}, beta = {beta_h:.3f} per actor; "
-          f"at scale: alpha = {alpha:.2f}, beta = {beta:.3f} per actor, U = {update_s:.3f} s")
-    print("\n| measured point | receivers | measured | model | error | role |\n|---|---:|---:|---:|---:|---|")
-    for p in points:
-        print(f"| {p['what']} | {p['receivers']} | {p['measured']:.2f} | {p['predicted']:.2f} | "
-              f"{100 * p['error']:+.0f}%{'' if p['within'] else ' (over 20%)'} | {p['role']} |")
-    prediction = predict(params, args.cores_per_node, alpha, update_s)
-    print("\n| cores | nodes | fan-out | flat ms | tree ms | flat staleness | tree staleness |\n"
-          "|---:|---:|---:|---:|---:|---:|---:|")
-    for r in prediction:
-        print(f"| {r['cores']} | {r['nodes']} | {r['fanout']} | {r['flat_ms']:.0f} | {r['tree_ms']:.0f} | "
-              f"{r['flat_staleness']:.2f} | {r['tree_staleness']:.2f} |")
-    within = sum(p["within"] for p in points)
+    weights = scaled(params, hosts_run["weight_bytes"], hosts_run["links"]["megabytes"] * 2**20)
+    fit = fit_sampling(hosts_run, weights)
+    points = judge(latency_points(params, rows, broadcast) + sampling_points(fit, hosts_run, weights))
+    prediction = predict(fit, weights, fan, args)
+    _print(params, fit, points, prediction, fan)
     checks = [p for p in points if p["role"] == "check"]
     missed = [p for p in points if not p["within"]]
+    within = sum(p["within"] for p in points)
     print(f"\n{within} of {len(points)} measured points within {TOLERANCE:.0%} "
           f"({sum(p['within'] for p in checks)} of {len(checks)} checks the calibration did not see)")
     for p in missed:
@@ -302,19 +364,18 @@ def main() -> None:
     note = figure(prediction, points, hosts_run["links"]["rate"], args.output.with_suffix(".png"))
     print(note)
     args.output.write_text(json.dumps({
-        "parameters_seconds": params,
+        "prediction": prediction, "parameters_seconds": params, "sampling": fit,
         "calibration": {"source": args.sampling_hosts.name, "measured": hosts_run["date"],
                         "commit": hosts_run.get("commit"), "megabytes": hosts_run["links"]["megabytes"],
                         "rate": hosts_run["links"]["rate"], "security": hosts_run["links"]["security"],
-                        "hosts": list(CALIBRATION_HOSTS)},
-        "staleness": {"alpha": alpha, "beta_per_actor": beta, "update_seconds": update_s,
-                      "across_hosts": {"alpha": alpha_h, "beta_per_actor": beta_h}},
-        "cores_per_node": args.cores_per_node, "check": points, "within_tolerance": f"{within}/{len(points)}",
+                        "hosts": list(FIT_HOSTS), "weight_bytes": hosts_run["weight_bytes"],
+                        "host_cpus": hosts_run.get("host_cpus"), "learner_cpus": hosts_run.get("learner_cpus")},
+        "fan_in": fan, "cores_per_node": args.cores_per_node, "learner_cores": args.learner_cores,
+        "check": points, "within_tolerance": f"{within}/{len(points)}",
         "checks_within_tolerance": f"{sum(p['within'] for p in checks)}/{len(checks)}",
-        "missed": [{"what": p["what"], "error": p["error"]} for p in missed],
-        "prediction": prediction, "figure": note,
-        "inputs": {"sampling_hosts": str(args.sampling_hosts), "broadcast": str(args.broadcast) if broadcast else None,
-                   "staleness": str(args.staleness) if staleness else None},
+        "missed": [{"what": p["what"], "error": p["error"]} for p in missed], "figure": note,
+        "inputs": {"sampling_hosts": str(args.sampling_hosts), "fan_in": str(args.fan_in) if fan else None,
+                   "broadcast": str(args.broadcast) if broadcast else None},
     }, indent=2) + "\n")
     print(f"wrote {args.output}")
 

@@ -63,6 +63,20 @@ def sampling_frame(sampling: dict[str, Any]) -> pd.DataFrame:
                                        "ratio_to_raw"])
 
 
+def sampling_hosts_frame(result: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/sampling_hosts.py: env steps/s and staleness against emulated hosts, per layout,
+    a host being `actors_per_host` actor processes on a quota of `host_cpus` cores (when set)."""
+    quota = result.get("host_cpus")
+    per_host = result.get("actors_per_host") or 1
+    rows = [{"env": result.get("env"), "hosts": point.get("hosts"), "cores": point.get("actors", point.get("hosts")),
+             "broadcast": point.get("broadcast"), "host_cpus": quota,
+             "steps_per_second": point.get("steps_per_second"), "staleness_mean": point.get("staleness_mean"),
+             "staleness_max": point.get("staleness_max")}
+            for point in result.get("points", []) if "failed" not in point]
+    return pd.DataFrame(rows, columns=["env", "hosts", "cores", "broadcast", "host_cpus", "steps_per_second",
+                                       "staleness_mean", "staleness_max"]).assign(actors_per_host=per_host)
+
+
 def broadcast_frame(broadcast: dict[str, Any]) -> pd.DataFrame:
     """benchmarks/broadcast.py: median time for a weight blob to reach all receivers, per link mode."""
     rows = []
@@ -115,10 +129,14 @@ def staleness_frame(staleness: Any) -> pd.DataFrame:
 
 
 def scale_model_frame(scale_model: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/scale_model.py: predicted latency and staleness, flat vs tree, against cores."""
+    """benchmarks/scale_model.py: predicted throughput, latency, staleness and the learner's
+    connections and memory, flat vs tree, against cores (the columns an older file lacks left out)."""
     columns = ["cores", "nodes", "fanout", "flat_ms", "tree_ms", "flat_staleness", "tree_staleness"]
-    rows = [{column: row.get(column) for column in columns} for row in scale_model.get("prediction", [])]
-    return pd.DataFrame(rows, columns=columns)
+    optional = ["flat_steps_per_s", "tree_steps_per_s", "flat_connections", "tree_connections",
+                "flat_learner_mib", "tree_learner_mib"]
+    rows = [{column: row.get(column) for column in columns + optional} for row in scale_model.get("prediction", [])]
+    frame = pd.DataFrame(rows, columns=columns + optional)
+    return frame.drop(columns=[column for column in optional if frame[column].isna().all()])
 
 
 def vs_rllib_frame(vs_rllib: dict[str, Any]) -> pd.DataFrame:

@@ -95,7 +95,8 @@ def _draw(runs: list[RunData], results: dict[str, Any], figures_dir: Path) -> di
     add("Learning curves", learning_curve_analysis(runs, figures_dir))
     add("Staleness", staleness_analysis(runs, figures_dir))
     sampling = bench.sampling_frame(results["sampling"]) if "sampling" in results else None
-    add("Scaling with cores", scaling_analysis(runs, figures_dir, sampling, min_core_counts=2))
+    hosts = bench.sampling_hosts_frame(results["sampling_hosts"]) if "sampling_hosts" in results else None
+    add("Scaling with cores", scaling_analysis(runs, figures_dir, sampling, min_core_counts=2, hosts=hosts))
     broadcast = bench.broadcast_frame(results["broadcast"]) if "broadcast" in results else pd.DataFrame()
     staleness = _concat([bench.staleness_frame(results["staleness"]) if "staleness" in results else pd.DataFrame(),
                          tree_vs_flat_from_runs(runs)])

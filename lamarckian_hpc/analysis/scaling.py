@@ -92,6 +92,31 @@ def scaling_from_benchmark(sampling: pd.DataFrame, source: str = "sampling.json"
     return _typed(frame[SCALING_COLUMNS])
 
 
+def scaling_from_hosts(hosts: pd.DataFrame, source: str = "sampling_hosts.json") -> pd.DataFrame:
+    """The emulated-hosts benchmark's points (analysis.benchmarks.sampling_hosts_frame) in the same
+    columns, one series per layout; a series name says each host's cores when they had a quota."""
+    if hosts.empty:
+        return pd.DataFrame(columns=SCALING_COLUMNS)
+    quota = hosts["host_cpus"].iloc[0]
+    cores = f", {quota:g} cores per host" if pd.notna(quota) else ""
+    frame = pd.DataFrame({
+        "source": source, "series": "hosts: " + hosts["env"].astype(str) + ", " + hosts["broadcast"].astype(str)
+        + " broadcast" + cores, "cores": hosts["cores"], "broadcast": hosts["broadcast"],
+        "steps_per_second": hosts["steps_per_second"], "trained_per_second": None,
+        "staleness_mean": hosts["staleness_mean"], "staleness_max": hosts["staleness_max"], "cpu_utilization": None,
+    })
+    return _typed(frame[SCALING_COLUMNS])
+
+
+def _core_axis(axis, data: pd.DataFrame) -> None:
+    """Ticks at the core counts measured; doubling counts (1 to 16 hosts) on a log-2 axis."""
+    cores = sorted(data["cores"].unique())
+    if cores[-1] >= 8 * cores[0]:
+        axis.set_xscale("log", base=2)
+    axis.set_xticks(cores)
+    axis.set_xticklabels([str(core) for core in cores])
+
+
 def _plot_against_cores(scaling: pd.DataFrame, column: str, label: str, out_path: Path,
                         title: str) -> FigureResult | None:
     data = scaling.dropna(subset=[column]).sort_values(["series", "cores"])
@@ -103,7 +128,7 @@ def _plot_against_cores(scaling: pd.DataFrame, column: str, label: str, out_path
         axis.plot(grouped.index, grouped.values, marker="o", label=series)
     axis.set_xlabel("cores (actor processes)")
     axis.set_ylabel(label)
-    axis.set_xticks(sorted(data["cores"].unique()))
+    _core_axis(axis, data)
     axis.grid(alpha=0.3)
     axis.legend(fontsize="small")
     return save(figure, out_path, title, data)
@@ -122,9 +147,13 @@ def plot_throughput(scaling: pd.DataFrame, out_path: Path) -> FigureResult | Non
         trained = rows.dropna(subset=["trained_per_second"]).groupby("cores")["trained_per_second"].mean()
         if len(trained):
             axis.plot(trained.index, trained.values, "s--", color=line.get_color(), label=f"{series}: trained")
+        if series.startswith("hosts:") and len(sampled) > 1:  # Figure 7's yardstick: linear from one host
+            first = sampled.index[0]
+            axis.plot(sampled.index, sampled.iloc[0] * sampled.index / first, ":", color=line.get_color(),
+                      label=f"{series}: linear")
     axis.set_xlabel("cores (actor processes)")
     axis.set_ylabel("env frames/s")
-    axis.set_xticks(sorted(data["cores"].unique()))
+    _core_axis(axis, data)
     axis.grid(alpha=0.3)
     axis.legend(fontsize="small")
     return save(figure, out_path, "sampling throughput against cores", data)
@@ -186,31 +215,46 @@ def plot_tree_vs_flat(broadcast: pd.DataFrame, staleness: pd.DataFrame, out_path
 
 
 def plot_scale_model(prediction: pd.DataFrame, out_path: Path) -> FigureResult | None:
-    """The scale model's prediction (analysis.benchmarks.scale_model_frame): broadcast latency and
-    staleness of flat vs tree against cores, on log axes up to the largest core count predicted."""
+    """The scale model's prediction (analysis.benchmarks.scale_model_frame): throughput (where the
+    file has it), broadcast latency and staleness of flat vs tree against cores, on log axes up to
+    the largest core count predicted."""
     data = prediction.dropna(subset=["cores"]).sort_values("cores")
     if data.empty:
         return None
-    figure, (latency, staleness) = new_figure(columns=2)
+    throughput = "flat_steps_per_s" in data.columns
+    figure, axes = new_figure(columns=3 if throughput else 2)
+    latency, staleness = axes[-2:]
+    panels = [(latency, "predicted broadcast latency (ms)"), (staleness, "predicted mean staleness")]
     for variant, style in (("flat", "o-"), ("tree", "s-")):
         latency.plot(data["cores"], data[f"{variant}_ms"], style, label=variant)
         staleness.plot(data["cores"], data[f"{variant}_staleness"], style, label=variant)
-    for axis, label in ((latency, "predicted broadcast latency (ms)"), (staleness, "predicted mean staleness")):
+        if throughput:
+            axes[0].plot(data["cores"], data[f"{variant}_steps_per_s"], style, label=variant)
+    if throughput:
+        axes[0].set_yscale("log")
+        panels.insert(0, (axes[0], "predicted env steps/s"))
+    for axis, label in panels:
         axis.set_xscale("log")
         axis.set_xlabel("cores")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         axis.legend(fontsize="small")
     latency.set_yscale("log")
+    values = data[["flat_staleness", "tree_staleness"]].to_numpy(dtype=float)
+    if np.nanmax(values) > 20 * max(np.nanmin(values), 1e-3):  # flat's runs off by orders of magnitude
+        staleness.set_yscale("log")
     return save(figure, out_path, "scale model: flat vs tree to many cores", data)
 
 
 def scaling_analysis(runs: Sequence[RunData], out_dir: Path, sampling: pd.DataFrame | None = None,
-            min_core_counts: int = 1) -> Analysis:
+            min_core_counts: int = 1, hosts: pd.DataFrame | None = None) -> Analysis:
     """Throughput and staleness against cores (`throughput_vs_cores.png`, `staleness_vs_cores.png`)
-    from the runs and, when given, the sampling benchmark's table (analysis.benchmarks.sampling_frame).
-    No figure unless the points cover `min_core_counts` core counts (the report asks for two)."""
-    frames = [scaling_from_runs(runs)] + ([scaling_from_benchmark(sampling)] if sampling is not None else [])
+    from the runs and, when given, the sampling benchmark's table (analysis.benchmarks.sampling_frame)
+    and the emulated hosts' points (analysis.benchmarks.sampling_hosts_frame, one series per layout,
+    with its linear yardstick). No figure unless the points cover `min_core_counts` core counts
+    (the report asks for two)."""
+    frames = [scaling_from_runs(runs)] + ([scaling_from_benchmark(sampling)] if sampling is not None else []) \
+        + ([scaling_from_hosts(hosts)] if hosts is not None else [])
     nonempty = [frame for frame in frames if not frame.empty]
     table = pd.concat(nonempty, ignore_index=True) if nonempty else frames[0]
     table = table.sort_values(["series", "cores"], kind="stable").reset_index(drop=True)
