@@ -184,6 +184,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),
     "multiagent_vs_rllib": _multiagent_vs_rllib,
+    "fan_in.calibration": lambda data: pd.DataFrame([data["calibration"]]),
 }
 
 
