@@ -26,12 +26,16 @@ on the learner's cores. At scale a message carries the runtime's share of a batc
 tree) is added per frame; the credits (`batches_in_flight` batches of messages) cap the actors
 sampling at once.
 
-Staleness, now bounded by credits: during an update (u seconds) and while the weights travel (T)
-the actors keep sampling on the old version, on credits worth at most `batches_in_flight` batches,
-so s = alpha + min(X * u / batch, batches_in_flight) + X * T / batch (X * T / batch = T / U, U =
-batch / X the seconds per update). alpha and u are fitted on the 1-4 host points, both layouts.
-The flow control bounds the queueing part whatever the actor count; what it does not bound is a
-broadcast slower than an update, which `runtime.max_policy_lag` then drops.
+Staleness, now bounded by credits: an actor samples one message (m frames, a rollout or its share
+of a batch, whichever is smaller) on the weights it holds, so a sample is older the longer the
+messages in flight take against the seconds per update U = batch / X: s = alpha + k * F + T / U,
+F = min(m * N / batch, batches_in_flight) the batches the N actors sample at once, which the
+credits cap (with more actors than credits, actors wait in turn), and T / U = X * T / batch the
+versions the weights spend on the way. alpha and k are fitted on the 1-4 host points (both
+layouts). On a few hosts F = 256 N / 4096 grows with the hosts; from 16 hosts on each message is
+the actor's share (m * N = batch) and F stays at the credits' 1, so the queueing part stays flat
+whatever the actor count. What the credits do not bound is a broadcast slower than an update,
+which `runtime.max_policy_lag` then drops.
 
 Connections and memory at the learner: flat one experience connection per actor, tree one per
 first-layer relay plus the learner's node's own actors (`runtime.relay_tree`); memory and
@@ -66,6 +70,8 @@ CORES = [10, 20, 40, 80, 160, 320, 640, 1000, 1500, 2000, 3000, 4000, 5000, 6000
 TOLERANCE = 0.20
 FIT_HOSTS = (1, 2, 4)
 LAYOUTS = ("flat", "tree")
+BUSY_LEARNER_CORES = 0.1
+ROLLOUT_STEPS = 32  # runtime.rollout_steps of the sampling_hosts runs (the default)
 
 
 # ---------------------------------------------------------------- broadcast latency
@@ -164,19 +170,25 @@ def fit_sampling(hosts_run: dict[str, Any], weights: dict[str, float]) -> dict[s
     batch = hosts_run["batch_size"]
     broadcast_part = [p["steps_per_second"] * MODELS[p["broadcast"]](weights, p["hosts"], per_host) / batch
                       for p in fit]
-    # s - X T / batch = alpha + X u / batch (below the credit cap, as every measured point is)
-    alpha, slope = _line([p["steps_per_second"] for p in fit],
-                         [p["staleness_mean"] - part for p, part in zip(fit, broadcast_part)])
+    # s - X T / batch = alpha + k * min(m N / batch, batches in flight), m the frames per message
+    ratios = [in_flight(batch, p["actors"], hosts_run["num_envs"], ROLLOUT_STEPS, 1.0) for p in fit]
+    alpha, slope = _line(ratios, [p["staleness_mean"] - part for p, part in zip(fit, broadcast_part)])
     learner_cpus = hosts_run.get("learner_cpus") or 1.0
     return {"host_rate": rate, "learner_fixed_cores": fixed, "learner_cores_per_frame": max(per_frame, 1e-12),
             "learner_cpus": learner_cpus, "learner_ceiling": (learner_cpus - fixed) / max(per_frame, 1e-12),
-            "alpha": alpha, "update_seconds": slope * batch, "batch_size": batch,
+            "alpha": alpha, "versions_per_batch_in_flight": slope, "batch_size": batch, "num_envs": hosts_run["num_envs"],
             "batches_in_flight": 1.0, "host_cpus": hosts_run.get("host_cpus"), "actors_per_host": per_host}
 
 
-def staleness(fit: dict[str, Any], steps: float, latency: float, batch: int) -> float:
-    queue = min(steps * fit["update_seconds"] / batch, fit["batches_in_flight"])
-    return fit["alpha"] + queue + steps * latency / batch
+def in_flight(batch: int, actors: int, num_envs: int, rollout_steps: int, batches: float) -> float:
+    """Batches of experience the actors sample at once: a message each (m frames), at most the
+    credits' `batches`: min(m N / batch, batches)."""
+    return min(message_frames(batch, actors, num_envs, rollout_steps) * actors / batch, batches)
+
+
+def staleness(fit: dict[str, Any], steps: float, latency: float, batch: int, ratio: float) -> float:
+    """alpha + k * (batches in flight) + T / U, U = batch / X the seconds per update."""
+    return fit["alpha"] + fit["versions_per_batch_in_flight"] * ratio + steps * latency / batch
 
 
 def sampling_points(fit: dict[str, Any], hosts_run: dict[str, Any], weights: dict[str, float]) -> list:
@@ -190,7 +202,8 @@ def sampling_points(fit: dict[str, Any], hosts_run: dict[str, Any], weights: dic
                     "measured": p["steps_per_second"], "predicted": steps, "role": role},
                    {"what": f"{layout} staleness, {hosts} hosts (sampling_hosts)", "receivers": p["actors"],
                     "measured": p["staleness_mean"], "role": role,
-                    "predicted": staleness(fit, p["steps_per_second"], latency, fit["batch_size"])}]
+                    "predicted": staleness(fit, p["steps_per_second"], latency, fit["batch_size"], in_flight(
+                        fit["batch_size"], p["actors"], fit["num_envs"], ROLLOUT_STEPS, fit["batches_in_flight"]))}]
     return points
 
 
@@ -206,11 +219,13 @@ def judge(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def fan_in_costs(fan_in: dict[str, Any] | None) -> dict[str, Any] | None:
     """From fan_in.py's rows: learner CPU seconds per message against connections, per mode, and
     memory (MiB) and descriptors as lines over connections (both modes together)."""
-    rows = [r for r in (fan_in or {}).get("results", []) if r.get("messages_per_learner_cpu_s")]
+    rows = [r for r in (fan_in or {}).get("results", []) if r.get("mode") in ("direct", "relayed")]
     if not rows:
         return None
-    per_message = {mode: sorted((r["connections_held"] or r["actors"], 1 / r["messages_per_learner_cpu_s"])
-                                for r in rows if r["mode"] == mode) for mode in ("direct", "relayed")}
+    # Per message only where the learner was busy: at a few messages a second its CPU is its fixed cost.
+    per_message = {mode: sorted((r["actors"], r["learner_cpu"] / r["messages_per_s"]) for r in rows
+                                if r["mode"] == mode and r["learner_cpu"] >= BUSY_LEARNER_CORES)
+                   for mode in ("direct", "relayed")}
     connections = [r["connections_held"] or r["actors"] for r in rows]
     return {"per_message": per_message,
             "rss_mib": _line(connections, [r["learner_rss_mib"] for r in rows]),
@@ -218,14 +233,15 @@ def fan_in_costs(fan_in: dict[str, Any] | None) -> dict[str, Any] | None:
             "source": {"time": fan_in.get("time"), "rows": len(rows)}}
 
 
-def message_cost(fan: dict[str, Any] | None, mode: str, connections: int) -> float:
-    """Learner CPU seconds per message at `connections`, linear in log(connections) between the
-    measured counts and held at the ends; 0 without fan_in.py's results."""
+def message_cost(fan: dict[str, Any] | None, mode: str, actors: int) -> float:
+    """Learner CPU seconds per message with `actors` behind it (direct: each a connection; relayed:
+    through relays), linear in log(actors) between the measured counts and held at the ends; 0
+    without fan_in.py's results."""
     table = (fan or {}).get("per_message", {}).get(mode) or []
     if not table:
         return 0.0
     x = [math.log(max(count, 1)) for count, _ in table]
-    return float(np.interp(math.log(max(connections, 1)), x, [cost for _, cost in table]))
+    return float(np.interp(math.log(max(actors, 1)), x, [cost for _, cost in table]))
 
 
 def message_frames(batch: int, actors: int, num_envs: int, rollout_steps: int) -> int:
@@ -237,7 +253,8 @@ def message_frames(batch: int, actors: int, num_envs: int, rollout_steps: int) -
 # ---------------------------------------------------------------- the table
 def predict(fit: dict[str, Any], latency: dict[str, float], fan: dict[str, Any] | None,
             args: argparse.Namespace) -> list[dict[str, Any]]:
-    per_core = max(fit["host_rate"].values()) / ((fit["host_cpus"] or 1.0) / fit["actors_per_host"])
+    per_core = args.steps_per_core or max(fit["host_rate"].values()) / ((fit["host_cpus"] or 1.0)
+                                                                        / fit["actors_per_host"])
     batch, rows = args.batch_size or fit["batch_size"], []
     for cores in CORES:
         nodes, per_node = math.ceil(cores / args.cores_per_node), min(cores, args.cores_per_node)
@@ -249,14 +266,16 @@ def predict(fit: dict[str, Any], latency: dict[str, float], fan: dict[str, Any] 
         for layout, mode in (("flat", "direct"), ("tree", "relayed")):
             connections = cores if layout == "flat" or nodes == 1 else per_node + relays
             seconds_per_frame = fit["learner_cores_per_frame"] + message_cost(fan, mode if nodes > 1 else "direct",
-                                                                              connections) / frames
+                                                                              cores) / frames
             ceiling = (args.learner_cores - fit["learner_fixed_cores"]) / seconds_per_frame
             actors = min(cores, budget) * per_core  # with fewer credits than actors, actors wait in turn
             steps = min(actors, ceiling)
             delay = MODELS[layout](latency, nodes, per_node)
+            ratio = min(frames * min(cores, budget) / batch, fit["batches_in_flight"])
             row.update({f"{layout}_steps_per_s": steps, f"{layout}_learner_bound": bool(ceiling < actors),
-                        f"{layout}_ms": delay * 1e3, f"{layout}_staleness": staleness(fit, steps, delay, batch),
+                        f"{layout}_ms": delay * 1e3, f"{layout}_staleness": staleness(fit, steps, delay, batch, ratio),
                         f"{layout}_connections": connections})
+            row[f"{layout}_over_max_lag"] = bool(row[f"{layout}_staleness"] > args.max_policy_lag)
             if fan:
                 row[f"{layout}_learner_mib"] = fan["rss_mib"][0] + fan["rss_mib"][1] * connections
                 row[f"{layout}_learner_fds"] = fan["fds"][0] + fan["fds"][1] * connections
@@ -314,7 +333,8 @@ def _print(params: dict[str, float], fit: dict[str, Any], points: list, predicti
     print(f"per-host rate {', '.join(f'{k} {v:,.0f}' for k, v in fit['host_rate'].items())} steps/s; learner "
           f"{fit['learner_fixed_cores']:.3f} cores + {fit['learner_cores_per_frame'] * 1e6:.2f} us per frame, ceiling "
           f"{fit['learner_ceiling']:,.0f} steps/s on {fit['learner_cpus']} cores; staleness alpha "
-          f"{fit['alpha']:.3f}, u {fit['update_seconds']:.3f} s; fan-in {'from fan_in.py' if fan else 'none'}")
+          f"{fit['alpha']:.3f}, {fit['versions_per_batch_in_flight']:.3f} per batch in flight; fan-in "
+          f"{'from fan_in.py' if fan else 'none'}")
     print("\n| measured point | receivers | measured | model | error | role |\n|---|---:|---:|---:|---:|---|")
     for p in points:
         print(f"| {p['what']} | {p['receivers']} | {p['measured']:,.2f} | {p['predicted']:,.2f} | "
@@ -333,7 +353,11 @@ def main() -> None:
     parser.add_argument("--learner-cores", type=float, default=1.0, help="the learner's cores at scale")
     parser.add_argument("--batch-size", type=int, default=None, help="frames per update at scale (default: measured)")
     parser.add_argument("--num-envs", type=int, default=8, help="envs per actor at scale")
+    parser.add_argument("--steps-per-core", type=float, default=None,
+                        help="an actor core's env steps/s at scale (default: the measured host rate per core)")
     parser.add_argument("--rollout-steps", type=int, default=32, help="runtime.rollout_steps at scale")
+    parser.add_argument("--max-policy-lag", type=int, default=4,
+                        help="runtime.max_policy_lag: a mean staleness above it means most samples are dropped")
     parser.add_argument("--sampling-hosts", type=Path, default=RESULTS / "sampling_hosts.json")
     parser.add_argument("--fan-in", type=Path, default=RESULTS / "fan_in.json")
     parser.add_argument("--broadcast", type=Path, default=RESULTS / "broadcast.json")
@@ -371,6 +395,7 @@ def main() -> None:
                         "hosts": list(FIT_HOSTS), "weight_bytes": hosts_run["weight_bytes"],
                         "host_cpus": hosts_run.get("host_cpus"), "learner_cpus": hosts_run.get("learner_cpus")},
         "fan_in": fan, "cores_per_node": args.cores_per_node, "learner_cores": args.learner_cores,
+        "steps_per_core": args.steps_per_core, "batch_size": args.batch_size or fit["batch_size"],
         "check": points, "within_tolerance": f"{within}/{len(points)}",
         "checks_within_tolerance": f"{sum(p['within'] for p in checks)}/{len(checks)}",
         "missed": [{"what": p["what"], "error": p["error"]} for p in missed], "figure": note,
