@@ -188,7 +188,9 @@ def measure_training(args: argparse.Namespace, hosts: int, broadcast: str, clust
     return {**run, "process_seconds": ended - started, **cpu,
             "learner_throttled_share": quotas["learner"][0]["throttled_share"] if quotas["learner"] else None,
             "host_throttled_share": statistics.fmean(q["throttled_share"] for q in quotas["hosts"])
-            if quotas["hosts"] else None, "quota_throttling": quotas,
+            if quotas["hosts"] else None,
+            # Shares only (no records): the pages' renderer shows the longest list of records, the table.
+            "host_throttled_shares": [q["throttled_share"] for q in quotas["hosts"]],
             # The learner's own CPU per frame of the window (its update, ingest and Ray's driver threads):
             # what the learner ceiling of scale_model.py is made of.
             "learner_cores": quotas["process_cpu_seconds"] / max(quotas["span_seconds"], 1e-9),
