@@ -26,15 +26,17 @@ so everything the learner and the actors exchange crosses those links. For each 
   receivers per host, flat and tree. `scale_model.py` is calibrated on these.
 
 Beside it the raw bound of this machine (`sampling.py`'s `measure_raw`: one process, the same
-envs and model, no learning), measured before and after the sweep. All hosts still share this
-machine's cores: the links are apart, the CPUs are not. Each point records how busy the machine
-was, how many cores other work, outside the benchmark's own processes, took meanwhile, and how
-often each quota throttled its group (the learner's near 1: the learner was the ceiling); a run
+envs and model, no learning), measured before and after the sweep. Without `--host-cpus` all hosts
+share this machine's cores; with it each host's actor has cores of its own, while Ray's daemons
+and the relays share what the quotas leave. Each point records how busy the machine was, how many
+cores other work, outside the benchmark's own processes, took meanwhile, how often each quota
+throttled its group (the learner's near 1: the learner was the ceiling) and the learner's own CPU
+over the window (cores, microseconds per frame: `scale_model.py`'s learner ceiling); a run
 (or raw bound) during which other work took more than `--quiet-cores` is made again, up to
 `--retries` times, and the quietest attempt is the point, all attempts kept in the JSON.
 
     python benchmarks/sampling_hosts.py [--hosts 1 2 4] [--broadcast flat tree] [--rate 1gbit] [--seconds 40]
-                                        [--host-cpus 0.06 --learner-cpus 0.4] [--link-hosts 1 2 4]
+                                        [--host-cpus 0.05 --learner-cpus 0.5] [--seconds-per-host 2]
 
 Prints a Markdown table and writes benchmarks/results/sampling_hosts.json.
 """
@@ -51,7 +53,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,8 @@ sys.path.insert(0, str(HERE))
 import netem  # noqa: E402
 from cpu_groups import QuotaMeter, cpu_groups  # noqa: E402
 from ray_hosts import RayCluster, on_host, ray_env  # noqa: E402
-from sampling import machine_busy_seconds, measure_raw, run_config  # noqa: E402  (sets one thread per process)
+from other_work import OtherWork  # noqa: E402
+from sampling import measure_raw, run_config  # noqa: E402  (sets one thread per process)
 
 RESULTS = HERE / "results" / "sampling_hosts.json"
 
@@ -119,42 +121,6 @@ def read_run(path: Path, hosts: int) -> dict[str, Any]:
         "learner_experience_connections": meta.get("learner_experience_connections"),
         "start_epoch": datetime.datetime.fromisoformat(str(meta["start_time"])).timestamp(),
     }
-
-
-class OtherWork:
-    """CPU seconds that processes outside this benchmark's own tree (its Ray nodes, the training
-    run, the actors, the relays) use while it runs: on a shared machine, what tells a point that
-    other work slowed down from a clean one."""
-
-    def __init__(self) -> None:
-        from lamarckian_hpc.runtime.process_stats import TreeCpuMeter
-
-        self.meter = TreeCpuMeter(1)
-        self.own = 0.0
-        self.start_busy, self.start_total = machine_busy_seconds()
-        self.started = self.last = time.monotonic()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _sample(self) -> None:
-        now = time.monotonic()
-        self.own += self.meter.sample() * (now - self.last)  # sample(): own CPU seconds per second
-        self.last = now
-
-    def _run(self) -> None:
-        while not self.stop.wait(1.0):  # often enough to see processes that live a few seconds
-            self._sample()
-
-    def finish(self) -> dict[str, float]:
-        self.stop.set()
-        self.thread.join()
-        self._sample()
-        busy, total = machine_busy_seconds()
-        wall = max(self.last - self.started, 1e-9)
-        return {"machine_cpu_busy": (busy - self.start_busy) / max(total - self.start_total, 1e-9),
-                "own_cores": self.own / wall, "other_cores": max(busy - self.start_busy - self.own, 0.0) / wall,
-                "load_average_at_end": list(os.getloadavg())}
 
 
 def measure_training(args: argparse.Namespace, hosts: int, broadcast: str, cluster: RayCluster, folder: Path,
