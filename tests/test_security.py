@@ -99,7 +99,8 @@ def test_a_relay_holds_the_broadcast_pair_and_no_learner_secret(tmp_path):
     keys = JobKeys.create(tmp_path / "keys", relays=True)
     relay = JobKeys.load(keys.relay_folder)
     assert set(relay.serving) == {BROADCAST} and relay.serving[BROADCAST] == keys.serving[BROADCAST]
-    assert LEARNER not in relay.trusted
+    # A relay forwards experience up to the learner, so it trusts the learner's public key only.
+    assert relay.trusted[LEARNER] == keys.serving[LEARNER].public
     assert _files_holding(keys.relay_folder, keys.serving[LEARNER].secret) == []
     flat = JobKeys.create(tmp_path / "flat")  # a run without relays writes no broadcast secret either
     assert not (flat.folder / "relay").exists()

@@ -293,6 +293,7 @@ class ExperienceReceiver:
         self.socket = make_socket(context, zmq.ROUTER, max_message_bytes, keys, serve=serve)
         self.socket.setsockopt(zmq.RCVHWM, high_water_mark)
         self.socket.setsockopt(zmq.SNDHWM, 0)  # grants are tiny, and a dropped one stalls a sender
+        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted relay takes its name over at once
         self.socket.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
         self.address = bind_random(self.socket, host)
         self.known_kinds = frozenset(known_kinds) | {CREDIT}

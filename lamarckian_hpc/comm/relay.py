@@ -114,6 +114,7 @@ class Relay:
             self._down = make_socket(self.context, zmq.ROUTER, spec.max_message_bytes, self.keys, serve=BROADCAST)
             for option in (zmq.RCVHWM, zmq.SNDHWM):
                 self._down.setsockopt(option, 0)  # credits bound what passes
+            self._down.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted relay below takes its name over
             self._down.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
             self.experience_address = bind_random(self._down, spec.host)
             if spec.experience_ipc_path is not None:
