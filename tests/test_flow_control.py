@@ -47,11 +47,26 @@ def test_the_window_caps_one_sender_and_a_repeated_request_grants_nothing_twice(
     assert dict(ledger.grants()) == {ROUTE: 3}
     ledger.want(b"a", ROUTE, window=3, received=3, spent=0)  # asks again: it holds all three
     assert ledger.grants() == [] and ledger.in_flight == 3
-    ledger.want(b"a", ROUTE, window=3, received=1, spent=1)  # two grants lost on the way, one message sent
-    assert ledger.in_flight == 1  # that message is still on its way here
-    assert dict(ledger.grants()) == {ROUTE: 2}
+    ledger.want(b"a", ROUTE, window=1, received=1, spent=0)  # two grants lost on the way
+    assert ledger.in_flight == 1 and ledger.grants() == []
     ledger.spend(b"a", ROUTE)
-    assert ledger.in_flight == 2 and dict(ledger.grants()) == {ROUTE: 1}
+    assert ledger.in_flight == 0 and dict(ledger.grants()) == {ROUTE: 1}
+
+
+def test_credited_messages_lost_on_the_way_come_back_to_the_pool() -> None:
+    """A relay that re-attaches loses what it held: the sender, asking again, says it spent more
+    than arrived, and those credits return (else a few lost messages would stall the budget)."""
+    ledger = CreditLedger(budget=2)
+    ledger.want(b"a", ROUTE, window=2)
+    assert dict(ledger.grants()) == {ROUTE: 2}
+    ledger.want(b"b", (b"b",), window=2)
+    assert ledger.grants() == []  # the budget is with a's two messages, lost with its relay
+    ledger.want(b"a", ROUTE, window=2, received=2, spent=2)
+    assert ledger.written_off == 2 and ledger.in_flight == 0
+    assert dict(ledger.grants()) == {(b"b",): 1, ROUTE: 1}
+    ledger.spend(b"a", ROUTE)  # the new credit's message
+    ledger.spend(b"a", ROUTE)  # one of the lost two turns up after all: it grants nothing
+    assert ledger.late == 1 and ledger.in_flight == 1 and ledger.accounts[b"a"].spent == 3
 
 
 def test_a_silent_sender_gives_its_credits_back() -> None:

@@ -19,7 +19,10 @@ returns, on whatever route (direct or through relays) the sender's last message 
 each sender by the routing id its socket chose (unique per process), so a route that changes when
 a relay re-attaches keeps its account. The counts are cumulative on both sides, which makes a
 repeated request idempotent: an actor that waited long without a credit asks again with how many
-it has received and spent, and the ledger writes off only what never arrived. Accounts of senders
+it has received and spent, and the ledger writes off what never arrived: grants it never got, and
+credited messages it sent that never reached the learner (lost with a relay that re-attached).
+A written-off message that turns up after all is counted `late` and grants nothing: while
+senders re-ask, the budget can be exceeded by at most the messages still on their way. Accounts of senders
 silent for `reclaim_seconds` (a dead process) return their credits to the pool.
 """
 
@@ -60,35 +63,41 @@ class CreditLedger:
         self.in_flight = 0  # credits granted and not yet spent, over every account
         self.uncredited = 0  # credited messages from senders that held no credit
         self.reclaimed = 0
+        self.written_off = 0  # credited messages a sender sent and the learner never saw
+        self.late = 0  # credited messages that arrived after they were written off
 
     def want(self, key: bytes, route: tuple[bytes, ...], window: int, received: int = 0, spent: int = 0) -> None:
         """A sender asks for `window` credits at once; `received` and `spent` are its own counts.
         Credits granted beyond `received` are written off (lost on the way, or not yet there: a
-        sender asks again only after a long wait), and what it spent is not yet here in flight."""
+        sender asks again only after a long wait), and so are credited messages it sent beyond
+        those that arrived: they come back to the pool."""
         account = self.accounts.get(key)
         if account is None:
             account = self.accounts[key] = _Account(route, max(1, window))
         before = account.outstanding
         account.route, account.window, account.last_seen = route, max(1, window), time.monotonic()
-        if received < account.granted:
-            account.granted = max(received, account.spent)
         if spent < account.spent:  # a new process under an old id: start over
             account.granted = account.spent = 0
+        elif spent > account.spent:  # sent and never here: lost with a relay, or far behind
+            self.written_off += spent - account.spent
+            account.spent = spent
+        if received < account.granted:
+            account.granted = max(received, account.spent)
         self.in_flight += account.outstanding - before
         self._queue(key, account)
 
     def spend(self, key: bytes, route: tuple[bytes, ...]) -> None:
         """A credited message arrived from `key`: its credit comes back to the pool."""
         account = self.accounts.get(key)
-        if account is None or account.outstanding <= 0:
+        if account is None:
             self.uncredited += 1
-            if account is None:
-                return
-        else:
-            self.in_flight -= 1
-        account.spent += 1
-        account.granted = max(account.granted, account.spent)
+            return
         account.route, account.last_seen = route, time.monotonic()
+        if account.outstanding <= 0:  # written off already (it counted in the sender's `spent`)
+            self.late += 1
+            return
+        self.in_flight -= 1
+        account.spent += 1
         self._queue(key, account)
 
     def seen(self, key: bytes, route: tuple[bytes, ...]) -> None:

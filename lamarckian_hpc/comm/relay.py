@@ -60,8 +60,10 @@ class RelaySpec:
     upstreams: dict[str, str]
     host: str = "127.0.0.1"
     ipc_path: str | None = None
-    heartbeat_ms: int = 500
-    timeout_ms: int = 2000
+    #: A host silent this long counts as dead (a dead process is noticed at once, whatever it is):
+    #: long enough that a busy node is not taken for one, and its relay's queue not dropped.
+    heartbeat_ms: int = 1000
+    timeout_ms: int = 10000
     #: The relay folder of the job's keys (`JobKeys.relay_folder`); None for plain sockets.
     key_folder: str | None = None
     #: ZMQ_MAXMSGSIZE of the subscription to the parent: the run's limit (`comm.limits`).
@@ -170,6 +172,9 @@ class Relay:
         socket.setsockopt(zmq.ROUTING_ID, f"relay:{self.spec.node}".encode())
         for option in (zmq.RCVHWM, zmq.SNDHWM):
             socket.setsockopt(option, 0)
+        # On a re-attach the old DEALER is closed with what it queued: let it flush a while to a
+        # parent that was only slow (what is lost anyway the learner writes off, `comm.credits`).
+        socket.setsockopt(zmq.LINGER, 2000)
         socket.connect(address)
         return socket
 
@@ -262,6 +267,8 @@ class Relay:
             self.close()
 
     def close(self) -> None:
+        if self._up is not None:
+            self._up.setsockopt(zmq.LINGER, 0)  # stopping for good: nothing to flush to
         self._close_upstream()
         self.publisher.close()
         if self._down is not None:
