@@ -1,8 +1,10 @@
-"""`lamarckian-hpc`: train a run from a config, and inspect the file a run wrote.
+"""`lamarckian-hpc`: run a config, and inspect the file a run wrote.
 
-User mistakes (a bad config, a missing file) end with one line on stderr and exit status 2;
-tracebacks are kept for bugs. `key.path=value` overrides may stand anywhere after the subcommand,
-before or after its options.
+The run commands parse, call the library (`lamarckian_hpc.library`) and print its result
+(`cli_results`); `run` takes any config, `train`, `evolve` and `league` one workload each. User
+mistakes (a bad config, a missing file, another command's config) end with one line on stderr and
+exit status 2; tracebacks are kept for bugs. `key.path=value` overrides may stand anywhere after
+the subcommand, before or after its options.
 """
 
 from __future__ import annotations
@@ -10,15 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
-from .config import ConfigError, EvolveConfig, RunConfig, apply_overrides, load_config
-from .config.loading import ConfigT
+from .config import ConfigError, load_config
+from .library import run_path_for, unreadable_run_file
+
+__all__ = ["build_parser", "main", "parse_arguments", "run_path_for"]
 
 USAGE_ERROR = 2
 
@@ -28,156 +31,49 @@ def _fail(message: str) -> int:
     return USAGE_ERROR
 
 
-def run_path_for(config: RunConfig | EvolveConfig, config_file: str | None) -> Path:
-    """storage.directory / <run_name>.h5; the default name says which config, when and which seed."""
-    name = config.storage.run_name
-    if name is None:
-        stem = Path(config_file).stem if config_file else "run"
-        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}"
-    path = config.storage.directory / f"{name}.h5"
-    suffix = 1
-    while path.exists():
-        suffix += 1
-        path = config.storage.directory / f"{name}-{suffix}.h5"
-    return path
-
-
-def _unreadable(path: Path, error: BaseException) -> str:
-    """One line for a run file that cannot be read; the reader's own errors already name the file."""
-    from .storage import RunFileReadError
-
-    return f"error: {error}" if isinstance(error, RunFileReadError) else f"error: {path} is not a readable run file: {error}"
-
-
-def _storage_full(error: BaseException, path: Path, command: str) -> str:
-    """One line for a full (or failing) file system; resuming is offered only where there is a run to resume."""
-    if path.is_file():
-        return f"error: {error}; continue later with: lamarckian-hpc {command} --resume {path}"
-    return f"error: {error}"
-
-
-def _resumed_config(args: argparse.Namespace, model: type[ConfigT] | None) -> ConfigT:
-    """The config a run file stored (`--resume RUN`), with the command line's overrides on top (a
-    longer budget, say). The positional config slot may hold the first override. Without `model`
-    (evolve), the stored `algorithm.name` chooses it."""
+def _config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """The config file and overrides of a run command. With `--resume RUN` the run continues with
+    the config it stored, and the positional config slot may hold the first override (a longer
+    budget, say)."""
+    if args.resume is None:
+        return args.config, list(args.overrides)
     overrides = [args.config, *args.overrides] if args.config is not None else list(args.overrides)
     if any("=" not in override for override in overrides):
         raise ConfigError("error: --resume continues a run with its own config; give overrides, not a file")
-    from .storage import open_run
-
-    run = Path(args.resume)
-    if not run.is_file():
-        raise ConfigError(f"error: no such run file to resume: {run}")
-    try:
-        with open_run(run) as reader:
-            tree = reader.config
-    except (OSError, KeyError, ValueError) as error:
-        raise ConfigError(_unreadable(run, error)) from None
-    if model is None:
-        from .config.evorl import EVORL_ALGORITHMS
-
-        algorithm = tree.get("algorithm") if isinstance(tree, dict) else None
-        name = algorithm.get("name") if isinstance(algorithm, dict) else None
-        model = EVORL_ALGORITHMS.get(str(name), EvolveConfig)  # type: ignore[assignment]
-    return apply_overrides(tree, overrides, f"{run} (resumed)", model)  # type: ignore[arg-type]
+    return None, overrides
 
 
-def train_command(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
+    """`run`, `train`, `evolve` and `league`: prepare the config (a config of another workload ends
+    in one line naming the command that runs it; `run` takes any), run it with the library, print
+    the result tables and, last, the run file's path."""
+    from .cli_results import print_result
+    from .library import execute, prepare
+    from .run_result import RunFailed
+
+    command = args.command
     if args.config is None and args.resume is None:
-        return _fail("error: train needs a config file (or --resume RUN)")
+        return _fail(f"error: {command} needs a config file (or --resume RUN)")
     try:
-        config = (_resumed_config(args, RunConfig) if args.resume is not None
-                  else load_config(args.config, args.overrides))
+        config_file, overrides = _config_and_overrides(args)
+        prepared = prepare(config_file, overrides, resume=args.resume, command=command)
     except ConfigError as error:
         return _fail(str(error))
-    # Heavy imports only once the config is known to be good.
-    from .mdp import EnvironmentFailingError
-    from .progress import ConsoleProgress
-    from .runtime.actor_watch import RunStalledError
-    from .runtime.training_run import TrainingSetupError, run_training
-    from .storage import StorageFullError
-
-    path = Path(args.resume) if args.resume is not None else run_path_for(config, args.config)
     console = Console(stderr=True)
-    progress = ConsoleProgress(config.stop.total_env_steps, console)
+    observers: tuple[Any, ...] = ()
+    if prepared.workload == "train":
+        from .progress import ConsoleProgress
+
+        observers = (ConsoleProgress(prepared.config.stop.total_env_steps, console),)
     try:
-        result = run_training(config, path, resume=args.resume is not None,
-                              meta=None if args.resume else {"config_file": str(args.config)},
-                              observers=(progress,),
-                              on_start=lambda p: console.print(f"run file: {p}", highlight=False))
-    except KeyboardInterrupt:
-        console.print(f"interrupted; metrics up to now are in {path}; continue with: "
-                      f"lamarckian-hpc train --resume {path}")
-        return 130
-    except TrainingSetupError as error:
-        return _fail(f"error: {error}")
-    except (RunStalledError, EnvironmentFailingError) as error:
-        print(f"error: {error}; the metrics up to now are in {path}", file=sys.stderr)
-        return 1
-    except StorageFullError as error:
-        print(_storage_full(error, path, "train"), file=sys.stderr)
-        return 1  # the run failed; exit 2 is for a command line that could not start one
-    table = Table(title="result", show_header=False)
-    table.add_row("env frames", f"{result.env_frames:,}")
-    table.add_row("wall time", f"{result.wall_time_seconds:.1f} s")
-    table.add_row("sampling frames/s", f"{result.sampling_frames_per_second:,.0f}")
-    table.add_row("updates", str(result.updates))
-    table.add_row("episodes", f"{result.episodes:,}")
-    recent = "n/a" if result.recent_return_mean is None else f"{result.recent_return_mean:.1f}"
-    table.add_row(f"mean return (last {config.stop.return_window} episodes)", recent)
-    if config.stop.target_return is not None:
-        reached = result.target_reached_at_frames
-        table.add_row(f"target {config.stop.target_return:g}",
-                      f"reached at {reached:,} frames" if reached is not None else "not reached")
-    Console().print(table)
-    print(path)
+        result = execute(prepared, observers=observers,
+                         on_start=lambda path: console.print(f"run file: {path}", highlight=False))
+    except RunFailed as error:
+        print(error, file=sys.stderr)
+        return error.exit_status
+    print_result(result)
+    print(result.path)
     return 0
-
-
-def _evolve_config(args: argparse.Namespace) -> Any:
-    """The config of an evolve run: from its file, or as a resumed run file stored it."""
-    from .config.evorl import evolve_config_model
-
-    if args.resume is not None:
-        return _resumed_config(args, None)
-    return load_config(args.config, args.overrides, evolve_config_model(args.config, args.overrides))
-
-
-def evolve_command(args: argparse.Namespace) -> int:
-    from .config import EMOGIConfig, PBTConfig
-    from .config.game_testing import GameTestingConfig
-    from .config.league_run import LeagueRunConfig
-
-    if args.config is None and args.resume is None:
-        return _fail("error: evolve needs a config file (or --resume RUN)")
-    try:
-        config = _evolve_config(args)
-    except ConfigError as error:
-        return _fail(str(error))
-    if getattr(args, "league_only", False) and not isinstance(config, LeagueRunConfig):
-        return _fail(f"error: league runs a config with algorithm.name: league, not {config.algorithm.name} "
-                     "(see configs/league_pong.yaml; other algorithms run with evolve)")
-    resume = args.resume is not None
-    path = Path(args.resume) if resume else run_path_for(config, args.config)
-    if isinstance(config, PBTConfig):
-        from .evorl.command import pbt_command
-
-        return pbt_command(config, path, args.config, resume)
-    if isinstance(config, EMOGIConfig):
-        from .evorl.emogi_command import emogi_command
-
-        return emogi_command(config, path, args.config, resume)
-    if isinstance(config, LeagueRunConfig):
-        from .evorl.league_command import league_command
-
-        return league_command(config, path, args.config, resume)
-    if isinstance(config, GameTestingConfig):  # automated game testing (algorithm.name: wuji)
-        from .games.testing_command import game_testing_command
-
-        return game_testing_command(config, path, args.config, resume)  # type: ignore
-    from .runtime.evolution_command import evolution_command
-
-    return evolution_command(config, path, args.config, resume)
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -201,7 +97,7 @@ def inspect_command(args: argparse.Namespace) -> int:
             summary = reader.summary()
             recorded = {policy: reader.episodes(policy)["episode"] for policy in reader.trajectory_policies()}
     except (OSError, KeyError, ValueError) as error:
-        return _fail(_unreadable(path, error))
+        return _fail(unreadable_run_file(path, error))
     if args.json:
         print(json.dumps(summary.to_json_dict(), indent=2))
         return 0
@@ -312,23 +208,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lamarckian-hpc", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run any config: training, evolution, PBT, EMOGI, a league "
+                                          "(the config says which)")
+    run.add_argument("config", nargs="?", help="YAML config file (see configs/)")
+    run.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
+    run.add_argument("--resume", metavar="RUN", help="continue this run file where it stopped")
+    run.set_defaults(handler=run_command)
     train = commands.add_parser("train", help="train a policy from a config file")
     train.add_argument("config", nargs="?", help="YAML config file (see configs/)")
     train.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
     train.add_argument("--resume", metavar="RUN", help="continue this run file from its last checkpoint")
-    train.set_defaults(handler=train_command)
+    train.set_defaults(handler=run_command)
     evolve = commands.add_parser("evolve", help="run an evolutionary algorithm from a config file")
     evolve.add_argument("config", nargs="?", help="YAML config file (see configs/nsga2_zdt1.yaml)")
     evolve.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
     evolve.add_argument("--resume", metavar="RUN", help="continue this run file where it stopped (after its last "
                         "generation, or a PBT run's last interval)")
-    evolve.set_defaults(handler=evolve_command)
+    evolve.set_defaults(handler=run_command)
     league = commands.add_parser("league", help="run an AlphaStar league from a config file (see "
                                                 "configs/league_pong.yaml); the same as evolve for such a config")
     league.add_argument("config", nargs="?", help="YAML config file with algorithm.name: league")
     league.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
     league.add_argument("--resume", metavar="RUN", help="continue this run file after its last saved generation")
-    league.set_defaults(handler=evolve_command, league_only=True)
+    league.set_defaults(handler=run_command)
     inspect = commands.add_parser("inspect", help="summarise a run file")
     inspect.add_argument("run", help="the run's .h5 file")
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")

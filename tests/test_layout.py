@@ -51,3 +51,30 @@ def test_leaves_import_nothing_above_them(folder):
 def test_no_module_grows_past_the_size_rule():
     too_long = [(p, n) for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 450]
     assert not too_long, f"split these modules: {too_long}"
+
+
+
+def _imported_modules(path: Path, package: str) -> set[str]:
+    """Absolute names of the modules a file imports, `from . import x` counted as importing `.x`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_cluster_job_calls_the_library_not_the_command_line():
+    """The Slurm job runs a config with `lamarckian_hpc.library.run`; the commands sit on top of the
+    library, never under the cluster code a job imports."""
+    for path in _files("cluster"):
+        imported = _imported_modules(path, "lamarckian_hpc.cluster")
+        assert not {name for name in imported if name == "lamarckian_hpc.cli" or name.startswith("lamarckian_hpc.cli.")
+                    or name == "lamarckian_hpc.cli_results"}, f"{path} imports the command line"
+    assert "lamarckian_hpc.library.run" in _imported_modules(PACKAGE / "cluster" / "job.py", "lamarckian_hpc.cluster")

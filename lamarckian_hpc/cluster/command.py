@@ -46,7 +46,7 @@ def _fail(message: str, status: int = 2) -> int:
 
 
 def launch_command(args: argparse.Namespace) -> int:
-    from ..cli import run_path_for
+    from ..library import run_path_for
     from ..config import ConfigError, build_config, load_config
     from ..config.evorl import config_model
     from ..config.launch import LaunchConfig

@@ -2,7 +2,8 @@
 
 Each task joins the per-job Ray cluster (`ray_cluster.run_on_ray_cluster`); on rank 0, the head,
 the driver trains (`train` configs) or evolves (every `evolve` config: NSGA-II, GA, ES, CMA-ES,
-PBT+PPO, EMOGI, game balancing and testing) with the config resolved on the submitting machine,
+PBT+PPO, EMOGI, game balancing and testing, through the library's `lamarckian_hpc.run`, never the
+command line) with the config resolved on the submitting machine,
 recording into a run file whose path was also fixed there, so that the launcher can follow it and
 a requeued job continues the same file. Actors, members and evaluations are Ray actors and tasks
 of that cluster, so they run on the CPUs of every node. The job is
@@ -40,7 +41,7 @@ class RunJobSpec:
 
 
 class EvolveJobError(RuntimeError):
-    """The evolve run on the allocation ended with an error; its own message went to the job's log."""
+    """The evolve run on the allocation could not start or did not finish; the message says why."""
 
 
 def cluster_meta(info: RayClusterInfo, slurm: SlurmJob | None) -> dict[str, Any]:
@@ -112,13 +113,15 @@ def _has_checkpoint(run_path: Path) -> bool:
 
 
 def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
-    """Rank 0's driver of an evolve config: the `evolve` command itself, in this process, whose Ray
-    is already the job's cluster. A run file that exists is continued (`evolve --resume`), so a
-    requeued job picks up after its last generation or interval; otherwise the run starts at the
-    path the launcher fixed. Workers default to every CPU of the allocation but the driver's."""
+    """Rank 0's driver of an evolve config: the library's `run`, in this process, whose Ray is
+    already the job's cluster. A run file with a checkpoint is continued, so a requeued job picks up
+    after its last generation or interval; otherwise the run starts at the path the launcher fixed.
+    Workers default to every CPU of the allocation but the driver's."""
     import yaml
 
-    from ..cli import main as command_line
+    from ..config import ConfigError
+    from ..library import run
+    from ..run_result import RunFailed
 
     slurm = SlurmJob.from_environ()
     run_path = Path(spec.run_path)
@@ -129,19 +132,20 @@ def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     if run_path.is_file() and not resume:
         # Requeued before its first checkpoint was saved: nothing to continue, so it starts over.
         run_path.unlink()
-    if resume:
-        argv = ["evolve", "--resume", str(run_path), *overrides]
-    else:
+    config_file = None
+    if not resume:
         config_file = run_path.with_suffix(".config.yaml")  # the resolved config, as the user can rerun it
         config_file.write_text(yaml.safe_dump(spec.config, sort_keys=False))
-        argv = ["evolve", str(config_file), *overrides, f"storage.directory={run_path.parent}",
-                f"storage.run_name={run_path.stem}"]
+        overrides += [f"storage.directory={run_path.parent}", f"storage.run_name={run_path.stem}"]
     hosts = list(slurm.nodes) if slurm is not None else list(info.labels)
     print(f"{'resuming' if resume else 'starting'} {run_path} on {len(info.labels)} Ray nodes "
-          f"(head {info.head_address}): lamarckian-hpc {' '.join(argv)}", flush=True)
-    status = command_line(argv)
-    if status != 0:
-        raise EvolveJobError(f"lamarckian-hpc evolve exited {status} (its message is above in this log)")
+          f"(head {info.head_address}) with {' '.join(overrides)}", flush=True)
+    try:
+        result = run(config_file, overrides, run_path, resume=run_path if resume else None)
+    except (ConfigError, RunFailed) as error:
+        print(error, file=sys.stderr, flush=True)
+        raise EvolveJobError(f"the evolve run failed: {error}") from None
+    print(f"{result.algorithm} run {'resumed and ' if resume else ''}finished: {result.path}", flush=True)
     return {"run_path": str(run_path), "command": "evolve", "resumed": resume,
             "restart_count": slurm.restart_count if slurm else 0, "ray_nodes": len(info.node_ids), "hosts": hosts}
 

@@ -144,9 +144,14 @@ def evolve_config_model(path: str | Path | None, overrides: Sequence[str] = ()) 
 
 def config_model(path: str | Path | None, overrides: Sequence[str] = ()) -> type[RootSection]:
     """The root model of any config file, for the commands that take train and evolve configs alike
-    (`config show`, `launch`): an RL algorithm's name, or no name and no `problem` section, is a
-    training run; otherwise the evolve model that the name selects."""
-    tree = _read_tree(path)
+    (`run`, `config show`, `launch`); see `tree_config_model`."""
+    return tree_config_model(_read_tree(path), overrides)
+
+
+def tree_config_model(tree: dict, overrides: Sequence[str] = ()) -> type[RootSection]:
+    """The root model of a config tree (a file's, or the one a run file stored): an RL algorithm's
+    name, or no name and no `problem` section, is a training run; otherwise the evolve model that
+    the name selects."""
     name = _algorithm_name(tree, overrides)
     if name in ALGORITHMS or (name is None and "problem" not in tree
                               and not any(text.partition("=")[0].strip().startswith("problem.") for text in overrides)):

@@ -1,6 +1,6 @@
-"""`lamarckian-hpc evolve` for an EMOGI config: the run file, a line per trained policy and per
-generation, and a table of the non-dominated policies' behaviour; `evolve --resume` continues after
-the last saved generation (`runtime.population_command`)."""
+"""An evolve run of an EMOGI config: the run file, a line per trained policy and per generation,
+a continued run after the last saved generation (`runtime.population_command`), and the result,
+whose non-dominated policies the `/emogi` group of the run file keeps."""
 
 from __future__ import annotations
 
@@ -8,30 +8,13 @@ from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
-from rich.table import Table
 
 from ..config.emogi import EMOGIConfig
 from ..runtime.population_command import population_command
 from .emogi import CHECKPOINT_KIND, EMOGIProgram, EMOGIResult, IndividualResult
 from .emogi_store import population_shape, write_results
 
-__all__ = ["CHECKPOINT_KIND", "emogi_command", "front_table"]
-
-
-def front_table(result: EMOGIResult) -> Table:
-    """The final non-dominated policies, least active first."""
-    table = Table("id", "parents", "w_act", "w_lazy", "score", "wins", "pts", "active", "f1", "f2",
-                  title="non-dominated policies (score: normalized score; active: share of steps moved)")
-    front = [member for member in result.front if member.behaviour is not None]
-    for member in sorted(front, key=lambda m: m.behaviour.activeness):  # type: ignore[union-attr]
-        behaviour = member.behaviour
-        assert behaviour is not None
-        parents = ",".join(str(p) for p in member.parent_ids if p >= 0) or "-"
-        table.add_row(str(member.id), parents, f"{member.genome[0]:.3f}", f"{member.genome[1]:.3f}",
-                      f"{behaviour.normalized_score:.3f}", f"{behaviour.win_rate:.2f}",
-                      f"{behaviour.point_difference:+.1f}", f"{behaviour.activeness:.3f}",
-                      f"{-member.objectives[0]:.3f}", f"{-member.objectives[1]:.3f}")
-    return table
+__all__ = ["CHECKPOINT_KIND", "run_emogi"]
 
 
 def _individual_line(config: EMOGIConfig, console: Console) -> Callable[[int, int, IndividualResult | None], None]:
@@ -51,19 +34,10 @@ def _individual_line(config: EMOGIConfig, console: Console) -> Callable[[int, in
     return report
 
 
-def emogi_command(config: EMOGIConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
+def run_emogi(config: EMOGIConfig, path: Path, config_file: str | None, resume: bool = False) -> EMOGIResult:
     """Run EMOGI into `path`; with `resume`, continue that run after its last saved generation."""
-    console = Console(stderr=True)
-    program = EMOGIProgram(config, _individual_line(config, console))
-    run = population_command(program, config, path, config_file, resume, population_shape(),
-                             cannot_resume=program.mismatch)
-    if isinstance(run, int):
-        return run
+    program = EMOGIProgram(config, _individual_line(config, Console(stderr=True)))
+    population_command(program, config, path, config_file, resume, population_shape(), cannot_resume=program.mismatch)
     result = program.result
     write_results(path, result)
-    Console().print(front_table(result))
-    frames = sum(member.env_frames for member in result.history)
-    console.print(f"{len(result.history)} policies trained on {frames:,} env frames in {result.wall_time:.1f} s",
-                  highlight=False)
-    print(path)
-    return 0
+    return result

@@ -1,13 +1,11 @@
-"""`lamarckian-hpc evolve` (or `lamarckian-hpc league`) for a league config: the run file with its
-`/league` group, a line per generation, a table of the learners at the end, and `--resume` after
-the last saved generation (`runtime.population_command`)."""
+"""An evolve (or league) run of a league config: the run file with its `/league` group, a line per
+generation, a continued run after the last saved generation (`runtime.population_command`), and
+the league's state at the end."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
 
 from ..config.league_run import LeagueRunConfig
 from ..league.store import LeagueRunWriter
@@ -15,27 +13,37 @@ from ..runtime.population_command import population_command
 from .league_ppo import LeagueProgram
 
 
-def league_command(config: LeagueRunConfig, path: Path, config_file: str | None, resume: bool = False) -> int:
+@dataclass(frozen=True)
+class LearnerRow:
+    """One learner of the league at the end: its Elo, its last win rate against the opponents it
+    was matched with (None before any), and its updates since its last snapshot."""
+
+    name: str
+    elo: float
+    win_rate: float | None
+    updates: int
+
+
+@dataclass(frozen=True)
+class LeagueSummary:
+    generations: int
+    wall_seconds: float
+    members: int
+    snapshots: int
+    learners: tuple[LearnerRow, ...]
+    #: (generation, mean score of the main agents against the scripted player), first and last
+    scripted: tuple[tuple[int, float], ...] = ()
+
+
+def run_league(config: LeagueRunConfig, path: Path, config_file: str | None, resume: bool = False) -> LeagueSummary:
     """Run the league into `path`; with `resume`, continue that run after its last saved generation."""
     program = LeagueProgram(config)
     run = population_command(program, config, path, config_file, resume, None, cannot_resume=program.mismatch,
                              writer_class=LeagueRunWriter,
                              writer_options={"league_capacity": config.league.capacity})
-    if isinstance(run, int):
-        return run
-    league = program.league
-    table = Table("learner", "Elo", "win rate vs its targets", "updates since snapshot",
-                  title=f"league after {program.generation} generations ({run.wall_seconds:.0f} s, "
-                        f"{len(league.members)} members, {len(league.snapshots)} snapshots)")
-    last = program.last_metrics
-    for index, name in enumerate(program.names):
-        rate = last.get(f"win_rate_vs_targets_{name}")
-        table.add_row(name, f"{league.elo[index]:.0f}", "-" if rate is None else f"{rate:.2f}",
-                      str(league.members[index].updates))
-    Console().print(table)
-    if program.scripted_scores:
-        first, last = program.scripted_scores[0], program.scripted_scores[-1]
-        Console(stderr=True).print(f"main agents against the scripted player: {first[1]:+.2f} after generation "
-                                   f"{first[0] + 1}, {last[1]:+.2f} after generation {last[0] + 1}", highlight=False)
-    print(path)
-    return 0
+    league, last = program.league, program.last_metrics
+    learners = tuple(LearnerRow(name, float(league.elo[index]), last.get(f"win_rate_vs_targets_{name}"),
+                                league.members[index].updates) for index, name in enumerate(program.names))
+    scores = program.scripted_scores
+    return LeagueSummary(program.generation, run.wall_seconds, len(league.members), len(league.snapshots), learners,
+                         (scores[0], scores[-1]) if scores else ())

@@ -1,18 +1,19 @@
-"""What `lamarckian-hpc evolve` does around every population run, whatever its algorithm: open
-the run file (or, for `--resume`, continue it after the checkpoint's last generation, once the
-saved state is known to fit the config), run the workflow, and close the file on every way out,
-so that an interrupt or a full disk ends with one line saying how to continue and leaves a file
-that `evolve --resume` picks up."""
+"""What the library does around every population run, whatever its algorithm: open the run file
+(or, for a resumed run, continue it after the checkpoint's last generation, once the saved state is
+known to fit the config), run the workflow, and close the file on every way out, so that an
+interrupt or a full disk ends in a `RunFailed` whose one line says how to continue, and leaves a
+file that `evolve --resume` picks up. Progress lines go to `report` (stderr by default); the result
+is returned, for the caller to print."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from rich.console import Console
 
+from ..run_result import CANNOT_START, FAILED, INTERRUPTED, RunFailed
 from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
 from .checkpoint import checkpoint_path, load_run_state
 from .population import Checkpointing, PopulationProgram, PopulationRuntime, run_population
@@ -20,20 +21,19 @@ from .population import Checkpointing, PopulationProgram, PopulationRuntime, run
 T = TypeVar("T")
 
 
-def load_resume_state(path: Path, kind: str) -> dict[str, Any] | None:
-    """The state saved beside `path` by a run of `kind`, or None once the reason it cannot be read
-    (missing, damaged, another algorithm's) is printed as one line."""
+def load_resume_state(path: Path, kind: str) -> dict[str, Any]:
+    """The state saved beside `path` by a run of `kind`; RunFailed with the reason it cannot be read
+    (missing, damaged, another algorithm's)."""
     try:
         return load_run_state(checkpoint_path(path), kind)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return None
+        raise RunFailed(f"error: {error}", CANNOT_START) from None
 
 
-def run_closing(writer: RunWriter, path: Path, body: Callable[[], T], interrupted_after: str | None = None) -> T | int:
-    """`body()`'s result after closing `writer` as completed, or the exit code after closing it as
-    incomplete: 1 for a full disk, 130 for Ctrl-C when `interrupted_after` names what the run saves
-    (an interval, a generation); any other error propagates."""
+def run_closing(writer: RunWriter, path: Path, body: Callable[[], T], interrupted_after: str | None = None) -> T:
+    """`body()`'s result after closing `writer` as completed; after closing it as incomplete,
+    RunFailed for a full disk, and for Ctrl-C when `interrupted_after` names what the run saves (an
+    interval, a generation); any other error propagates."""
     hint = f"lamarckian-hpc evolve --resume {path}"
     try:
         result = body()
@@ -41,13 +41,11 @@ def run_closing(writer: RunWriter, path: Path, body: Callable[[], T], interrupte
         writer.close(completed=False)
         if interrupted_after is None:
             raise
-        print(f"interrupted; the run up to its last saved {interrupted_after} is in {path}; continue with: {hint}",
-              file=sys.stderr)
-        return 130
+        raise RunFailed(f"interrupted; the run up to its last saved {interrupted_after} is in {path}; "
+                        f"continue with: {hint}", INTERRUPTED) from None
     except StorageFullError as error:
         writer.close(completed=False)
-        print(f"error: {error}; continue later with: {hint}", file=sys.stderr)
-        return 1
+        raise RunFailed(f"error: {error}; continue later with: {hint}", FAILED) from None
     except BaseException:
         writer.close(completed=False)
         raise
@@ -68,9 +66,9 @@ def population_command(program: PopulationProgram, config: Any, path: Path, conf
                        population_shape: tuple | None, unit: str = "generation",
                        cannot_resume: Callable[[dict[str, Any]], str | None] = lambda state: None,
                        report: Callable[[str], None] | None = None, writer_class: type[RunWriter] = RunWriter,
-                       writer_options: dict[str, Any] | None = None) -> PopulationRun | int:
-    """Run `program` into `path` (with `resume`, continue that run); the finished run,
-    or the exit code of a run that could not start (2) or did not finish (1, 130).
+                       writer_options: dict[str, Any] | None = None) -> PopulationRun:
+    """Run `program` into `path` (with `resume`, continue that run); the finished run, or RunFailed
+    for a run that could not start or did not finish.
 
     `cannot_resume(state)` says why a saved run does not fit `config` (another population size,
     another search space), or None; a run whose budget is spent is refused too. `writer_class` and
@@ -80,18 +78,14 @@ def population_command(program: PopulationProgram, config: Any, path: Path, conf
     state = None
     if resume:
         state = load_resume_state(path, program.kind)
-        if state is None:
-            return 2
         problem = cannot_resume(state)
         if problem is not None:
-            print(f"error: {path} cannot be resumed: {problem}", file=sys.stderr)
-            return 2
+            raise RunFailed(f"error: {path} cannot be resumed: {problem}", CANNOT_START)
         program.load_state_dict(state["program"])
         finished = program.finished_reason()
         if finished is not None:
-            print(f"error: {path} has nothing left to do ({finished}); resume it with a larger budget",
-                  file=sys.stderr)
-            return 2
+            raise RunFailed(f"error: {path} has nothing left to do ({finished}); resume it with a larger budget",
+                            CANNOT_START)
         # Rows of a generation after the checkpoint are dropped: the resumed run does it again.
         done = int(state["generation"])
     try:
@@ -105,8 +99,7 @@ def population_command(program: PopulationProgram, config: Any, path: Path, conf
                                   min_free_bytes=reserve, **(writer_options or {}))
             console.print(f"run file: {path}", highlight=False)
     except StorageFullError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        raise RunFailed(f"error: {error}", FAILED) from None
     checkpointing = Checkpointing(checkpoint_path(path), config.storage.checkpoint_interval_seconds, reserve)
     resumed_after = None if state is None else done - 1
     return run_closing(writer, path, lambda: PopulationRun(run_population(

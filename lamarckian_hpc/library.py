@@ -1,0 +1,174 @@
+"""The library under the commands: `run` takes any config (a YAML file, a mapping or a validated
+config) to a run file and returns its result.
+
+The commands (`run`, `train`, `evolve`, `league`) parse their arguments, call `prepare` and
+`execute` and print what comes back; the Slurm job (`cluster.job`) and scripts call `run`. So a run
+started from Python goes the same way as one started from a shell, and nothing here prints a
+result or decides an exit: a bad config is a `ConfigError`, a run that cannot start or does not
+finish is a `RunFailed`, both with one line for the user. Heavy parts (torch, Ray, h5py) are
+imported only once the config is known to be good, so a typo costs a second, not a Ray start.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, Union
+
+from .config import ConfigError, RootSection, apply_overrides
+from .config.loading import read_config_file
+from .config.workload import command_config_model, workload_of
+from .run_result import CANNOT_START, FAILED, INTERRUPTED, RunFailed, RunResult
+
+#: What `run` accepts as a config: a YAML file, a config tree, a validated config, or None (the defaults).
+ConfigSource = Union[str, Path, Mapping[str, Any], RootSection, None]
+
+#: algorithm.name of a population config -> (module, function) that runs it and returns its summary;
+#: any other name is an EC run (NSGA-II, GA, ES, CMA-ES, game balancing).
+POPULATION_RUNNERS: dict[str, tuple[str, str]] = {
+    "pbt": ("evorl.command", "run_pbt"),
+    "emogi": ("evorl.emogi_command", "run_emogi"),
+    "league": ("evorl.league_command", "run_league"),
+    "wuji": ("games.testing_command", "run_game_testing"),
+}
+EC_RUNNER = ("runtime.evolution_command", "run_evolution")
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A config validated for a run, and where the run goes: the step a command takes before it
+    starts anything, so that it can set up its progress display for the workload."""
+
+    config: Any                  # the validated root config (RunConfig, EvolveConfig, PBTConfig, ...)
+    workload: str                # train, evolve or league
+    path: Path                   # the run file
+    config_file: str | None      # the YAML file it came from, recorded in the run file's meta
+    resume: bool = False
+
+
+def run_path_for(config: Any, config_file: str | Path | None) -> Path:
+    """storage.directory / <run_name>.h5; the default name says which config, when and which seed."""
+    name = config.storage.run_name
+    if name is None:
+        stem = Path(config_file).stem if config_file else "run"
+        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}"
+    path = config.storage.directory / f"{name}.h5"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = config.storage.directory / f"{name}-{suffix}.h5"
+    return path
+
+
+def unreadable_run_file(path: Path, error: BaseException) -> str:
+    """One line for a run file that cannot be read; the reader's own errors already name the file."""
+    from .storage import RunFileReadError
+
+    return f"error: {error}" if isinstance(error, RunFileReadError) else f"error: {path} is not a readable run file: {error}"
+
+
+def _stored_tree(run: Path) -> dict[str, Any]:
+    """The config a run file stored, to continue that run with."""
+    from .storage import open_run
+
+    if not run.is_file():
+        raise ConfigError(f"error: no such run file to resume: {run}")
+    try:
+        with open_run(run) as reader:
+            tree = reader.config
+    except (OSError, KeyError, ValueError) as error:
+        raise ConfigError(unreadable_run_file(run, error)) from None
+    return tree if isinstance(tree, dict) else {}
+
+
+def prepare(config: ConfigSource = None, overrides: Sequence[str] = (), output: str | Path | None = None, *,
+            resume: str | Path | None = None, command: str = "run") -> PreparedRun:
+    """Validate a config with `key.path=value` overrides and fix its run file: `output`, or
+    storage.directory/<run name>.h5. With `resume` (a run file), the config that run stored is
+    continued instead and `config` is not used. `command` (train, evolve or league) refuses a config
+    of another workload with a ConfigError naming the command that runs it; "run" takes any."""
+    config_file: str | None = None
+    if resume is not None:
+        source = f"{resume} (resumed)"
+        tree = _stored_tree(Path(resume))
+    elif isinstance(config, RootSection):
+        source, tree = "config", config.to_json_dict()
+    elif isinstance(config, Mapping):
+        source, tree = "config", copy.deepcopy(dict(config))
+    elif config is None:
+        source, tree = "defaults", {}
+    else:
+        config_file = source = str(config)
+        tree = read_config_file(config)
+    named = str(resume) if resume is not None else source
+    model = command_config_model(command, tree, overrides, named, resume is not None)
+    validated = apply_overrides(tree, list(overrides), source, model)
+    if resume is not None:
+        path = Path(resume)
+    elif output is not None:
+        path = Path(output)
+    else:
+        path = run_path_for(validated, config_file)
+    return PreparedRun(validated, workload_of(model), path, config_file, resume is not None)
+
+
+def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str, Any] | None,
+           on_start: Callable[[Path], None] | None) -> Any:
+    """A training run's TrainResult; its failures as RunFailed lines that say where the metrics are."""
+    from .mdp import EnvironmentFailingError
+    from .runtime.actor_watch import RunStalledError
+    from .runtime.training_run import TrainingSetupError, run_training
+    from .storage import StorageFullError
+
+    path = prepared.path
+    if meta is None and not prepared.resume:
+        meta = {"config_file": str(prepared.config_file)}
+    try:
+        return run_training(prepared.config, path, resume=prepared.resume, meta=meta, observers=observers,
+                            on_start=on_start)
+    except KeyboardInterrupt:
+        raise RunFailed(f"interrupted; metrics up to now are in {path}; continue with: "
+                        f"lamarckian-hpc train --resume {path}", INTERRUPTED) from None
+    except TrainingSetupError as error:
+        raise RunFailed(f"error: {error}", CANNOT_START) from None
+    except (RunStalledError, EnvironmentFailingError) as error:
+        raise RunFailed(f"error: {error}; the metrics up to now are in {path}", FAILED) from None
+    except StorageFullError as error:  # resuming is offered only where there is a run to resume
+        hint = f"; continue later with: lamarckian-hpc train --resume {path}" if path.is_file() else ""
+        raise RunFailed(f"error: {error}{hint}", FAILED) from None
+
+
+def _populate(prepared: PreparedRun) -> Any:
+    """A population run's summary, from the runner its algorithm names."""
+    module, function = POPULATION_RUNNERS.get(prepared.config.algorithm.name, EC_RUNNER)
+    runner = getattr(importlib.import_module(f".{module}", __package__), function)
+    return runner(prepared.config, prepared.path, prepared.config_file, prepared.resume)
+
+
+def execute(prepared: PreparedRun, *, observers: Sequence[Any] = (), meta: Mapping[str, Any] | None = None,
+            on_start: Callable[[Path], None] | None = None) -> RunResult:
+    """Run a prepared config to its run file. `observers` (a training run's: progress, node watch)
+    see every update, `meta` replaces what a training run records in `/meta` about where it ran,
+    and `on_start` hears the run file's path once it exists; a population run reports its own
+    progress lines on stderr. RunFailed when the run cannot start or does not finish."""
+    if not prepared.resume and prepared.path.exists():
+        raise RunFailed(f"error: {prepared.path} exists; give another output, or continue it with "
+                        f"lamarckian-hpc {prepared.workload} --resume {prepared.path}", CANNOT_START)
+    if prepared.workload == "train":
+        summary = _train(prepared, tuple(observers), meta, on_start)
+    else:
+        summary = _populate(prepared)
+    return RunResult(prepared.path, prepared.workload, prepared.config.algorithm.name, prepared.config, summary,
+                     prepared.resume)
+
+
+def run(config: ConfigSource = None, overrides: Sequence[str] = (), output: str | Path | None = None, *,
+        resume: str | Path | None = None, observers: Sequence[Any] = (),
+        meta: Mapping[str, Any] | None = None) -> RunResult:
+    """Run any config (train, evolve or league: the config says which) to a run file and return its
+    result; `lamarckian-hpc run CONFIG [overrides]` from Python. ConfigError for a bad config,
+    RunFailed for a run that cannot start or does not finish; see `prepare` and `execute`."""
+    return execute(prepare(config, overrides, output, resume=resume), observers=observers, meta=meta)
