@@ -14,6 +14,13 @@ a busy machine slows both alike.
 
     python benchmarks/policy_lag.py --actors 2 32 [--seconds 60] [--baseline /tmp/old] [--repeats 1]
 
+With `--hosts N` each point is instead a `lamarckian-hpc launch` of the plain
+`configs/ppo_cartpole.yaml` on N nodes of a running Slurm cluster (the test cluster:
+`slurm/testcluster/start.sh N`, then `source /var/tmp/lamarckian-testcluster/env`), `--cpus-per-node`
+cores each and one actor per core but the learner's: the settings of the 8-host figure in the
+scaling issue, where the batch is 512 frames. The layout is the run's default unless an override
+names one (`--baseline-overrides runtime.broadcast=tree` for a checkout whose default was flat).
+
 Prints a Markdown table and writes benchmarks/results/policy_lag.json (or `--output`).
 """
 
@@ -81,6 +88,24 @@ def run_side(code: Path, actors: int, seconds: float, folder: Path, name: str, e
     return folder / f"{name}.h5"
 
 
+def run_side_on_hosts(code: Path, hosts: int, cpus_per_node: int, seconds: float, folder: Path, name: str,
+                      extra: list[str]) -> Path:
+    """One `launch` of the plain CartPole config over `hosts` Slurm nodes with the package in `code`
+    first on the path (Slurm passes PYTHONPATH on to every task); its run file."""
+    overrides = [f"stop.max_wall_seconds={seconds}", "stop.target_return=null", "stop.total_env_steps=100000000",
+                 f"storage.directory={folder}", f"storage.run_name={name}", *extra]
+    env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "lamarckian_hpc.cli", "launch", str(ROOT / "configs" / "ppo_cartpole.yaml"),
+               "--nodes", str(hosts), "--cpus-per-node", str(cpus_per_node), "--folder", str(folder / f"{name}-job"),
+               *overrides]
+    started = time.monotonic()
+    completed = subprocess.run(command, env=env, cwd=code, capture_output=True, text=True, timeout=seconds + 600)
+    if completed.returncode != 0:
+        raise RuntimeError(f"{name} failed ({completed.returncode}):\n{completed.stdout[-2000:]}{completed.stderr[-3000:]}")
+    print(f"  {name}: {time.monotonic() - started:.0f} s", flush=True)
+    return folder / f"{name}.h5"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--actors", type=int, nargs="+", default=[2, 32])
@@ -90,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="another checkout to measure in the same run")
     parser.add_argument("--baseline-overrides", nargs="*", default=[], help="overrides for the baseline only")
     parser.add_argument("--overrides", nargs="*", default=[], help="overrides for this checkout only")
+    parser.add_argument("--hosts", type=int, help="launch on this many Slurm nodes instead (see above)")
+    parser.add_argument("--cpus-per-node", type=int, default=2, help="with --hosts: cores per node")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.hosts is not None:
+        args.actors = [args.hosts * args.cpus_per_node - 1]  # a core per actor, the learner's aside
     sides = {"this": (ROOT, args.overrides)}
     if args.baseline is not None:
         sides["baseline"] = (args.baseline.resolve(), args.baseline_overrides)
@@ -101,22 +130,29 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
             for repeat in range(args.repeats):
                 for side, (code, extra) in sides.items():
-                    path = run_side(code, actors, args.seconds, Path(folder), f"{side}-{actors}-{repeat}", extra)
+                    name = f"{side}-{actors}-{repeat}"
+                    if args.hosts is None:
+                        path = run_side(code, actors, args.seconds, Path(folder), name, extra)
+                    else:
+                        path = run_side_on_hosts(code, args.hosts, args.cpus_per_node, args.seconds, Path(folder),
+                                                 name, extra)
                     runs[side].append(read_run(path, args.skip))
             for side, figures in runs.items():
-                row = {"side": side, "actors": actors, "repeats": len(figures)}
+                row = {"side": side, "hosts": args.hosts or 1, "actors": actors, "repeats": len(figures)}
                 for key in figures[0]:
                     row[key] = statistics.median(run[key] for run in figures)
                 rows.append(row)
-    print("\n| side | actors | staleness mean | staleness max | env steps/s sampled | steps/s trained | dropped |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| side | hosts | actors | staleness mean | staleness max | env steps/s sampled | steps/s trained | dropped |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['side']} | {row['actors']} | {row['staleness_mean']:.2f} | {row['staleness_max']:.0f} | "
+        print(f"| {row['side']} | {row['hosts']} | {row['actors']} | {row['staleness_mean']:.2f} | {row['staleness_max']:.0f} | "
               f"{row['env_steps_per_second']:,.0f} | {row['trained_steps_per_second']:,.0f} | "
               f"{row['dropped_stale_steps']:,.0f} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
-        "settings": SETTINGS, "seconds": args.seconds, "skip": args.skip, "baseline": str(args.baseline or ""),
+        "settings": SETTINGS if args.hosts is None else ["configs/ppo_cartpole.yaml as it is"],
+        "hosts": args.hosts or 1, "cpus_per_node": args.cpus_per_node if args.hosts else None, "seconds": args.seconds, "skip": args.skip, "baseline": str(args.baseline or ""),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": os.getloadavg(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.output}")
     return 0
