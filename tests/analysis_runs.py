@@ -87,8 +87,8 @@ def write_training_run(path: Path, actors: int, broadcast: str, hosts_from: str,
         runtime["simulated_nodes"] = hosts
     else:
         names = [f"node{k}" for k in range(hosts)]
-        meta = {"hosts": names, "actors_connected_per_host": {name: actors // hosts for name in names},
-                "actors_connected": actors}
+        meta = {"hosts": names, "actors_per_node": {name: actors // hosts for name in names},
+                "broadcast_layout": broadcast}
     config = {"algorithm": {"name": "ppo"}, "env": {"id": "CartPole-v1"}, "runtime": runtime}
     names = ["env_frames_per_second", "trained_frames_per_second", "staleness_mean", "staleness_max", *STALENESS_BINS]
     rng = np.random.default_rng(actors * 10 + hosts)

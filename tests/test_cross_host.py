@@ -95,10 +95,12 @@ def test_actors_on_another_host_reach_the_learner_and_train(ray_on_two_hosts, tm
     with open_run(run_path) as run:
         meta, summary = run.meta, run.summary()
         returns = run.metric("episode_return_mean")
+        hosts_connected = run.metric("hosts_connected").value
     assert summary.closed_cleanly
-    assert meta["actors_connected_per_host"] == {"node2": 2}    # every actor ran on the other host
+    assert meta["actors_per_node"] == {"node2": 2}    # every actor placed on the other host
+    assert hosts_connected.max() == 1                   # and each said hello from there, none from node1
     assert len(returns.value) > 0 and summary.env_frames > 0     # and its experience reached the learner
-    assert "actors connected 2 on 1 host(s): node2 2" in subprocess.run(
+    assert "2 actors on 1 node(s): node2 2; flat layout" in subprocess.run(
         [sys.executable, "-m", "lamarckian_hpc", "inspect", str(run_path)], capture_output=True, text=True,
         timeout=120).stdout
 
@@ -140,9 +142,11 @@ def test_ppo_launched_across_four_hosts_reaches_475_with_experience_from_every_h
     with open_run(launch.run_path) as run:
         meta, summary = run.meta, run.summary()
         returns = run.metric("episode_return_mean")
-    assert summary.closed_cleanly
-    assert sorted(meta["actors_connected_per_host"]) == ["node1", "node2", "node3", "node4"], meta
-    assert sum(meta["actors_connected_per_host"].values()) == 7   # every CPU but the learner's
+        hosts_connected = run.metric("hosts_connected").value
+    assert summary.closed_cleanly and meta["broadcast_layout"] == broadcast
+    assert sorted(meta["actors_per_node"]) == ["node1", "node2", "node3", "node4"], meta
+    assert sum(meta["actors_per_node"].values()) == 7   # every CPU but the learner's
+    assert hosts_connected.max() == 4                   # hellos from every host reached the learner
     assert returns.value.max() >= 475
 
 
