@@ -1,4 +1,5 @@
-"""The record of skipped tests that CI's second pass runs.
+"""The record of skipped tests that CI's second pass runs, and the switch that rewrites the golden
+arrays (`--regenerate-golden`, see tests/test_golden.py).
 
 CI first runs the README's test command in an environment with only the `test` extra, where the
 tests of optional parts (Slurm cluster, MPI, football) skip. Every run keeps the node ids of its
@@ -39,6 +40,8 @@ class SkipRecord:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--skipped-last-run", action="store_true",
                      help="run only the tests (and modules) that skipped in the last run")
+    parser.addoption("--regenerate-golden", action="store_true",
+                     help="rewrite tests/golden/*.npz from the current code instead of comparing with them")
 
 
 def pytest_configure(config: pytest.Config) -> None:
