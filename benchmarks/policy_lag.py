@@ -44,6 +44,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "policy_lag.json"
+CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"
 SETTINGS = ["env.num_envs=8", "model.policy_hidden_sizes=[256,128]", "model.critic_hidden_sizes=[]",
             "model.share_trunk=true", "algorithm.batch_size=4096", "algorithm.num_minibatches=8",
             "algorithm.num_epochs=1", "algorithm.learning_rate=0.00025", "stop.target_return=null",
@@ -73,37 +74,34 @@ def read_run(path: Path, skip: int) -> dict[str, float]:
             "dropped_stale_steps": float(dropped[-1]) if len(dropped) else 0.0}
 
 
-def run_side(code: Path, actors: int, seconds: float, folder: Path, name: str, extra: list[str]) -> Path:
-    """One training run with the package found in `code` first on the path; its run file."""
-    overrides = [*SETTINGS, f"runtime.num_actors={actors}", f"stop.max_wall_seconds={seconds}",
-                 f"storage.directory={folder}", f"storage.run_name={name}", *extra]
+def run_side(code: Path, name: str, folder: Path, command: list[str], overrides: list[str], timeout: float) -> Path:
+    """One run of `lamarckian-hpc COMMAND` with the package in `code` first on the path (Slurm
+    passes PYTHONPATH on to every task of a launch); its run file."""
     env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "lamarckian_hpc.cli", "train", str(ROOT / "configs" / "ppo_cartpole.yaml"),
-               *overrides]
     started = time.monotonic()
-    completed = subprocess.run(command, env=env, cwd=code, capture_output=True, text=True, timeout=seconds + 300)
+    completed = subprocess.run([sys.executable, "-m", "lamarckian_hpc.cli", *command,
+                                f"storage.directory={folder}", f"storage.run_name={name}", *overrides],
+                               env=env, cwd=code, capture_output=True, text=True, timeout=timeout)
     if completed.returncode != 0:
         raise RuntimeError(f"{name} failed ({completed.returncode}):\n{completed.stdout[-2000:]}{completed.stderr[-3000:]}")
     print(f"  {name}: {time.monotonic() - started:.0f} s", flush=True)
     return folder / f"{name}.h5"
 
 
-def run_side_on_hosts(code: Path, hosts: int, cpus_per_node: int, seconds: float, folder: Path, name: str,
-                      extra: list[str]) -> Path:
-    """One `launch` of the plain CartPole config over `hosts` Slurm nodes with the package in `code`
-    first on the path (Slurm passes PYTHONPATH on to every task); its run file."""
-    overrides = [f"stop.max_wall_seconds={seconds}", "stop.target_return=null", "stop.total_env_steps=100000000",
-                 f"storage.directory={folder}", f"storage.run_name={name}", *extra]
-    env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "lamarckian_hpc.cli", "launch", str(ROOT / "configs" / "ppo_cartpole.yaml"),
-               "--nodes", str(hosts), "--cpus-per-node", str(cpus_per_node), "--folder", str(folder / f"{name}-job"),
-               *overrides]
-    started = time.monotonic()
-    completed = subprocess.run(command, env=env, cwd=code, capture_output=True, text=True, timeout=seconds + 600)
-    if completed.returncode != 0:
-        raise RuntimeError(f"{name} failed ({completed.returncode}):\n{completed.stdout[-2000:]}{completed.stderr[-3000:]}")
-    print(f"  {name}: {time.monotonic() - started:.0f} s", flush=True)
-    return folder / f"{name}.h5"
+def train_on_this_host(code: Path, actors: int, seconds: float, folder: Path, name: str, extra: list[str]) -> Path:
+    """A `train` of the vs_rllib settings with `actors` actors on this machine."""
+    return run_side(code, name, folder, ["train", str(CONFIG)],
+                    [*SETTINGS, f"runtime.num_actors={actors}", f"stop.max_wall_seconds={seconds}", *extra],
+                    seconds + 300)
+
+
+def launch_on_hosts(code: Path, hosts: int, cpus_per_node: int, seconds: float, folder: Path, name: str,
+                    extra: list[str]) -> Path:
+    """A `launch` of the plain CartPole config over `hosts` Slurm nodes."""
+    return run_side(code, name, folder, ["launch", str(CONFIG), "--nodes", str(hosts), "--cpus-per-node",
+                                         str(cpus_per_node), "--folder", str(folder / f"{name}-job")],
+                    [f"stop.max_wall_seconds={seconds}", "stop.target_return=null", "stop.total_env_steps=100000000",
+                     *extra], seconds + 600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                 for side, (code, extra) in sides.items():
                     name = f"{side}-{actors}-{repeat}"
                     if args.hosts is None:
-                        path = run_side(code, actors, args.seconds, Path(folder), name, extra)
+                        path = train_on_this_host(code, actors, args.seconds, Path(folder), name, extra)
                     else:
-                        path = run_side_on_hosts(code, args.hosts, args.cpus_per_node, args.seconds, Path(folder),
-                                                 name, extra)
+                        path = launch_on_hosts(code, args.hosts, args.cpus_per_node, args.seconds, Path(folder),
+                                               name, extra)
                     runs[side].append(read_run(path, args.skip))
             for side, figures in runs.items():
                 row = {"side": side, "hosts": args.hosts or 1, "actors": actors, "repeats": len(figures)}
