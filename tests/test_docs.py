@@ -19,12 +19,12 @@ from pydantic import BaseModel
 
 import lamarckian_hpc.config
 from lamarckian_hpc.config import ALGORITHMS, EVOLVE_ALGORITHMS, Section
-from lamarckian_hpc.config.reference import documented_models, reference_markdown, roots, validates
+from lamarckian_hpc.docs_reference import documented_models, reference_markdown, roots, validates
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 REFERENCE = DOCS / "reference" / "configuration.md"
-GENERATE = "python -m lamarckian_hpc.config.reference > docs/reference/configuration.md"
+GENERATE = "python -m lamarckian_hpc.docs_reference > docs/reference/configuration.md"
 
 
 def test_configuration_reference_is_what_the_models_generate():

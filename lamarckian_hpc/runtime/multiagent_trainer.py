@@ -1,0 +1,145 @@
+"""The serial multi-agent trainer: one Sampler, several policies, one PPO update per trained policy.
+
+Every MDP of the process is stepped by one Sampler, so each tick makes one batched inference per
+policy over all agents of all MDPs. Agents are bound to policies by a `PolicyMapping` when they
+appear. Each trained policy gathers `ppo.batch_size` steps in its own buffer and is updated as
+soon as it has them; policies that are rarely mapped simply update less often. Frozen policies act
+and are never updated (their parameters do not even require gradients). With
+`multiagent.centralized_critic` every MDP is wrapped in a `GlobalStateMDP`, so that recorded
+observations carry the global state the critics read, and GAE uses those centralised values.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from ..config import ModelConfig, MultiAgentConfig, PPOConfig
+from ..mdp import MDP, EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
+from ..multiagent.global_state import GlobalStateMDP
+from ..multiagent.mapping import PolicyMapping, PolicyMappingFn, configured_mapping
+from ..multiagent.policies import MultiPolicyLearner, build_policy_models
+from .inference import TorchPolicy
+from .learner import load_weights
+from .network_layout import actor_critic_layout
+from .numpy_policy import NumpyActorCriticPolicy
+
+
+@dataclass
+class MultiAgentResult:
+    env_frames: int
+    wall_time_seconds: float
+    updates: dict[str, int]
+    #: Mean return of the last `window` finished episodes of each policy's agents (trained or not).
+    recent_returns: dict[str, float]
+    agents_per_policy: dict[str, int] = field(default_factory=dict)
+
+
+def default_spaces(mdp: MDP) -> tuple[gym.Space, gym.Space]:
+    """Spaces of the first present agent, the observation space taken from its actual observation
+    (so that adapters which transform observations build matching models)."""
+    agent = mdp.agent_ids()[0]
+    shape = np.asarray(mdp.observation(agent), dtype=np.float32).shape
+    return gym.spaces.Box(-np.inf, np.inf, shape, np.float32), mdp.action_space(agent)
+
+
+class MultiAgentTrainer:
+    def __init__(self, mdps: Sequence[MDP], config: MultiAgentConfig, ppo: PPOConfig, model: ModelConfig,
+                 seed: int = 0, mapping_fn: PolicyMappingFn | None = None,
+                 spaces: tuple[gym.Space, gym.Space] | None = None, return_window: int = 20) -> None:
+        self.config, self.ppo = config, ppo
+        trained = config.trained
+        if mapping_fn is None:
+            mapping_fn = configured_mapping(config.mapping, config.policies, seed)
+        if spaces is None:
+            first = mdps[0]
+            first.reset(seed=seed)
+            spaces = default_spaces(first)
+        global_state_size = 0
+        if config.centralized_critic:
+            mdps = [GlobalStateMDP(mdp) for mdp in mdps]
+            mdps[0].reset(seed=seed)
+            global_state_size = mdps[0].state_size
+        self.models = build_policy_models(config.policies, trained, *spaces, model, config.shared_layers, seed,
+                                          global_state_size)
+        self.learner = MultiPolicyLearner(self.models, trained, ppo, seed)
+        self.experiences = {pid: ExperienceBuffer() for pid in trained}
+        self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences)
+        # An MLP policy samples with its own torch-free copy (as actors do), which takes the torch
+        # model's weights after every update and every `load_weights`; a CNN acts with the model.
+        self.policies: dict[str, NumpyActorCriticPolicy | TorchPolicy] = {pid: TorchPolicy(m)
+                                                                          for pid, m in self.models.items()}
+        if model.kind == "mlp":
+            layout = actor_critic_layout(*spaces, model, global_state_size)
+            self.policies = {pid: NumpyActorCriticPolicy(layout, model.activation, seed * 7919 + index)
+                             for index, pid in enumerate(self.models)}
+        for policy_id in self.models:
+            self._sync(policy_id)
+        self.sampler = Sampler(mdps, self.mapping, dict(self.policies), seed)
+        self.return_window = return_window
+        self.returns: dict[str, list[float]] = defaultdict(list)
+        self.updates = {pid: 0 for pid in trained}
+        #: Episodes that ended during the last `step` (every policy's, trained or frozen).
+        self.last_completed: list[EpisodeResult] = []
+
+    def sample(self) -> dict[str, ExperienceBatch]:
+        """Tick until at least one trained policy has a full batch; the batches of those that have
+        one (a caller that updates several trainers' policies at once calls this, then `updated`)."""
+        batch_size = self.ppo.batch_size
+        ready: list[str] = []
+        while not ready:
+            for _ in range(8):
+                self.sampler.tick()
+            ready = [pid for pid, buffer in self.experiences.items() if buffer.num_steps >= batch_size]
+        self.last_completed = self.sampler.take_completed()
+        for result in self.last_completed:
+            window = self.returns[result.policy_id]
+            window.append(result.episode_return)
+            del window[:-self.return_window]
+        return {policy_id: self.experiences[policy_id].take() for policy_id in ready}
+
+    def updated(self, policy_id: str) -> None:
+        """After `policy_id`'s update: its new version samples from now on (and so do the policies
+        that share layers with it)."""
+        self.sampler.policy_versions[policy_id] = self.learner.versions[policy_id]
+        self.updates[policy_id] += 1
+        for other in (self.models if self.config.shared_layers else (policy_id,)):
+            self._sync(other)
+
+    def load_weights(self, policy_id: str, weights: Mapping[str, np.ndarray]) -> None:
+        """Give `policy_id` these weights (a frozen opponent's, a restored policy's): its torch
+        model and the copy it samples with."""
+        load_weights(self.models[policy_id], weights)
+        self._sync(policy_id)
+
+    def _sync(self, policy_id: str) -> None:
+        policy = self.policies[policy_id]
+        if isinstance(policy, NumpyActorCriticPolicy):
+            policy.load_weights({name: tensor.detach().cpu().numpy()
+                                 for name, tensor in self.models[policy_id].state_dict().items()})
+
+    def step(self) -> dict[str, dict[str, float]]:
+        """Sample until a trained policy has a full batch; update every policy that has one."""
+        diagnostics = {}
+        for policy_id, experience in self.sample().items():
+            diagnostics[policy_id] = self.learner.update(policy_id, experience)
+            self.updated(policy_id)
+        return diagnostics
+
+    def train(self, total_env_steps: int) -> MultiAgentResult:
+        started = time.monotonic()
+        while self.sampler.env_frames < total_env_steps:
+            self.step()
+        return MultiAgentResult(
+            env_frames=self.sampler.env_frames, wall_time_seconds=time.monotonic() - started,
+            updates=dict(self.updates),
+            recent_returns={pid: float(np.mean(values)) for pid, values in self.returns.items() if values},
+            agents_per_policy=dict(self.mapping.counts))
+
+    def close(self) -> None:
+        self.sampler.close()
