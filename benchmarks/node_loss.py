@@ -1,7 +1,7 @@
 """The node-loss rows of benchmarks/faults.py: a 4-node `lamarckian-hpc launch` on the Slurm test
 cluster (slurm/testcluster), one node lost mid-run, once per `runtime.on_node_loss` policy.
 
-The node is lost the way `lamarckian_hpc.cluster.node_loss.kill_node` loses it: its slurmd, its
+The node is lost the way `kill_node` of slurm/testcluster/testcluster_nodes.py loses it: its slurmd, its
 step daemon, the bootstrap task, its Ray node and its actor are SIGKILLed at once. The node is
 restored afterwards (slurmd restarted, resumed), whatever happened. Run through faults.py:
 
@@ -25,6 +25,7 @@ from lamarckian_hpc.storage import open_run
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
 LOST = "node3"
+sys.path.insert(0, str(ROOT / "slurm" / "testcluster"))  # testcluster_nodes: losing a node
 
 
 class LaunchProcess:
@@ -103,7 +104,7 @@ def _gaps(versions: np.ndarray) -> tuple[int, int]:
 
 
 def _end(job_id: str) -> None:
-    from lamarckian_hpc.cluster.node_loss import remove_job_leftovers, restore_node
+    from testcluster_nodes import remove_job_leftovers, restore_node
 
     subprocess.run(["scancel", job_id], timeout=30)
     restore_node(LOST)
@@ -114,7 +115,7 @@ def _end(job_id: str) -> None:
 def node_loss_fail(folder: Path) -> dict:
     """`runtime.on_node_loss=fail`: how long until `launch` ends with its one-line error, how many
     updates the checkpoint lacks, and whether `train --resume` continues the file without gaps."""
-    from lamarckian_hpc.cluster.node_loss import kill_node
+    from testcluster_nodes import kill_node
     from lamarckian_hpc.runtime.checkpoint import load_checkpoint
 
     launch, job_id, run = _launch(folder, "fail", 300)
@@ -150,7 +151,7 @@ def node_loss_fail(folder: Path) -> dict:
 def node_loss_continue(folder: Path, max_wall_seconds: float = 150) -> dict:
     """`runtime.on_node_loss=continue` (job submitted with --no-kill): does training outlive Slurm
     marking the node DOWN, and how fast does it sample before the loss and after it?"""
-    from lamarckian_hpc.cluster.node_loss import kill_node, node_state
+    from testcluster_nodes import kill_node, node_state
 
     launch, job_id, run = _launch(folder, "continue", max_wall_seconds)
     down_after = None

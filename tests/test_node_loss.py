@@ -1,6 +1,6 @@
 """A node lost mid-job on the real Slurm test cluster (slurm/testcluster, 4 simulated nodes): its
 slurmd, step daemon, bootstrap task, Ray node and actors are killed at once, as a crashed host
-loses them (`cluster.node_loss`). With `runtime.on_node_loss=fail` the launch ends with one line
+loses them (`slurm/testcluster/testcluster_nodes.py`). With `runtime.on_node_loss=fail` the launch ends with one line
 naming the node, the run file stays readable, and `train --resume` continues it with no policy
 version written twice or skipped. With `continue` the job outlives Slurm marking the node DOWN and
 keeps updating with the other nodes' actors. The node is returned to service afterwards, whatever
@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ from lamarckian_hpc.runtime.checkpoint import load_checkpoint
 
 from optional_parts import require_slurm
 from test_slurm import Launch, _wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm" / "testcluster"))  # testcluster_nodes
 
 LOST = "node3"
 FOUR_NODES = ["--nodes", "4", "--cpus-per-node", "2", "--time", "10", "--object-store-mb", "100"]
@@ -34,7 +37,7 @@ def _versions(run_path) -> np.ndarray:
 
 def test_lost_node_ends_the_job_with_its_name_and_the_run_resumes(tmp_path):
     require_slurm(4)
-    from lamarckian_hpc.cluster.node_loss import kill_node, remove_job_leftovers, restore_node
+    from testcluster_nodes import kill_node, remove_job_leftovers, restore_node
     from lamarckian_hpc.storage import open_run
 
     launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=300"], FOUR_NODES)
@@ -81,7 +84,7 @@ def test_with_continue_training_goes_on_with_the_nodes_left(tmp_path):
     """Slurm marks the node DOWN only after SlurmdTimeout (60 s here); the job, submitted with
     --no-kill, outlives that, and the learner keeps updating with the other three nodes' actors."""
     require_slurm(4)
-    from lamarckian_hpc.cluster.node_loss import kill_node, node_state, remove_job_leftovers, restore_node
+    from testcluster_nodes import kill_node, node_state, remove_job_leftovers, restore_node
     from lamarckian_hpc.storage import open_run
 
     launch = Launch(tmp_path, ["runtime.num_actors=4", "runtime.on_node_loss=continue", "stop.max_wall_seconds=150"],
@@ -113,6 +116,6 @@ def _all_nodes_back():
     from lamarckian_hpc.cluster.scheduler import cluster_problem
 
     if cluster_problem(1) is None:
-        from lamarckian_hpc.cluster.node_loss import restore_node
+        from testcluster_nodes import restore_node
 
         restore_node(LOST)
