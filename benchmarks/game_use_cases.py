@@ -22,7 +22,7 @@ from lamarckian_hpc.games import BUG_NAMES, Battle, compile_spec, load_game_data
 from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.report import summarize
 from lamarckian_hpc.games.testing import random_play
-from lamarckian_hpc.games.testing_program import search
+from lamarckian_hpc.evorl.game_testing_program import search
 from lamarckian_hpc.runtime.evolution import evolve
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ POPULATION_RUNNERS: dict[str, tuple[str, str]] = {
     "pbt": ("evorl.command", "run_pbt"),
     "emogi": ("evorl.emogi_command", "run_emogi"),
     "league": ("evorl.league_command", "run_league"),
-    "wuji": ("games.testing_command", "run_game_testing"),
+    "wuji": ("evorl.game_testing_command", "run_game_testing"),
 }
 EC_RUNNER = ("runtime.evolution_command", "run_evolution")
 

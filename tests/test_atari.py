@@ -146,6 +146,7 @@ def test_without_ale_py_making_an_id_says_which_extra_to_install():
         "        if name.partition('.')[0] == 'ale_py':\n"
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "sys.meta_path.insert(0, Blocked())\n"
+        "import lamarckian_hpc.envs  # registers the lamarckian/ ids\n"
         "from lamarckian_hpc.mdp.gym_adapter import make_gym_env\n"
         f"for env_id in {[IMAGE_ID, RAM_ID]!r}:\n"
         "    try:\n"

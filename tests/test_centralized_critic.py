@@ -18,7 +18,8 @@ from test_multiagent import Crowd
 from lamarckian_hpc.config import ConfigError, ModelConfig, MultiAgentConfig, PPOConfig
 from lamarckian_hpc.config.loading import build_config
 from lamarckian_hpc.mdp import GymMDP
-from lamarckian_hpc.multiagent import GlobalStateMDP, MultiAgentTrainer, ParallelEnvMDP, fixed_mapping, one_hot
+from lamarckian_hpc.multiagent import GlobalStateMDP, ParallelEnvMDP, fixed_mapping, one_hot
+from lamarckian_hpc.runtime.multiagent_trainer import MultiAgentTrainer
 
 TARGETS = 3
 

@@ -213,7 +213,7 @@ def test_game_testing_search_resumes_to_the_history_and_bugs_of_an_uninterrupted
     run file and the bug reports are those of a straight 120-episode search."""
     import json
 
-    from lamarckian_hpc.games.testing_command import CHECKPOINT_KIND
+    from lamarckian_hpc.evorl.game_testing_command import CHECKPOINT_KIND
 
     common = [str(ROOT / "configs" / "game_testing.yaml"), "algorithm.compare_random=false",
               f"storage.directory={tmp_path}", "storage.checkpoint_interval_seconds=0.000001"]

@@ -16,15 +16,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import envs  # noqa: F401  (registers lamarckian/Pong-v0)
 from ..config.league_run import LeagueRunConfig
 from ..mdp import ExperienceBatch
 from ..config.multiagent import MultiAgentConfig
 from ..models import ActorCritic
-from ..multiagent import MultiAgentTrainer, ParallelEnvMDP, fixed_mapping
-from ..multiagent.trainer import default_spaces
+from ..multiagent import ParallelEnvMDP, fixed_mapping
 from ..rl import ppo_update
 from ..rl.batched_ppo import BatchedPPO
 from ..runtime.multiagent_sampling import make_parallel_env
+from ..runtime.multiagent_trainer import MultiAgentTrainer, default_spaces
 from ..runtime.population import HostedMembers
 
 LEARNER, OPPONENT = "learner", "opponent"

@@ -2,7 +2,8 @@
 
 The adapter does not auto-reset: the episode's last outcome carries the true final observation,
 which the learner needs to bootstrap a truncated episode, and the sampler resets the MDP once its
-agent is gone.
+agent is gone. The built-in `lamarckian/` ids are registered by importing `lamarckian_hpc.envs`,
+as the runtime does: the MDP interface knows no environment.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import gymnasium as gym
 import numpy as np
 
 from . import fault_injection
-from .. import envs  # noqa: F401  (registers the built-in lamarckian/ ids)
 from .base import MDP, AgentId, StepOutcome
 
 AGENT_ID = "agent_0"

@@ -1,8 +1,9 @@
 """Multi-agent training after RLlib's model: agents bound to policies when they appear, several
 policies per run (some frozen), layers shared across policies, an optional centralised critic, a
-PettingZoo adapter, and a serial trainer that updates every trained policy from one batched Sampler.
+PettingZoo adapter. The serial trainer that updates every trained policy from one batched Sampler
+is `lamarckian_hpc.runtime.multiagent_trainer.MultiAgentTrainer`, with the other runtimes.
 
-The names built on torch (policies, the serial trainer) are imported when first used: actor
+The names built on torch (the policies) are imported when first used: actor
 processes import the mapping, the adapter and the global state from here and must not load torch.
 """
 
@@ -14,8 +15,7 @@ from .mapping import (PolicyMapping, PolicyMappingFn, configured_mapping, fixed_
                       round_robin_mapping)
 from .pettingzoo_adapter import ParallelEnvMDP, one_hot
 
-_ON_TORCH = {"MultiPolicyLearner": "policies", "build_policy_models": "policies", "policy_layers": "policies",
-             "MultiAgentResult": "trainer", "MultiAgentTrainer": "trainer", "default_spaces": "trainer"}
+_ON_TORCH = {"MultiPolicyLearner": "policies", "build_policy_models": "policies", "policy_layers": "policies"}
 
 
 def __getattr__(name: str) -> Any:
@@ -24,6 +24,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["GlobalStateMDP", "MultiAgentResult", "MultiAgentTrainer", "MultiPolicyLearner", "ParallelEnvMDP",
-           "PolicyMapping", "PolicyMappingFn", "build_policy_models", "configured_mapping", "default_spaces",
+__all__ = ["GlobalStateMDP", "MultiPolicyLearner", "ParallelEnvMDP",
+           "PolicyMapping", "PolicyMappingFn", "build_policy_models", "configured_mapping",
            "fixed_mapping", "one_hot", "policy_layers", "random_mapping", "round_robin_mapping"]

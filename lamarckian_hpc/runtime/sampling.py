@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 import gymnasium as gym
 import numpy as np
 
+from .. import envs  # noqa: F401  (registers the built-in lamarckian/ ids)
 from ..comm import Message
 from ..config import A3CConfig, DQNConfig, RunConfig
 from ..mdp import (EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, GymMDP, PolicyOutput, Sampler,
