@@ -202,35 +202,32 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The commands that run a config, all through `run_command`: (help, the config's help, --resume's help).
+RUN_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("run any config: training, evolution, PBT, EMOGI, a league (the config says which)",
+            "YAML config file (see configs/)", "continue this run file where it stopped"),
+    "train": ("train a policy from a config file", "YAML config file (see configs/)",
+              "continue this run file from its last checkpoint"),
+    "evolve": ("run an evolutionary algorithm from a config file", "YAML config file (see configs/nsga2_zdt1.yaml)",
+               "continue this run file where it stopped (after its last generation, or a PBT run's last interval)"),
+    "league": ("run an AlphaStar league from a config file (see configs/league_pong.yaml); the same as evolve for "
+               "such a config", "YAML config file with algorithm.name: league",
+               "continue this run file after its last saved generation"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     parser = argparse.ArgumentParser(prog="lamarckian-hpc", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run any config: training, evolution, PBT, EMOGI, a league "
-                                          "(the config says which)")
-    run.add_argument("config", nargs="?", help="YAML config file (see configs/)")
-    run.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
-    run.add_argument("--resume", metavar="RUN", help="continue this run file where it stopped")
-    run.set_defaults(handler=run_command)
-    train = commands.add_parser("train", help="train a policy from a config file")
-    train.add_argument("config", nargs="?", help="YAML config file (see configs/)")
-    train.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
-    train.add_argument("--resume", metavar="RUN", help="continue this run file from its last checkpoint")
-    train.set_defaults(handler=run_command)
-    evolve = commands.add_parser("evolve", help="run an evolutionary algorithm from a config file")
-    evolve.add_argument("config", nargs="?", help="YAML config file (see configs/nsga2_zdt1.yaml)")
-    evolve.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
-    evolve.add_argument("--resume", metavar="RUN", help="continue this run file where it stopped (after its last "
-                        "generation, or a PBT run's last interval)")
-    evolve.set_defaults(handler=run_command)
-    league = commands.add_parser("league", help="run an AlphaStar league from a config file (see "
-                                                "configs/league_pong.yaml); the same as evolve for such a config")
-    league.add_argument("config", nargs="?", help="YAML config file with algorithm.name: league")
-    league.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
-    league.add_argument("--resume", metavar="RUN", help="continue this run file after its last saved generation")
-    league.set_defaults(handler=run_command)
+    for name, (summary, config_help, resume_help) in RUN_COMMANDS.items():
+        command = commands.add_parser(name, help=summary)
+        command.add_argument("config", nargs="?", help=config_help)
+        command.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
+        command.add_argument("--resume", metavar="RUN", help=resume_help)
+        command.set_defaults(handler=run_command)
     inspect = commands.add_parser("inspect", help="summarise a run file")
     inspect.add_argument("run", help="the run's .h5 file")
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
