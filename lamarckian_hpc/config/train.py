@@ -70,7 +70,7 @@ class _BatchAlgorithm(Section):
         if isinstance(data, dict) and "minibatch_size" in data:
             data = dict(data)
             given = data.pop("minibatch_size")
-            derived = cls(**data).minibatch_size
+            derived = cls.model_validate(data).minibatch_size
             if given != derived:
                 raise ValueError(f"minibatch_size is derived (batch_size // num_minibatches = {derived}), got {given}")
         return data
