@@ -2,7 +2,7 @@
 
 One update is what the learner of `configs/ppo_pong_image.yaml` does with a batch: the batch of
 8,192 uint8 4x84x84 observations moved to the device, the critic's pass for GAE, then one epoch of
-32 minibatches of 256 through the CNN (`ActorCriticLearner.update`, nothing left out), for each
+32 minibatches of 256 through the CNN (`PPOLearner.update`, nothing left out), for each
 of the CNN stacks `model.cnn_layers` offers (Table III's and DQN's). The
 experience is synthetic (random frames, fragments of 256 steps from 32 environments), because the
 update's cost does not depend on what the frames show. `runtime.device=auto` picks the GPU for

@@ -16,7 +16,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from lamarckian_hpc.config import load_config  # noqa: E402
-from lamarckian_hpc.runtime.distributed import METRIC_NAMES, DistributedTrainer  # noqa: E402
+from lamarckian_hpc.runtime.distributed import DistributedTrainer  # noqa: E402
+from lamarckian_hpc.runtime.training_run import metric_names_for  # noqa: E402
 from lamarckian_hpc.runtime.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
 from lamarckian_hpc.runtime.sampling import POLICY_ID  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
@@ -139,7 +140,7 @@ def test_a_killed_actor_is_restarted_and_the_run_finishes(tmp_path):
     killer = KillOneActor(trainer_ref)
     libraries = ActorLibraries(trainer_ref)
     trainer = DistributedTrainer(config, [killer, libraries])
-    writer = RunWriter(path, config.to_json_dict(), METRIC_NAMES,
+    writer = RunWriter(path, config.to_json_dict(), metric_names_for(config),
                        **trajectory_writer_options(config, trainer.spaces, POLICY_ID))
     trainer.observers.append(MetricsRecorder(writer, 0.5))
     trainer_ref.append(trainer)

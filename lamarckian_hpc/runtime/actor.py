@@ -24,7 +24,8 @@ import numpy as np
 import zmq
 
 from ..comm import LEARNER, ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
-from ..config import A3CConfig, RunConfig
+from ..config import RunConfig
+from .algorithms import rl_algorithm
 from ..mdp import EnvironmentFailingError
 from .messages import Recorded, env_failing_message, experience_message, gradients_message, hello_message
 from .sampling import SamplingSide, credit_window, make_sampling_side, message_steps, steps_per_update
@@ -51,6 +52,7 @@ class ActorLoop:
 
     def run(self) -> None:
         config = self.config
+        algorithm = rl_algorithm(config)
         context = zmq.Context()
         keys = None
         if config.runtime.transport_security == "curve":
@@ -101,10 +103,9 @@ class ActorLoop:
                 for part, (policy_id, batch, completed) in enumerate(parts):
                     returns = np.array([r.episode_return for r in completed])
                     lengths = np.array([r.length for r in completed], dtype=np.int64)
-                    if isinstance(config.algorithm, A3CConfig):
-                        from ..rl.a3c import a3c_gradients  # torch: only A3C's actors compute gradients
-
-                        gradients, diagnostics = a3c_gradients(side.model, batch, config.algorithm)
+                    if algorithm.actor_gradients:  # torch: only such actors compute gradients
+                        gradients, diagnostics = algorithm.build("actor_gradients", side.model, batch,
+                                                                 config.algorithm)
                         message = gradients_message(self.actor_index, version, gradients, len(batch), returns,
                                                     lengths, frames - frames_before, diagnostics,
                                                     errors - errors_before)

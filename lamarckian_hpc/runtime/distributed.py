@@ -37,7 +37,8 @@ from .actor_watch import ActorWatch
 from .cpu_quota import join_learner_cpu_group
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
-from .learner import A3CLearner, make_learner
+from .algorithms import rl_algorithm
+from .learner import make_learner
 from .messages import (ENV_FAILING, GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate,
                        read_experience, read_gradients)
 from .observers import TrainObserver, TrainResult, UpdateReport
@@ -47,13 +48,13 @@ from .ray_actors import init_ray, start_actors
 from .ray_setup import ray_cpus, reachable_host, shutdown_ray
 from .recording import RecordedEpisodes
 from .sampling import POLICY_ID, credit_budget, spaces_of, steps_per_update
-from .trainer import METRIC_NAMES as SERIAL_METRIC_NAMES
 from .relay_tree import RelayTree
 
 log = logging.getLogger(__name__)
 
-METRIC_NAMES: tuple[str, ...] = (
-    *SERIAL_METRIC_NAMES, "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
+#: Metrics the distributed runtime reports beside its algorithm's (`algorithms.RLAlgorithm.metric_names`).
+RUNTIME_METRICS: tuple[str, ...] = (
+    "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
     "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight",
 )
 RECEIVE_POLL_MS = 50
@@ -277,7 +278,6 @@ class DistributedTrainer:
 
     def _learn_from_gradients(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
         """Apply the next fresh gradients (A3C); each application is one update."""
-        assert isinstance(self.learner, A3CLearner)
         frames = 0
         while True:
             item = self._next_message()
@@ -288,7 +288,8 @@ class DistributedTrainer:
             episodes.add(item.episode_returns, item.episode_lengths)
             limit = self.config.algorithm.max_gradient_staleness  # type: ignore[union-attr]
             if self._fresh(item.policy_version, item.steps, limit):
-                metrics = self.learner.apply_gradients(item.gradients, self.env_frames + frames)
+                metrics = self.learner.apply_gradients(  # type: ignore[attr-defined]
+                    item.gradients, self.env_frames + frames)
                 metrics.update(item.diagnostics)
                 metrics.update(staleness_mean=float(self.learner.version - 1 - item.policy_version),
                                staleness_max=float(self.learner.version - 1 - item.policy_version))
@@ -308,7 +309,7 @@ class DistributedTrainer:
     def train(self) -> TrainResult:
         stop, progress = self.config.stop, self.progress
         episodes = progress.episodes
-        learn = self._learn_from_gradients if isinstance(self.learner, A3CLearner) else self._learn_from_experience
+        learn = self._learn_from_gradients if rl_algorithm(self.config).actor_gradients else self._learn_from_experience
         progress.started = time.monotonic()
         frames_at_start = self.env_frames
         while self.env_frames < stop.total_env_steps:

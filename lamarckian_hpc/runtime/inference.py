@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from ..config import RunConfig
 from ..mdp import PolicyOutput
 from ..models import ActorCritic
 from .learner import load_weights
@@ -54,3 +56,14 @@ class EpsilonGreedyPolicy:
 
     def load_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         load_weights(self.q_network, weights)
+
+
+def actor_critic_policy(config: RunConfig, model: ActorCritic, action_space: gym.Space, seed: int) -> TorchPolicy:
+    """An actor-critic algorithm's policy on its torch network (which draws from torch's generator)."""
+    return TorchPolicy(model)
+
+
+def epsilon_greedy_policy(config: RunConfig, model: torch.nn.Module, action_space: gym.Space,
+                          seed: int) -> EpsilonGreedyPolicy:
+    """DQN's behaviour policy on its torch Q-network."""
+    return EpsilonGreedyPolicy(model, int(action_space.n), seed, config.algorithm.epsilon_start)

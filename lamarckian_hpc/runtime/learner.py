@@ -14,10 +14,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from ..config import A3CConfig, DQNConfig, ImpalaConfig, PPOConfig, RunConfig
+from ..config import DQNConfig, RunConfig
 from ..mdp import ExperienceBatch
-from ..models import ActorCritic
-from ..models.q_network import QNetwork
 from ..rl import build_rollout_batch, ppo_update
 from ..rl.ppo import RolloutBatch
 from ..rl.adam import Adam
@@ -25,6 +23,7 @@ from ..rl.dqn import dqn_loss, linear_epsilon
 from ..rl.impala import impala_update
 from ..rl.optim import NONFINITE_STEPS, GuardedSteps
 from ..rl.replay import ReplayBuffer, transitions_of
+from .algorithms import rl_algorithm
 
 STALENESS_BINS = 8  # staleness_count_0 .. staleness_count_7, then staleness_count_8plus
 STALENESS_METRICS: tuple[str, ...] = tuple(f"staleness_count_{k}" for k in range(STALENESS_BINS)) + (
@@ -50,10 +49,8 @@ def staleness_metrics(staleness: np.ndarray) -> dict[str, float]:
 
 
 def build_model(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> torch.nn.Module:
-    """The network an algorithm samples with: a Q-network for DQN, an actor-critic otherwise."""
-    if isinstance(config.algorithm, DQNConfig):
-        return QNetwork(observation_space, action_space, config.model)
-    return ActorCritic(observation_space, action_space, config.model)
+    """The network the run's algorithm samples with (its entry's `model`)."""
+    return rl_algorithm(config).build("model", observation_space, action_space, config.model)
 
 
 def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:
@@ -114,6 +111,15 @@ class _LearnerBase:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
                 "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
 
+    def updated(self, experience: ExperienceBatch, diagnostics: dict[str, float],
+                learning_rate: float) -> dict[str, float]:
+        """The last half of an update: a new version, and the diagnostics with the learning rate
+        and the staleness of `experience`."""
+        diagnostics["learning_rate"] = learning_rate
+        diagnostics.update(staleness_metrics(self.version - experience.policy_versions))
+        self.version += 1
+        return diagnostics
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -122,20 +128,13 @@ class _LearnerBase:
         torch.set_rng_state(state["torch_rng"])
 
 
-class ActorCriticLearner(_LearnerBase):
-    """PPO (on-policy, clipped) and IMPALA (off-policy, V-trace) share the actor-critic model."""
+class PPOLearner(_LearnerBase):
+    """PPO on the actor-critic model: GAE on the critic, then clipped updates over minibatches."""
 
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         """One update on `experience`; the version goes up by one. Returns its diagnostics."""
-        algorithm = self.config.algorithm
-        if isinstance(algorithm, PPOConfig):
-            batch, learning_rate = self.ppo_batch(experience, env_frames)
-            diagnostics = ppo_update(self.model, self.optimizer, batch, algorithm, self.rng)
-        elif isinstance(algorithm, ImpalaConfig):
-            learning_rate = self._set_learning_rate(env_frames)
-            diagnostics = impala_update(self.model, self.optimizer, experience, algorithm, self.rng, self.device)
-        else:
-            raise ValueError(f"{algorithm.name} does not learn from experience batches")
+        batch, learning_rate = self.ppo_batch(experience, env_frames)
+        diagnostics = ppo_update(self.model, self.optimizer, batch, self.config.algorithm, self.rng)
         return self.updated(experience, diagnostics, learning_rate)
 
     def ppo_batch(self, experience: ExperienceBatch, env_frames: int) -> tuple[RolloutBatch, float]:
@@ -147,14 +146,15 @@ class ActorCriticLearner(_LearnerBase):
                                     algorithm.reward_scale)
         return batch, learning_rate
 
-    def updated(self, experience: ExperienceBatch, diagnostics: dict[str, float],
-                learning_rate: float) -> dict[str, float]:
-        """The last half of an update: a new version, and the diagnostics with the learning rate
-        and the staleness of `experience`."""
-        diagnostics["learning_rate"] = learning_rate
-        diagnostics.update(staleness_metrics(self.version - experience.policy_versions))
-        self.version += 1
-        return diagnostics
+
+class ImpalaLearner(_LearnerBase):
+    """IMPALA on the same actor-critic model: V-trace targets correct for samples of older policies."""
+
+    def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
+        learning_rate = self._set_learning_rate(env_frames)
+        diagnostics = impala_update(self.model, self.optimizer, experience, self.config.algorithm, self.rng,
+                                    self.device)
+        return self.updated(experience, diagnostics, learning_rate)
 
 
 class A3CLearner(_LearnerBase):
@@ -231,9 +231,5 @@ class DQNLearner(_LearnerBase):
 
 
 def make_learner(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> _LearnerBase:
-    algorithm = config.algorithm
-    if isinstance(algorithm, DQNConfig):
-        return DQNLearner(config, observation_space, action_space)
-    if isinstance(algorithm, A3CConfig):
-        return A3CLearner(config, observation_space, action_space)
-    return ActorCriticLearner(config, observation_space, action_space)
+    """The learner of the run's algorithm (its entry's `learner`)."""
+    return rl_algorithm(config).build("learner", config, observation_space, action_space)

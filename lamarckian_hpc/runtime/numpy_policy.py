@@ -14,10 +14,13 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
+import gymnasium as gym
+
 import numpy as np
 
 from ..mdp import PolicyOutput
-from .network_layout import NetworkLayout, check_weights, initial_weights
+from ..config import RunConfig
+from .network_layout import NetworkLayout, actor_critic_layout, check_weights, initial_weights, q_network_layout
 
 LEAKY_RELU_SLOPE = 0.01  # torch.nn.LeakyReLU's default negative_slope
 _LOG_SQRT_2PI = np.float32(0.5 * math.log(2 * math.pi))
@@ -133,3 +136,17 @@ class NumpyEpsilonGreedyPolicy(NumpyNetwork):
         explore = self.rng.random(len(greedy)) < self.epsilon
         actions = np.where(explore, self.rng.integers(0, self.num_actions, size=len(greedy)), greedy)
         return PolicyOutput(actions, np.zeros(len(actions), dtype=np.float32))
+
+
+def actor_critic_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
+                        seed: int) -> NumpyActorCriticPolicy:
+    """An actor-critic algorithm's torch-free policy (freshly initialised until weights arrive)."""
+    return NumpyActorCriticPolicy(actor_critic_layout(observation_space, action_space, config.model),
+                                  config.model.activation, seed)
+
+
+def epsilon_greedy_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
+                          seed: int) -> NumpyEpsilonGreedyPolicy:
+    """DQN's torch-free behaviour policy, at the schedule's first epsilon until the learner sends one."""
+    return NumpyEpsilonGreedyPolicy(q_network_layout(observation_space, action_space, config.model),
+                                    config.model.activation, seed, config.algorithm.epsilon_start)

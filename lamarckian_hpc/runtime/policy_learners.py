@@ -19,7 +19,7 @@ import torch
 from ..config import RunConfig
 from ..multiagent import build_policy_models
 from .episodes import RecentEpisodes
-from .learner import STALENESS_METRICS, ActorCriticLearner
+from .learner import STALENESS_METRICS, PPOLearner
 from .multiagent_sampling import POLICY_VERSIONS, MultiAgentSpaces, flat_weights
 
 
@@ -30,9 +30,9 @@ class PolicyLearners:
         self.models = build_policy_models(multiagent.policies, multiagent.trained, spaces.observation_space,
                                           spaces.action_space, config.model, multiagent.shared_layers, config.seed,
                                           spaces.global_state_size)
-        self.learners: dict[str, ActorCriticLearner] = {}
+        self.learners: dict[str, PPOLearner] = {}
         for index, policy_id in enumerate(multiagent.trained):
-            learner = ActorCriticLearner(config, spaces.observation_space, spaces.action_space, self.models[policy_id])
+            learner = PPOLearner(config, spaces.observation_space, spaces.action_space, self.models[policy_id])
             learner.rng = np.random.default_rng([config.seed, index])  # each its own minibatch order
             self.learners[policy_id] = learner
         self.frozen = tuple(policy_id for policy_id in multiagent.policies if policy_id not in self.learners)

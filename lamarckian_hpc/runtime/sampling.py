@@ -18,11 +18,10 @@ import numpy as np
 
 from .. import envs  # noqa: F401  (registers the built-in lamarckian/ ids)
 from ..comm import Message
-from ..config import A3CConfig, DQNConfig, RunConfig
+from ..config import RunConfig
 from ..mdp import (EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, GymMDP, PolicyOutput, Sampler,
                    TrainingController, make_gym_env)
-from .network_layout import actor_critic_layout, q_network_layout
-from .numpy_policy import NumpyActorCriticPolicy, NumpyEpsilonGreedyPolicy
+from .algorithms import rl_algorithm
 
 if TYPE_CHECKING:
     import torch
@@ -121,9 +120,9 @@ def credit_window(config: RunConfig, num_actors: int) -> int:
 
 
 def recorded_every(config: RunConfig) -> int:
-    """One episode in how many the run records (0: none); A3C's actors send gradients, not
-    experience, so nothing would carry their episodes to the learner."""
-    return 0 if isinstance(config.algorithm, A3CConfig) else config.storage.trajectories.every_episodes
+    """One episode in how many the run records (0: none); actors that send gradients (A3C) send
+    no experience, so nothing would carry their episodes to the learner."""
+    return 0 if rl_algorithm(config).actor_gradients else config.storage.trajectories.every_episodes
 
 
 def make_env_mdps(config: RunConfig) -> list[GymMDP]:
@@ -141,31 +140,23 @@ def spaces_of(config: RunConfig) -> tuple[gym.Space, gym.Space]:
 
 
 def needs_torch(config: RunConfig) -> bool:
-    """Whether an actor of this run must sample with torch: A3C's actors compute gradients, and
-    a CNN runs far faster in torch than in numpy."""
-    return isinstance(config.algorithm, A3CConfig) or config.model.kind == "cnn"
+    """Whether an actor of this run must sample with torch: its algorithm has no torch-free policy
+    (A3C's actors compute gradients), or a CNN, which runs far faster in torch than in numpy."""
+    return rl_algorithm(config).numpy_policy is None or config.model.kind == "cnn"
 
 
-def numpy_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
-                 seed: int) -> NumpyActorCriticPolicy | NumpyEpsilonGreedyPolicy:
+def numpy_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space, seed: int) -> ActorPolicy:
     """The torch-free policy of an actor that only acts (freshly initialised until weights arrive)."""
-    model = config.model
-    if isinstance(config.algorithm, DQNConfig):
-        return NumpyEpsilonGreedyPolicy(q_network_layout(observation_space, action_space, model), model.activation,
-                                        seed, config.algorithm.epsilon_start)
-    return NumpyActorCriticPolicy(actor_critic_layout(observation_space, action_space, model), model.activation, seed)
+    return rl_algorithm(config).build("numpy_policy", config, observation_space, action_space, seed)
 
 
 def torch_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
-                 seed: int) -> tuple[Any, torch.nn.Module]:
+                 seed: int) -> tuple[ActorPolicy, torch.nn.Module]:
     """A policy on a torch network of its own."""
-    from .inference import EpsilonGreedyPolicy, TorchPolicy
     from .learner import build_model
 
     model = build_model(config, observation_space, action_space)
-    if isinstance(config.algorithm, DQNConfig):
-        return EpsilonGreedyPolicy(model, int(action_space.n), seed, config.algorithm.epsilon_start), model
-    return TorchPolicy(model), model
+    return rl_algorithm(config).build("torch_policy", config, model, action_space, seed), model
 
 
 def make_sampling_side(config: RunConfig, seed: int, *, use_torch: bool = False) -> SamplingSide:

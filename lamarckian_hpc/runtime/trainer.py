@@ -14,29 +14,22 @@ from typing import Sequence
 
 import torch
 
-from ..config import A3CConfig, RunConfig
+from ..config import RunConfig
+from .algorithms import rl_algorithm
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
-from .learner import STALENESS_METRICS, make_learner
+from .learner import make_learner
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .recording import RecordedEpisodes
 from .sampling import make_sampling_side, spaces_of, steps_per_update
-
-#: Every metric this trainer writes; run files declare them up front.
-METRIC_NAMES: tuple[str, ...] = (
-    "episode_return_mean", "episode_length_mean", "episodes", "env_frames_per_second",
-    "trained_frames_per_second", "loss_policy", "loss_value", "entropy", "approx_kl",
-    "clip_fraction", "learning_rate", "staleness_mean", "staleness_max", *STALENESS_METRICS,
-    "epsilon", "replay_size", "env_errors", "nonfinite_steps",
-)
-
 
 class SerialTrainer:
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = ()) -> None:
         self.config = config
         self.observers = list(observers)
-        if isinstance(config.algorithm, A3CConfig):
-            raise ValueError("a3c needs actor processes that compute gradients: use runtime.mode=ray")
+        if not rl_algorithm(config).serial:
+            raise ValueError(f"{config.algorithm.name} needs actor processes that compute gradients: "
+                             "use runtime.mode=ray")
         torch.set_num_threads(config.runtime.torch_threads)
         self.spaces = spaces_of(config)
         self.learner = make_learner(config, *self.spaces)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from ..config import RunConfig
 from ..storage import MEGABYTE, RunWriter, continue_run_file
+from .algorithms import rl_algorithm
 from .checkpoint import Checkpointer, checkpoint_path, load_checkpoint
 from .node_watch import NodeLostError
 from .observers import TrainObserver, TrainResult
@@ -45,16 +46,18 @@ def make_trainer(config: RunConfig) -> Any:
 
 
 def metric_names_for(config: RunConfig) -> tuple[str, ...]:
-    """Every metric the run writes; a multi-agent run adds its per-policy ones."""
-    if config.runtime.mode == "serial":
-        from .trainer import METRIC_NAMES
-    else:
-        from .distributed import METRIC_NAMES
+    """Every metric the run writes: its algorithm's, the distributed runtime's own, and a
+    multi-agent run's per-policy ones."""
+    names = rl_algorithm(config).metric_names
+    if config.runtime.mode != "serial":
+        from .distributed import RUNTIME_METRICS
+
+        names = (*names, *RUNTIME_METRICS)
     if config.multiagent is not None:
         from .policy_learners import multiagent_metric_names
 
-        return (*METRIC_NAMES, *multiagent_metric_names(config))
-    return METRIC_NAMES
+        names = (*names, *multiagent_metric_names(config))
+    return names
 
 
 def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = False,

@@ -1,0 +1,95 @@
+"""The RL algorithms a training run can name, one entry each: the one table the runtime looks them up in.
+
+An entry says everything that differs between algorithms to the processes of a run: its config
+model, its learner, the network its actors sample with (and broadcast), the policy an actor
+samples with with and without torch, whether actors compute gradients instead of sending
+experience, whether it runs serially, and the metrics its learner reports. The trainers, the
+actors and the run file ask the entry; nothing else tells algorithms apart. Adding an algorithm
+is its maths and learner in `rl/`, its config model in `config/train.py`, and one entry here.
+
+Torch-side parts are named by import path ("module:attribute", as Gymnasium's registry names
+entry points), so that an actor that samples with numpy never imports torch to look one up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..config import A3CConfig, DQNConfig, ImpalaConfig, PPOConfig, RunConfig
+from ..config.train import ALGORITHMS
+
+#: Metrics every training run reports, whatever its algorithm (with the learner's own, below).
+TRAINING_METRICS: tuple[str, ...] = (
+    "episode_return_mean", "episode_length_mean", "episodes", "env_frames_per_second", "trained_frames_per_second",
+    "learning_rate", "staleness_mean", "staleness_max",
+    *(f"staleness_count_{k}" for k in range(8)), "staleness_count_8plus", "env_errors", "nonfinite_steps",
+)
+
+_ACTOR_CRITIC = "lamarckian_hpc.models.actor_critic:ActorCritic"
+_ACTOR_CRITIC_NUMPY = "lamarckian_hpc.runtime.numpy_policy:actor_critic_policy"
+_ACTOR_CRITIC_TORCH = "lamarckian_hpc.runtime.inference:actor_critic_policy"
+_ACTOR_CRITIC_LOSSES = ("loss_policy", "loss_value", "entropy")
+
+
+@dataclass(frozen=True)
+class RLAlgorithm:
+    name: str
+    config: type[BaseModel]
+    #: (RunConfig, observation space, action space) -> the learner (`runtime.learner.Learner`).
+    learner: str
+    #: (observation space, action space, ModelConfig) -> the torch network actors sample with and
+    #: the learner broadcasts.
+    model: str
+    #: (RunConfig, torch network, action space, seed) -> a sampler policy on that network.
+    torch_policy: str
+    #: Metrics the learner reports beyond TRAINING_METRICS.
+    metrics: tuple[str, ...]
+    #: (RunConfig, observation space, action space, seed) -> a torch-free sampler policy; None:
+    #: actors sample with torch.
+    numpy_policy: str | None = None
+    #: (torch network, ExperienceBatch, algorithm config) -> (gradients, diagnostics): actors send
+    #: gradients computed on their own rollouts instead of experience (A3C).
+    actor_gradients: str | None = None
+    #: Whether the serial trainer can run it (one that learns from actors' gradients cannot).
+    serial: bool = True
+
+    def build(self, part: str, *args: Any) -> Any:
+        """Import the named part and call it with `args`."""
+        return load(getattr(self, part))(*args)
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return (*TRAINING_METRICS, *(name for name in self.metrics if name not in TRAINING_METRICS))
+
+
+def load(entry_point: str) -> Any:
+    """The attribute an entry point names ("package.module:attribute")."""
+    module, _, attribute = entry_point.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+RL_ALGORITHMS: dict[str, RLAlgorithm] = {entry.name: entry for entry in (
+    RLAlgorithm("ppo", PPOConfig, learner="lamarckian_hpc.runtime.learner:PPOLearner", model=_ACTOR_CRITIC,
+                numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH,
+                metrics=(*_ACTOR_CRITIC_LOSSES, "approx_kl", "clip_fraction")),
+    RLAlgorithm("impala", ImpalaConfig, learner="lamarckian_hpc.runtime.learner:ImpalaLearner", model=_ACTOR_CRITIC,
+                numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH, metrics=_ACTOR_CRITIC_LOSSES),
+    RLAlgorithm("a3c", A3CConfig, learner="lamarckian_hpc.runtime.learner:A3CLearner", model=_ACTOR_CRITIC,
+                torch_policy=_ACTOR_CRITIC_TORCH, metrics=_ACTOR_CRITIC_LOSSES,
+                actor_gradients="lamarckian_hpc.rl.a3c:a3c_gradients", serial=False),
+    RLAlgorithm("dqn", DQNConfig, learner="lamarckian_hpc.runtime.learner:DQNLearner",
+                model="lamarckian_hpc.models.q_network:QNetwork",
+                numpy_policy="lamarckian_hpc.runtime.numpy_policy:epsilon_greedy_policy",
+                torch_policy="lamarckian_hpc.runtime.inference:epsilon_greedy_policy",
+                metrics=("loss_value", "epsilon", "replay_size")),
+)}
+assert set(RL_ALGORITHMS) == set(ALGORITHMS), "every algorithm config of config/train.py needs an entry here"
+
+
+def rl_algorithm(config: RunConfig) -> RLAlgorithm:
+    """The entry of the algorithm `config` names."""
+    return RL_ALGORITHMS[config.algorithm.name]
