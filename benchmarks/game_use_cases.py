@@ -23,7 +23,7 @@ from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.report import summarize
 from lamarckian_hpc.games.testing import random_play
 from lamarckian_hpc.evorl.game_testing_program import search
-from lamarckian_hpc.runtime.evolution import evolve
+from lamarckian_hpc.population.evolution import evolve
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "game_use_cases.json"

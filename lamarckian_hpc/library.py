@@ -34,7 +34,7 @@ POPULATION_RUNNERS: dict[str, tuple[str, str]] = {
     "league": ("evorl.league_command", "run_league"),
     "wuji": ("evorl.game_testing_command", "run_game_testing"),
 }
-EC_RUNNER = ("runtime.evolution_command", "run_evolution")
+EC_RUNNER = ("population.evolution_command", "run_evolution")
 
 
 @dataclass(frozen=True)

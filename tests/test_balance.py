@@ -17,9 +17,9 @@ from lamarckian_hpc.ec import NSGA2
 from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.data import BUILT_IN_DATA
 from lamarckian_hpc.games.report import summarize
-from lamarckian_hpc.runtime.evolution import EvolveProgram, evolve
-from lamarckian_hpc.runtime.population import PopulationRuntime, run_population
-from lamarckian_hpc.runtime.evolve_components import make_problem
+from lamarckian_hpc.population.evolution import EvolveProgram, evolve
+from lamarckian_hpc.population.workflow import PopulationRuntime, run_population
+from lamarckian_hpc.population.evolve_components import make_problem
 from lamarckian_hpc.storage import open_run
 
 ray = pytest.importorskip("ray")

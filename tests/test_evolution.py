@@ -14,9 +14,9 @@ import pytest
 
 from lamarckian_hpc.config import ConfigError, EvolveConfig, load_config
 from lamarckian_hpc.ec import Problem
-from lamarckian_hpc.runtime.evolution import EvaluatorHost, Evaluations, evolve
-from lamarckian_hpc.runtime.evolve_components import make_problem
-from lamarckian_hpc.runtime.worker_pool import Request, make_pool
+from lamarckian_hpc.population.evolution import EvaluatorHost, Evaluations, evolve
+from lamarckian_hpc.population.evolve_components import make_problem
+from lamarckian_hpc.population.worker_pool import Request, make_pool
 from lamarckian_hpc.storage import open_run
 
 ray = pytest.importorskip("ray")

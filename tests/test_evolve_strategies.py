@@ -15,7 +15,7 @@ import pytest
 from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.config.evolve import EvolveConfig
 from lamarckian_hpc.ec import OpenAIES
-from lamarckian_hpc.runtime.evolve_components import make_algorithm, make_problem
+from lamarckian_hpc.population.evolve_components import make_algorithm, make_problem
 from ask_tell_lockstep import assert_lockstep
 from plain_state import through_msgpack
 

@@ -33,10 +33,11 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "league": {"config", "storage"},
     "multiagent": {"config", "mdp", "models", "rl"},
     "analysis": {"envs", "league", "storage"},
-    "runtime": {"comm", "config", "ec", "envs", "games", "mdp", "models", "multiagent", "rl", "run_result", "storage"},
-    "evorl": {"config", "ec", "envs", "games", "league", "mdp", "models", "multiagent", "rl", "run_result", "runtime",
-              "storage"},
-    "library": {"config", "evorl", "mdp", "run_result", "runtime", "storage"},
+    "runtime": {"comm", "config", "envs", "mdp", "models", "multiagent", "rl", "storage"},
+    "population": {"comm", "config", "ec", "games", "run_result", "runtime", "storage"},
+    "evorl": {"config", "ec", "envs", "games", "league", "mdp", "models", "multiagent", "population", "rl",
+              "run_result", "runtime", "storage"},
+    "library": {"config", "evorl", "mdp", "population", "run_result", "runtime", "storage"},
     "cluster": {"config", "library", "run_result", "runtime", "storage"},
     "progress": {"runtime"},
     "cli_results": {"games", "run_result"},
@@ -131,8 +132,8 @@ def test_imports_between_folders_are_exactly_the_table():
     assert not broken, f"imports the table does not allow: {sorted(broken)}"
     unused = {f"{source} -> {target}" for source, targets in ALLOWED_IMPORTS.items()
               for target in targets if target not in graph.get(source, {})}
-    # library imports the population commands by name (POPULATION_RUNNERS), which ast does not see
-    unused -= {"library -> evorl"}
+    # library imports the population commands by name (POPULATION_RUNNERS, EC_RUNNER), which ast does not see
+    unused -= {"library -> evorl", "library -> population"}
     assert not unused, f"allowed imports no module makes (remove them from the table and the page): {sorted(unused)}"
 
 

@@ -155,7 +155,7 @@ def _history(overrides: list[str]) -> list:
 
 def _fork_pool(config: PBTConfig):
     from lamarckian_hpc.evorl.pbt_ppo import PBTProgram
-    from lamarckian_hpc.runtime.worker_pool import make_pool
+    from lamarckian_hpc.population.worker_pool import make_pool
 
     program = PBTProgram(config)
     return program, make_pool("fork", program.host_factory(), config.algorithm.population_size,
@@ -169,7 +169,7 @@ def test_forked_workers_train_as_this_process_does_and_end_with_the_run():
     generator states included) both ways, and are gone after close."""
     import os
 
-    from lamarckian_hpc.runtime.population import member_states, restore_members
+    from lamarckian_hpc.population.workflow import member_states, restore_members
 
     serial = _history(["runtime.mode=serial"])
     forked = _history(["runtime.mode=fork", "runtime.num_workers=1"])
@@ -209,8 +209,8 @@ def test_a_hung_or_dead_forked_worker_ends_the_wait_with_its_name(fault):
     import signal
     import time
 
-    from lamarckian_hpc.runtime.population import member_states
-    from lamarckian_hpc.runtime.worker_pool import WorkerError
+    from lamarckian_hpc.population.workflow import member_states
+    from lamarckian_hpc.population.worker_pool import WorkerError
 
     config = load_config("configs/pbt_ppo_cartpole.yaml",
                          TINY + ["runtime.mode=fork", "runtime.num_workers=2", "runtime.timeout_seconds=2"],

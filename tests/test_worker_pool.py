@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from lamarckian_hpc.runtime.worker_pool import (InProcessPool, Request, WorkerError, WorkerFailure, assign_slots,
+from lamarckian_hpc.population.worker_pool import (InProcessPool, Request, WorkerError, WorkerFailure, assign_slots,
                                                 make_pool)
 
 

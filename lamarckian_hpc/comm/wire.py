@@ -27,7 +27,7 @@ MAX_ARRAYS = 256
 MAX_ARRAY_BYTES = 1 << 30
 MAX_DIMENSIONS = 8
 #: A header describes at most MAX_ARRAYS arrays and a `meta` map: kilobytes on the network; the
-#: forked workers' requests and replies (`runtime.pipe_messages`) carry up to a few lists of thousands of
+#: forked workers' requests and replies (`population.pipe_messages`) carry up to a few lists of thousands of
 #: episode returns. The size is checked before unpacking, and the maps and lists built while
 #: unpacking are counted, so a hostile header costs at most a few milliseconds and megabytes.
 MAX_HEADER_BYTES = 1 << 20

@@ -16,7 +16,7 @@ not be able to run code when it is read, and must survive a change of the classe
 exactly as the saved one would have (the same next genomes, the same ids).
 
 Random generator states are `numpy.random.Generator.bit_generator.state` dicts; PCG64's holds
-two 128-bit integers, which a msgpack writer must carry as strings (as `runtime.pipe_messages` does).
+two 128-bit integers, which a msgpack writer must carry as strings (as `population.pipe_messages` does).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """An evolve run of a PBT config: the run file, a line per interval, a continued run after its last
-saved interval (`runtime.population_command`), and PBT's result."""
+saved interval (`population.command`), and PBT's result."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..config import PBTConfig
-from ..runtime.population_command import population_command
+from ..population.command import population_command
 from .pbt_ppo import PBTProgram, PBTResult, mismatch, population_shape, progress_line
 
 

@@ -7,7 +7,7 @@ Offspring may start from their first parent's trained policy (`inherit_weights`)
 generations fine-tune a behaviour rather than learn Pong again: the Lamarckian inheritance of
 acquired weights.
 
-It runs as a program of the population workflow (`runtime.population`): each generation's
+It runs as a program of the population workflow (`population.workflow`): each generation's
 policies train on the workers (in this process, forked, or Ray actors on any node), an evaluation
 carrying its parent's policy in and its trained policy out as plain arrays; answers are collected
 as each finishes, selection runs once the whole generation is back, and one that fails or outlives
@@ -33,8 +33,8 @@ from ..config import RunConfig, RuntimeConfig, StopConfig
 from ..config.emogi import EMOGIConfig
 from ..ec import NSGA2, Coding, Description, non_dominated_fronts
 from ..envs import PongEnv
-from ..runtime.population import GenerationalProgram, GenerationRecord
-from ..runtime.worker_pool import Request, WorkerFailure, WorkerPool
+from ..population.workflow import GenerationalProgram, GenerationRecord
+from ..population.worker_pool import Request, WorkerFailure, WorkerPool
 from .lockstep import LockstepMembers
 from .member import Member
 from .behaviour import BEHAVIOUR_NAMES, Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms

@@ -1,5 +1,5 @@
 """An evolve run of an EMOGI config: the run file, a line per trained policy and per generation,
-a continued run after the last saved generation (`runtime.population_command`), and the result,
+a continued run after the last saved generation (`population.command`), and the result,
 whose non-dominated policies the `/emogi` group of the run file keeps."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Callable
 from rich.console import Console
 
 from ..config.emogi import EMOGIConfig
-from ..runtime.population_command import population_command
+from ..population.command import population_command
 from .emogi import CHECKPOINT_KIND, EMOGIProgram, EMOGIResult, IndividualResult
 from .emogi_store import population_shape, write_results
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config.game_testing import GameTestingConfig
 from ..run_result import CANNOT_START, RunFailed
-from ..runtime.population_command import population_command
+from ..population.command import population_command
 from ..games.data import GameDataError, load_game_data
 from ..games.testing import random_play, replay
 from .game_testing_program import CHECKPOINT_KIND, GameTestingProgram

@@ -1,5 +1,5 @@
 """Automated game testing (`games.testing.GameTestingSearch`) as a program of the population
-workflow (`runtime.population`): each generation's action sequences are played on the workers
+workflow (`population.workflow`): each generation's action sequences are played on the workers
 (in this process by default, or forked, or on Ray actors: an episode is a pure function of its
 genome and the episode seed, so it plays the same anywhere), their outcomes come back as plain
 data (`EpisodeOutcome.to_plain`), and the search scores novelty, records bugs and selects here,
@@ -13,8 +13,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config.game_testing import GameTestingConfig
-from ..runtime.population import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
-from ..runtime.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
+from ..population.workflow import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
+from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
 from ..games.data import GameData
 from ..games.testing import EpisodePlayer, GameTestingSearch, SearchResult
 

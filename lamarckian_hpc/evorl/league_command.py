@@ -1,5 +1,5 @@
 """An evolve (or league) run of a league config: the run file with its `/league` group, a line per
-generation, a continued run after the last saved generation (`runtime.population_command`), and
+generation, a continued run after the last saved generation (`population.command`), and
 the league's state at the end."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config.league_run import LeagueRunConfig
 from ..league.store import LeagueRunWriter
-from ..runtime.population_command import population_command
+from ..population.command import population_command
 from .league_ppo import LeagueProgram
 
 

@@ -1,4 +1,4 @@
-"""The league learners one worker process trains (`runtime.worker_pool` hosts one `LeagueLearners`
+"""The league learners one worker process trains (`population.worker_pool` hosts one `LeagueLearners`
 per worker: in the driver's process, forked, or a Ray actor on any node).
 
 Each learner is PPO on its seat of its own two-player games (`env.num_envs` of them); the other
@@ -26,7 +26,7 @@ from ..rl import ppo_update
 from ..rl.batched_ppo import BatchedPPO
 from ..runtime.multiagent_sampling import make_parallel_env
 from ..runtime.multiagent_trainer import MultiAgentTrainer, default_spaces
-from ..runtime.population import HostedMembers
+from ..population.workflow import HostedMembers
 
 LEARNER, OPPONENT = "learner", "opponent"
 Weights = dict[str, np.ndarray]

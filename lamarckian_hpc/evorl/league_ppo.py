@@ -1,5 +1,5 @@
 """AlphaStar's league of PPO learners as a program of the population workflow
-(`runtime.population`): main agents, main exploiters and league exploiters learn at once, each on
+(`population.workflow`): main agents, main exploiters and league exploiters learn at once, each on
 a worker (in this process, forked, or a Ray actor on any node of the cluster, `league_learners`).
 
 A generation is one PPO update of every learner. The league (`league.League`) chooses each
@@ -26,8 +26,8 @@ import numpy as np
 from ..config.league_run import LeagueRunConfig
 from ..league.league import League, Role
 from ..league.store import MATCH_COLUMNS, LeagueRunWriter, elo_row
-from ..runtime.population import GenerationalProgram, GenerationRecord
-from ..runtime.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
+from ..population.workflow import GenerationalProgram, GenerationRecord
+from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
 from .league_learners import LeagueLearners, initial_weights
 
 #: The `kind` of a league run's checkpoint (`runtime.checkpoint.save_run_state`).

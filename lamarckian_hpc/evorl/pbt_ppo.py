@@ -1,5 +1,5 @@
 """PBT+PPO: a population of PPO learners whose hyperparameters and weights evolve by PBT, as a
-program of the population workflow (`runtime.population`).
+program of the population workflow (`population.workflow`).
 
 A generation is an interval: every worker trains its members `algorithm.interval_env_frames` env
 frames (all workers at once), the population's scores go to the ask/tell `ec.pbt.PBT`, the slots it
@@ -23,8 +23,8 @@ import numpy as np
 
 from ..config import PBTConfig
 from ..ec.pbt import PBT, Hyperparameter
-from ..runtime.population import GenerationRecord, PopulationRuntime, run_population
-from ..runtime.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
+from ..population.workflow import GenerationRecord, PopulationRuntime, run_population
+from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
 from ..storage import RunWriter
 from .member import IntervalResult
 from .worker_members import WorkerMembers

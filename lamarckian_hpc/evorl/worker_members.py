@@ -1,4 +1,4 @@
-"""The members of a PBT population that one worker process trains (`runtime.worker_pool` hosts
+"""The members of a PBT population that one worker process trains (`population.worker_pool` hosts
 one `WorkerMembers` per worker: in the driver's process, forked, or a Ray actor on any node).
 
 Its methods take and return plain data (numbers, dicts, numpy arrays, no torch objects), so that
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..config import PBTConfig
-from ..runtime.population import HostedMembers
+from ..population.workflow import HostedMembers
 from .lockstep import LockstepMembers
 from .member import Member
 

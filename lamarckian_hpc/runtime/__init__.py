@@ -1,4 +1,5 @@
-"""The processes of a run and the loops that feed the algorithms.
+"""The processes of a training run and the loops that feed the algorithms. The population workflow
+(PBT, EMOGI, the league, the EC algorithms) is in `lamarckian_hpc.population`, which builds on this.
 
 Only names that need no torch are re-exported here: every actor process imports this package,
 and one that only acts must not load torch. The torch side is imported from its modules:

@@ -23,8 +23,8 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from ..runtime.checkpoint import save_run_state
 from ..storage import RunWriter
-from .checkpoint import save_run_state
 from .worker_pool import HostFactory, Request, WorkerPool, make_pool
 
 

@@ -1,5 +1,5 @@
 """An evolve run of NSGA-II, the GA, ES, CMA-ES or game balancing: the run file, a line every ten
-generations, a continued run after the last saved generation (`population_command`), and the
+generations, a continued run after the last saved generation (`population.command`), and the
 summary its result table shows (for balancing, also the lineups to weaken)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from ..config import EvolveConfig
 from ..run_result import CANNOT_START, RunFailed
 from .evolution import EvolveProgram
-from .population_command import population_command
+from .command import population_command
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Evolution of plain solutions (NSGA-II, the GA, ES, CMA-ES, game balancing) as a program of the
-population workflow (`runtime.population`): each generation's genomes are evaluated on the
+population workflow (`population.workflow`): each generation's genomes are evaluated on the
 workers, in this process or on any number of processes and nodes, collected as each finishes
 (the paper's Fig. 1), and the algorithm is told them once the generation is back. A slow
 evaluation only delays its own result, and one that fails or outlives `runtime.timeout_seconds`
@@ -19,7 +19,7 @@ from ..ec import Evaluator, hypervolume
 from ..ec.evaluator import evaluate_one
 from ..storage import RunWriter
 from .evolve_components import EvolutionAlgorithm, hypervolume_reference, make_algorithm, make_problem
-from .population import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
+from .workflow import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
 from .worker_pool import Request, WorkerFailure, WorkerPool
 
 #: The `kind` of an evolve run's checkpoint (`runtime.checkpoint.save_run_state`).

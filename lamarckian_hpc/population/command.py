@@ -14,9 +14,9 @@ from typing import Any, Callable, TypeVar
 from rich.console import Console
 
 from ..run_result import CANNOT_START, FAILED, INTERRUPTED, RunFailed
+from ..runtime.checkpoint import checkpoint_path, load_run_state
 from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
-from .checkpoint import checkpoint_path, load_run_state
-from .population import Checkpointing, PopulationProgram, PopulationRuntime, run_population
+from .workflow import Checkpointing, PopulationProgram, PopulationRuntime, run_population
 
 T = TypeVar("T")
 
