@@ -43,7 +43,7 @@ import zmq
 
 from lamarckian_hpc.comm import ExperienceReceiver, WeightPublisher
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.runtime.learner import make_learner
+from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.messages import EXPERIENCE, HELLO, KINDS
 from lamarckian_hpc.runtime.ray_setup import SINGLE_THREAD_ENV
 from lamarckian_hpc.runtime.sampling import spaces_of

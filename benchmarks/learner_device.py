@@ -29,7 +29,7 @@ import torch
 
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.mdp.experience import ExperienceBatch
-from lamarckian_hpc.runtime.learner import make_learner
+from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.sampling import spaces_of
 
 ROOT = Path(__file__).resolve().parents[1]

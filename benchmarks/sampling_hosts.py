@@ -257,7 +257,7 @@ def ray_version() -> str:
 
 
 def weight_bytes(args: argparse.Namespace) -> int:
-    from lamarckian_hpc.runtime.learner import make_learner
+    from lamarckian_hpc.runtime.algorithms import make_learner
     from lamarckian_hpc.runtime.sampling import spaces_of
 
     config = run_config(args.env, 1, args.num_envs, args.batch_size, 10**9)

@@ -276,7 +276,7 @@ def run_raw_loop(s: dict) -> None:
     import torch
     from raw_bound import RawLoop, run_config
 
-    from lamarckian_hpc.runtime.learner import build_model
+    from lamarckian_hpc.runtime.algorithms import build_model
 
     torch.set_num_threads(1)
     config = run_config(s["env_id"], s["num_envs"], s["raw_frames"])

@@ -18,7 +18,7 @@ from lamarckian_hpc.evorl.emogi import (METRIC_NAMES, EMOGIProgram, PolicyTraine
                                         play)
 from lamarckian_hpc.evorl.emogi_store import population_shape, read_results, write_results
 from lamarckian_hpc.models import ActorCritic
-from lamarckian_hpc.runtime.learner import load_weights
+from lamarckian_hpc.rl.learner import load_weights
 from lamarckian_hpc.population.workflow import PopulationRuntime, run_population
 from lamarckian_hpc.population.worker_pool import InProcessPool
 from lamarckian_hpc.storage import RunWriter, open_run

@@ -18,7 +18,7 @@ from lamarckian_hpc.config import ModelConfig, load_config
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.models.q_network import QNetwork
 from lamarckian_hpc.runtime.inference import EpsilonGreedyPolicy
-from lamarckian_hpc.runtime.learner import make_learner
+from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.network_layout import actor_critic_layout, q_network_layout
 from lamarckian_hpc.runtime.numpy_policy import NumpyActorCriticPolicy, NumpyEpsilonGreedyPolicy
 from lamarckian_hpc.runtime.sampling import make_sampling_side, needs_torch, spaces_of

@@ -1,5 +1,5 @@
 """The `runtime:` section every population run shares (PBT+PPO, EMOGI, NSGA-II, the GA, ES, CMA-ES,
-game balancing): where its workers run (`runtime.population.run_population`, one workflow for all)
+game balancing): where its workers run (`population.workflow.run_population`, one workflow for all)
 and how long an answer may take. Algorithms that train networks add their torch settings."""
 
 from __future__ import annotations

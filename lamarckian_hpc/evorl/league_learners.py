@@ -22,6 +22,7 @@ from ..mdp import ExperienceBatch
 from ..config.multiagent import MultiAgentConfig
 from ..models import ActorCritic
 from ..multiagent import ParallelEnvMDP, fixed_mapping
+from ..rl.adam import Adam
 from ..rl import ppo_update
 from ..rl.batched_ppo import BatchedPPO
 from ..runtime.multiagent_sampling import make_parallel_env
@@ -80,7 +81,7 @@ class LeagueLearner:
     def update(self, opponent: Weights | None) -> dict[str, Any]:
         """One PPO update against `opponent` (None: itself); the games that ended, and the weights after."""
         experience = self.sample(opponent)
-        diagnostics = self.trainer.learner.update(LEARNER, experience)
+        diagnostics = self.trainer.learner.update(LEARNER, experience, self.trainer.sampler.env_frames)
         return self.updated(diagnostics)
 
     def sample(self, opponent: Weights | None) -> ExperienceBatch:
@@ -98,8 +99,8 @@ class LeagueLearner:
                 "diagnostics": {name: float(value) for name, value in diagnostics.items()}}
 
     @property
-    def optimizer(self) -> torch.optim.Adam:
-        return self.trainer.learner.optimizers[LEARNER]
+    def optimizer(self) -> Adam:
+        return self.trainer.learner.learner(LEARNER).optimizer
 
     def reset(self, weights: Weights) -> None:
         """Start again from `weights` with a fresh optimizer state (an exploiter's reset)."""
@@ -107,15 +108,15 @@ class LeagueLearner:
         self.optimizer.state.clear()
 
     def checkpoint(self) -> dict[str, Any]:
-        optimizer = self.trainer.learner.optimizers[LEARNER].state_dict()
+        optimizer = self.optimizer.state_dict()
         moments = {f"{index}/{key}": torch.as_tensor(value).numpy().copy()
                    for index, slots in optimizer["state"].items() for key, value in slots.items()}
         return {"weights": model_weights(self.model), "moments": moments, "env_frames": self.trainer.sampler.env_frames,
-                "rng": self.trainer.learner.rng.bit_generator.state}
+                "rng": self.trainer.learner.learner(LEARNER).rng.bit_generator.state}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.reset(state["weights"])
-        optimizer = self.trainer.learner.optimizers[LEARNER]
+        optimizer = self.optimizer
         saved = optimizer.state_dict()
         moments: dict[int, dict[str, torch.Tensor]] = {}
         for name, array in state["moments"].items():
@@ -124,7 +125,7 @@ class LeagueLearner:
         saved["state"] = moments
         optimizer.load_state_dict(saved)
         self.trainer.sampler.env_frames = int(state["env_frames"])
-        self.trainer.learner.rng.bit_generator.state = state["rng"]
+        self.trainer.learner.learner(LEARNER).rng.bit_generator.state = state["rng"]
 
     def close(self) -> None:
         self.trainer.close()
@@ -154,8 +155,11 @@ class LeagueLearners(HostedMembers):
         if self.batched is None:
             return [learner.update(opponent) for learner, opponent in zip(learners, opponents)]
         experiences = [learner.sample(opponent) for learner, opponent in zip(learners, opponents)]
-        batches = [learner.trainer.learner.rollout_batch(LEARNER, e) for learner, e in zip(learners, experiences)]
-        rngs = [learner.trainer.learner.rng for learner in learners]
+        ppo_learners = [learner.trainer.learner.learner(LEARNER) for learner in learners]
+        prepared = [ppo_learner.ppo_batch(e, learner.trainer.sampler.env_frames)
+                    for ppo_learner, learner, e in zip(ppo_learners, learners, experiences)]
+        batches = [batch for batch, _ in prepared]
+        rngs = [ppo_learner.rng for ppo_learner in ppo_learners]
         if len({tuple(tuple(field.shape) for field in batch) for batch in batches}) == 1:
             self.batched.load_members()  # resets and restores since the last update
             diagnostics = self.batched.update(batches, rngs)
@@ -164,9 +168,9 @@ class LeagueLearners(HostedMembers):
             diagnostics = [ppo_update(learner.model, learner.optimizer, batch, self.config.ppo, rng)
                            for learner, batch, rng in zip(learners, batches, rngs)]
         answers = []
-        for learner, learner_diagnostics in zip(learners, diagnostics):
-            learner.trainer.learner.versions[LEARNER] += 1
-            answers.append(learner.updated(learner_diagnostics))
+        for learner, ppo_learner, experience, (_, learning_rate), learner_diagnostics in zip(
+                learners, ppo_learners, experiences, prepared, diagnostics):
+            answers.append(learner.updated(ppo_learner.updated(experience, learner_diagnostics, learning_rate)))
         return answers
 
     def reset(self, slot: int, weights: Weights) -> None:

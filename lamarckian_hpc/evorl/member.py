@@ -1,7 +1,8 @@
 """One member of a PBT population: a PPO learner and its environments, trained an interval at a time.
 
-A member is the serial trainer's loop (sample a batch through the asynchronous MDP interface, one
-PPO update) cut into intervals of env frames, with three things PBT needs on top: new
+A member runs the serial trainer's loop (`runtime.training_loop`: sample a batch through the
+asynchronous MDP interface, one PPO update) cut into intervals of env frames, with three things PBT
+needs on top: new
 hyperparameters between intervals, and its weights read out and written in as plain numpy arrays,
 so that an exploit can copy them between processes (as Ray objects) without pickling torch.
 """
@@ -19,8 +20,9 @@ from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
 from ..config.evorl import SearchedHyperparameter
 from ..mdp import ExperienceBatch
 from ..runtime.episodes import RecentEpisodes
-from ..runtime.learner import load_weights, make_learner
-from ..runtime.sampling import make_sampling_side, spaces_of, steps_per_update
+from ..rl.learner import LearnerBase, load_weights
+from ..runtime.sampling import SamplingSide
+from ..runtime.training_loop import TrainingLoop
 
 OPTIMIZER_PREFIX = "optimizer/"
 MODEL_PREFIX = "model/"
@@ -76,18 +78,23 @@ class Member:
     def _build(self, run_config: RunConfig, slot: int, return_window: int, target_return: float | None) -> None:
         self.slot = slot
         self.run_config = run_config
-        self.learner = make_learner(self.run_config, *spaces_of(self.run_config))
-        # Its own torch-free copy of the policy, as the serial trainer samples (`runtime.trainer`).
-        self.sampling = make_sampling_side(self.run_config, self.run_config.seed)
-        self._sync_sampling()
+        self.loop = TrainingLoop(run_config)
         self.episodes = RecentEpisodes(return_window)
         self.target_return = target_return
         self.reached = False
 
+    @property
+    def learner(self) -> LearnerBase:
+        return self.loop.learner
+
+    @property
+    def sampling(self) -> SamplingSide:
+        return self.loop.sampling
+
     def load_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Start from these policy weights (an inherited policy); the optimizer starts fresh."""
         load_weights(self.learner.model, weights)
-        self._sync_sampling()
+        self.loop.sync()
 
     @property
     def env_frames(self) -> int:
@@ -97,7 +104,7 @@ class Member:
         """Train from now on with these PPO fields (the learner reads them at every update)."""
         algorithm = self.run_config.algorithm.model_copy(update={k: float(v) for k, v in values.items()})
         self.run_config = self.run_config.model_copy(update={"algorithm": algorithm})
-        self.learner.config = self.run_config
+        self.learner.config = self.run_config  # the loop reads its config from the learner
 
     def hyperparameters(self, names: tuple[str, ...]) -> dict[str, float]:
         return {name: float(getattr(self.run_config.algorithm, name)) for name in names}
@@ -110,7 +117,7 @@ class Member:
         end_frames = self.env_frames + frames
         result = IntervalResult(self.slot, float("nan"))
         while self.env_frames < end_frames:
-            self.learner.update(self.sample(result), self.env_frames)
+            self.learner.update(self.sample(result), self.env_frames)  # `updated` syncs the sampling
             if self.updated(result, clock_start) and stop_on_target:
                 break
             if deadline is not None and time.monotonic() >= deadline:
@@ -119,18 +126,15 @@ class Member:
 
     def sample(self, result: IntervalResult) -> ExperienceBatch:
         """One update's batch; the episodes that ended while sampling it count in `result`."""
-        sampler = self.sampling.sampler
-        self.sampling.sample(steps_per_update(self.run_config))
-        experience = self.sampling.experience.take()
-        completed = sampler.take_completed()
-        self.episodes.add((r.episode_return for r in completed), (r.length for r in completed))
-        result.episode_returns += [float(r.episode_return) for r in completed]
-        return experience
+        sampled = self.loop.sample()
+        self.episodes.add((r.episode_return for r in sampled.completed), (r.length for r in sampled.completed))
+        result.episode_returns += [float(r.episode_return) for r in sampled.completed]
+        return sampled.experience
 
     def updated(self, result: IntervalResult, clock_start: float) -> bool:
         """After an update of the learner: sample with the new version; True when this update
         made the member reach the target."""
-        self._sync_sampling()
+        self.loop.updated()
         result.updates += 1
         if self.reached or not self.episodes.reached(self.target_return):
             return False
@@ -173,12 +177,7 @@ class Member:
         self.episodes = RecentEpisodes(self.episodes.window)
         self.episodes.add(arrays[EPISODE_RETURNS].tolist(), arrays[EPISODE_LENGTHS].tolist())
         self.learner.version += 1
-        self._sync_sampling()
-
-    def _sync_sampling(self) -> None:
-        """The sampling policy takes the learner's weights and version."""
-        self.sampling.load_weights(self.learner.weights())
-        self.sampling.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+        self.loop.sync()
 
     def checkpoint(self) -> dict:
         """What this member carries across a resume, as arrays and numbers: `state()` (weights, Adam
@@ -197,9 +196,9 @@ class Member:
         self.reached = bool(state["reached"])
         self.learner.rng.bit_generator.state = state["rng"]
         self.learner.version = int(state["version"])
-        self._sync_sampling()
+        self.loop.sync()
         self.sampling.sampler.env_frames = int(state["env_frames"])
         self.set_hyperparameters(state["hyperparameters"])
 
     def close(self) -> None:
-        self.sampling.close()
+        self.loop.close()

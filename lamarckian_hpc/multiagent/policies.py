@@ -10,17 +10,16 @@ would change it behind its back.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from ..config import ModelConfig, PPOConfig
+from ..config import ModelConfig, RunConfig
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
-from ..rl import build_rollout_batch, ppo_update
-from ..rl.ppo import RolloutBatch
+from ..rl.learner import PPOLearner
 
 
 def policy_layers(model: ActorCritic) -> torch.nn.Sequential:
@@ -56,29 +55,52 @@ def build_policy_models(policy_ids: Iterable[str], trained: Iterable[str], obser
 
 
 class MultiPolicyLearner:
-    """A PPO optimizer per trained policy; `update` takes each policy's batch."""
+    """A PPO learner per trained policy: the one a single-policy run trains with
+    (`rl.learner.PPOLearner`), each with its own optimizer, minibatch order and version, over
+    models built together (`build_policy_models`). Frozen policies have no learner. The serial
+    multi-agent trainer, the league's learners and the distributed runtime all update through it."""
 
-    def __init__(self, models: dict[str, ActorCritic], trained: Iterable[str], ppo: PPOConfig, seed: int = 0) -> None:
+    def __init__(self, models: dict[str, ActorCritic], trained: Iterable[str], config: RunConfig) -> None:
         self.models = models
-        self.ppo = ppo
-        self.trained = [pid for pid in models if pid in set(trained)]
-        self.optimizers = {pid: torch.optim.Adam(models[pid].parameters(), lr=ppo.learning_rate, eps=1e-5)
-                           for pid in self.trained}
-        self.rng = np.random.default_rng(seed)
-        self.versions = {pid: 0 for pid in models}
-        self.device = torch.device("cpu")
+        trained_set = set(trained)
+        self.learners: dict[str, PPOLearner] = {}
+        torch.manual_seed(config.seed)
+        for index, policy_id in enumerate(pid for pid in models if pid in trained_set):
+            learner = PPOLearner(config, None, None, models[policy_id])
+            learner.rng = np.random.default_rng([config.seed, index])  # each its own minibatch order
+            self.learners[policy_id] = learner
+        self.frozen = tuple(policy_id for policy_id in models if policy_id not in self.learners)
+        self.device = next(iter(self.learners.values())).device if self.learners else torch.device("cpu")
+        for policy_id in self.frozen:
+            self.models[policy_id].to(self.device)
 
-    def rollout_batch(self, policy_id: str, experience: ExperienceBatch) -> RolloutBatch:
-        """The first half of an update (GAE on the policy's critic), for a caller that updates
-        several learners' policies in one batched step (`rl.batched_ppo`)."""
-        if policy_id not in self.optimizers:
-            raise ValueError(f"policy {policy_id!r} is frozen; trained policies: {self.trained}")
-        ppo = self.ppo
-        return build_rollout_batch(experience, self.models[policy_id], ppo.gamma, ppo.gae_lambda, self.device,
-                                   ppo.reward_scale)
+    @property
+    def version(self) -> int:
+        """Updates of all policies so far."""
+        return sum(learner.version for learner in self.learners.values())
 
-    def update(self, policy_id: str, experience: ExperienceBatch) -> dict[str, float]:
-        batch = self.rollout_batch(policy_id, experience)
-        diagnostics = ppo_update(self.models[policy_id], self.optimizers[policy_id], batch, self.ppo, self.rng)
-        self.versions[policy_id] += 1
-        return diagnostics
+    @property
+    def versions(self) -> dict[str, int]:
+        """Each policy's own version (a frozen one stays 0)."""
+        return {policy_id: self.learners[policy_id].version if policy_id in self.learners else 0
+                for policy_id in self.models}
+
+    def learner(self, policy_id: str) -> PPOLearner:
+        if policy_id not in self.learners:
+            raise ValueError(f"policy {policy_id!r} is frozen; trained policies: {list(self.learners)}")
+        return self.learners[policy_id]
+
+    def update(self, policy_id: str, experience: ExperienceBatch, env_frames: int = 0) -> dict[str, float]:
+        """One PPO update of `policy_id` on its batch; its version goes up by one."""
+        return self.learner(policy_id).update(experience, env_frames)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each trained policy's learner state (parameters, optimizer, version, generators)."""
+        return {"version": self.version, "policies": {pid: learner.state_dict() for pid, learner in self.learners.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = sorted(set(self.learners) - set(state["policies"]))
+        if missing:
+            raise ValueError(f"the checkpoint has no state for the trained policies {missing}")
+        for policy_id, learner in self.learners.items():
+            learner.load_state_dict(state["policies"][policy_id])

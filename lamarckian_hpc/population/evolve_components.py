@@ -5,12 +5,13 @@ Every algorithm built here gives the interface of `ec.ask_tell.AskTell`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Union
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
 
-from ..config import EvolveConfig, GAConfig
-from ..config.evolve import CMAESConfig, ESConfig
+from ..config import EvolveConfig
+from ..config.evolve import EVOLVE_ALGORITHMS
 from ..ec import (GA, NSGA2, Evaluator, OpenAIES, Problem, dtlz, make_crossover, make_mutation, onemax, rastrigin,
                   sphere, tsp, zdt)
 
@@ -37,35 +38,72 @@ def make_problem(config: EvolveConfig) -> Problem:
     return factory(spec.num_variables) if spec.num_variables else factory()
 
 
-def make_algorithm(config: EvolveConfig, evaluator: Evaluator) -> EvolutionAlgorithm:
-    """The configured algorithm, seeded from the config, over the evaluator's coding. The ES and
-    CMA-ES start their mean at one genome sampled uniformly within the bounds (`initial_mean:
+def _initial_mean(spec: Any, evaluator: Evaluator, rng: np.random.Generator) -> np.ndarray:
+    """Where the ES and CMA-ES start: one genome sampled uniformly within the bounds (`initial_mean:
     sample`, the default: the test problems' optimum is the centre of their bounds, so starting
-    there would find it without searching) or at the centre of the bounds (`initial_mean: center`)."""
-    spec, rng = config.algorithm, np.random.default_rng(config.seed)
+    there would find it without searching) or the centre of the bounds (`initial_mean: center`)."""
     coding = evaluator.describe().coding
-    if isinstance(spec, (ESConfig, CMAESConfig)):
-        mean = (evaluator.initialize(rng, 1)[0] if spec.initial_mean == "sample"
-                else (coding.lower + coding.upper) / 2.0)
-        if isinstance(spec, ESConfig):
-            return OpenAIES(mean, spec.sigma, spec.population_size, rng, spec.learning_rate,
-                            lower=coding.lower, upper=coding.upper)
-        from ..ec.cmaes import CMAES  # on first use: cma imports scipy
+    return evaluator.initialize(rng, 1)[0] if spec.initial_mean == "sample" else (coding.lower + coding.upper) / 2.0
 
-        return CMAES(mean, spec.sigma, rng, spec.population_size, coding.lower, coding.upper)
-    if config.problem.name == "balance":  # lineups: NSGA-II with order crossover and lineup swaps
+
+def _nsga2(spec: Any, evaluator: Evaluator, rng: np.random.Generator) -> NSGA2:
+    coding = evaluator.describe().coding
+    return NSGA2(coding.lower, coding.upper, spec.population_size, rng, spec.crossover_eta,
+                 spec.crossover_probability, spec.mutation_eta)
+
+
+def _ga(spec: Any, evaluator: Evaluator, rng: np.random.Generator) -> GA:
+    coding = evaluator.describe().coding
+    crossover = make_crossover(spec.crossover, coding, spec.crossover_probability, spec.crossover_eta)
+    mutation = make_mutation(spec.mutation, coding, spec.mutation_eta, spec.mutation_probability)
+    return GA(evaluator.initialize, spec.population_size, rng, crossover, mutation, spec.variant, spec.elite_count,
+              spec.tournament_size, spec.offspring_per_step)
+
+
+def _es(spec: Any, evaluator: Evaluator, rng: np.random.Generator) -> OpenAIES:
+    coding = evaluator.describe().coding
+    return OpenAIES(_initial_mean(spec, evaluator, rng), spec.sigma, spec.population_size, rng, spec.learning_rate,
+                    lower=coding.lower, upper=coding.upper)
+
+
+def _cmaes(spec: Any, evaluator: Evaluator, rng: np.random.Generator) -> CMAES:
+    from ..ec.cmaes import CMAES  # on first use: cma imports scipy
+
+    coding = evaluator.describe().coding
+    return CMAES(_initial_mean(spec, evaluator, rng), spec.sigma, rng, spec.population_size, coding.lower,
+                 coding.upper)
+
+
+@dataclass(frozen=True)
+class ECAlgorithm:
+    """An EC algorithm an evolve config can name: its config model (`config/evolve.py`) and how
+    its ask/tell algorithm is built from that config's section, the evaluator and the run's generator."""
+
+    name: str
+    build: Callable[[Any, Evaluator, np.random.Generator], EvolutionAlgorithm]
+
+    @property
+    def config(self) -> type:
+        return EVOLVE_ALGORITHMS[self.name]
+
+
+EC_ALGORITHMS: dict[str, ECAlgorithm] = {entry.name: entry for entry in (
+    ECAlgorithm("nsga2", _nsga2), ECAlgorithm("ga", _ga), ECAlgorithm("es", _es), ECAlgorithm("cmaes", _cmaes))}
+assert set(EC_ALGORITHMS) == set(EVOLVE_ALGORITHMS), "every algorithm config of config/evolve.py needs an entry here"
+
+
+def make_algorithm(config: EvolveConfig, evaluator: Evaluator) -> EvolutionAlgorithm:
+    """The configured algorithm, seeded from the config, over the evaluator's coding. Game
+    balancing searches lineups (permutations): NSGA-II with order crossover and lineup swaps."""
+    spec, rng = config.algorithm, np.random.default_rng(config.seed)
+    if config.problem.name == "balance":
         from ..games.lineup import lineup_operators
 
+        coding = evaluator.describe().coding
         return NSGA2(coding.lower, coding.upper, spec.population_size, rng,  # type: ignore[union-attr]
                      crossover_probability=spec.crossover_probability,  # type: ignore[union-attr]
                      **lineup_operators(evaluator.coding, spec.crossover_probability))  # type: ignore
-    if isinstance(spec, GAConfig):
-        crossover = make_crossover(spec.crossover, coding, spec.crossover_probability, spec.crossover_eta)
-        mutation = make_mutation(spec.mutation, coding, spec.mutation_eta, spec.mutation_probability)
-        return GA(evaluator.initialize, spec.population_size, rng, crossover, mutation, spec.variant, spec.elite_count,
-                  spec.tournament_size, spec.offspring_per_step)
-    return NSGA2(coding.lower, coding.upper, spec.population_size, rng, spec.crossover_eta,
-                 spec.crossover_probability, spec.mutation_eta)
+    return EC_ALGORITHMS[spec.name].build(spec, evaluator, rng)
 
 
 def hypervolume_reference(config: EvolveConfig, num_objectives: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 
 Only names that need no torch are re-exported here: every actor process imports this package,
 and one that only acts must not load torch. The torch side is imported from its modules:
-`runtime.trainer.SerialTrainer`, `runtime.learner.make_learner`, `runtime.inference.TorchPolicy`.
+`runtime.trainer.SerialTrainer`, `runtime.algorithms.make_learner`, `runtime.inference.TorchPolicy`.
 """
 
 from .observers import TrainObserver, TrainResult, UpdateReport

@@ -15,12 +15,19 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
 
 from pydantic import BaseModel
 
 from ..config import A3CConfig, DQNConfig, ImpalaConfig, PPOConfig, RunConfig
 from ..config.train import ALGORITHMS
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..rl.learner import LearnerBase
 
 #: Metrics every training run reports, whatever its algorithm (with the learner's own, below).
 TRAINING_METRICS: tuple[str, ...] = (
@@ -39,7 +46,7 @@ _ACTOR_CRITIC_LOSSES = ("loss_policy", "loss_value", "entropy")
 class RLAlgorithm:
     name: str
     config: type[BaseModel]
-    #: (RunConfig, observation space, action space) -> the learner (`runtime.learner.Learner`).
+    #: (RunConfig, observation space, action space, model) -> the learner (`rl.learner.Learner`).
     learner: str
     #: (observation space, action space, ModelConfig) -> the torch network actors sample with and
     #: the learner broadcasts.
@@ -73,15 +80,15 @@ def load(entry_point: str) -> Any:
 
 
 RL_ALGORITHMS: dict[str, RLAlgorithm] = {entry.name: entry for entry in (
-    RLAlgorithm("ppo", PPOConfig, learner="lamarckian_hpc.runtime.learner:PPOLearner", model=_ACTOR_CRITIC,
+    RLAlgorithm("ppo", PPOConfig, learner="lamarckian_hpc.rl.learner:PPOLearner", model=_ACTOR_CRITIC,
                 numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH,
                 metrics=(*_ACTOR_CRITIC_LOSSES, "approx_kl", "clip_fraction")),
-    RLAlgorithm("impala", ImpalaConfig, learner="lamarckian_hpc.runtime.learner:ImpalaLearner", model=_ACTOR_CRITIC,
+    RLAlgorithm("impala", ImpalaConfig, learner="lamarckian_hpc.rl.learner:ImpalaLearner", model=_ACTOR_CRITIC,
                 numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH, metrics=_ACTOR_CRITIC_LOSSES),
-    RLAlgorithm("a3c", A3CConfig, learner="lamarckian_hpc.runtime.learner:A3CLearner", model=_ACTOR_CRITIC,
+    RLAlgorithm("a3c", A3CConfig, learner="lamarckian_hpc.rl.learner:A3CLearner", model=_ACTOR_CRITIC,
                 torch_policy=_ACTOR_CRITIC_TORCH, metrics=_ACTOR_CRITIC_LOSSES,
                 actor_gradients="lamarckian_hpc.rl.a3c:a3c_gradients", serial=False),
-    RLAlgorithm("dqn", DQNConfig, learner="lamarckian_hpc.runtime.learner:DQNLearner",
+    RLAlgorithm("dqn", DQNConfig, learner="lamarckian_hpc.rl.learner:DQNLearner",
                 model="lamarckian_hpc.models.q_network:QNetwork",
                 numpy_policy="lamarckian_hpc.runtime.numpy_policy:epsilon_greedy_policy",
                 torch_policy="lamarckian_hpc.runtime.inference:epsilon_greedy_policy",
@@ -93,3 +100,17 @@ assert set(RL_ALGORITHMS) == set(ALGORITHMS), "every algorithm config of config/
 def rl_algorithm(config: RunConfig) -> RLAlgorithm:
     """The entry of the algorithm `config` names."""
     return RL_ALGORITHMS[config.algorithm.name]
+
+
+def build_model(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> torch.nn.Module:
+    """The network the run's algorithm samples with and its learner trains."""
+    return rl_algorithm(config).build("model", observation_space, action_space, config.model)
+
+
+def make_learner(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> LearnerBase:
+    """The learner of the run's algorithm, on a network of its own, seeded by the run's seed."""
+    import torch
+
+    torch.manual_seed(config.seed)  # the network's initial weights, then every draw of the learner's
+    return rl_algorithm(config).build("learner", config, observation_space, action_space,
+                                      build_model(config, observation_space, action_space))

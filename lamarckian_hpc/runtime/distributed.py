@@ -37,8 +37,7 @@ from .actor_watch import ActorWatch
 from .cpu_quota import join_learner_cpu_group
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
-from .algorithms import rl_algorithm
-from .learner import make_learner
+from .algorithms import make_learner, rl_algorithm
 from .messages import (ENV_FAILING, GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate,
                        read_experience, read_gradients)
 from .observers import TrainObserver, TrainResult, UpdateReport

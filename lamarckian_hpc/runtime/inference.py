@@ -13,7 +13,7 @@ import torch
 from ..config import RunConfig
 from ..mdp import PolicyOutput
 from ..models import ActorCritic
-from .learner import load_weights
+from ..rl.learner import load_weights
 
 
 class TorchPolicy:

@@ -1,4 +1,5 @@
-"""The serial multi-agent trainer: one Sampler, several policies, one PPO update per trained policy.
+"""The serial multi-agent trainer: one Sampler, several policies, one PPO update per trained policy
+(by the multi-policy learner the distributed runtime updates with, `multiagent.policies`).
 
 Every MDP of the process is stepped by one Sampler, so each tick makes one batched inference per
 policy over all agents of all MDPs. Agents are bound to policies by a `PolicyMapping` when they
@@ -19,13 +20,13 @@ from typing import Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 
-from ..config import ModelConfig, MultiAgentConfig, PPOConfig
+from ..config import ModelConfig, MultiAgentConfig, PPOConfig, RunConfig, RuntimeConfig
 from ..mdp import MDP, EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
 from ..multiagent.global_state import GlobalStateMDP
 from ..multiagent.mapping import PolicyMapping, PolicyMappingFn, configured_mapping
 from ..multiagent.policies import MultiPolicyLearner, build_policy_models
 from .inference import TorchPolicy
-from .learner import load_weights
+from ..rl.learner import load_weights
 from .network_layout import actor_critic_layout
 from .numpy_policy import NumpyActorCriticPolicy
 
@@ -67,7 +68,9 @@ class MultiAgentTrainer:
             global_state_size = mdps[0].state_size
         self.models = build_policy_models(config.policies, trained, *spaces, model, config.shared_layers, seed,
                                           global_state_size)
-        self.learner = MultiPolicyLearner(self.models, trained, ppo, seed)
+        # The learners a training run of these sections would have (serial, on the CPU).
+        run_config = RunConfig(seed=seed, model=model, algorithm=ppo, runtime=RuntimeConfig(mode="serial", device="cpu"))
+        self.learner = MultiPolicyLearner(self.models, trained, run_config)
         self.experiences = {pid: ExperienceBuffer() for pid in trained}
         self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences)
         # An MLP policy samples with its own torch-free copy (as actors do), which takes the torch
@@ -127,7 +130,7 @@ class MultiAgentTrainer:
         """Sample until a trained policy has a full batch; update every policy that has one."""
         diagnostics = {}
         for policy_id, experience in self.sample().items():
-            diagnostics[policy_id] = self.learner.update(policy_id, experience)
+            diagnostics[policy_id] = self.learner.update(policy_id, experience, self.sampler.env_frames)
             self.updated(policy_id)
         return diagnostics
 

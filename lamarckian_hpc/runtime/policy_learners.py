@@ -18,38 +18,22 @@ import torch
 
 from ..config import RunConfig
 from ..multiagent import build_policy_models
+from ..multiagent.policies import MultiPolicyLearner
 from .episodes import RecentEpisodes
-from .learner import STALENESS_METRICS, PPOLearner
+from ..rl.learner import STALENESS_METRICS
 from .multiagent_sampling import POLICY_VERSIONS, MultiAgentSpaces, flat_weights
 
 
-class PolicyLearners:
+class PolicyLearners(MultiPolicyLearner):
+    """The multi-policy learner of a run's config, with the one weights message of every policy."""
+
     def __init__(self, config: RunConfig, spaces: MultiAgentSpaces) -> None:
         assert config.multiagent is not None
         multiagent = config.multiagent
-        self.models = build_policy_models(multiagent.policies, multiagent.trained, spaces.observation_space,
-                                          spaces.action_space, config.model, multiagent.shared_layers, config.seed,
-                                          spaces.global_state_size)
-        self.learners: dict[str, PPOLearner] = {}
-        for index, policy_id in enumerate(multiagent.trained):
-            learner = PPOLearner(config, spaces.observation_space, spaces.action_space, self.models[policy_id])
-            learner.rng = np.random.default_rng([config.seed, index])  # each its own minibatch order
-            self.learners[policy_id] = learner
-        self.frozen = tuple(policy_id for policy_id in multiagent.policies if policy_id not in self.learners)
-        self.device = next(iter(self.learners.values())).device if self.learners else torch.device("cpu")
-        for policy_id in self.frozen:
-            self.models[policy_id].to(self.device)
-
-    @property
-    def version(self) -> int:
-        """The broadcast's version: updates of all policies so far."""
-        return sum(learner.version for learner in self.learners.values())
-
-    @property
-    def versions(self) -> dict[str, int]:
-        """Each policy's own version (a frozen one stays 0)."""
-        return {policy_id: self.learners[policy_id].version if policy_id in self.learners else 0
-                for policy_id in self.models}
+        models = build_policy_models(multiagent.policies, multiagent.trained, spaces.observation_space,
+                                     spaces.action_space, config.model, multiagent.shared_layers, config.seed,
+                                     spaces.global_state_size)
+        super().__init__(models, multiagent.trained, config)
 
     def weights(self) -> dict[str, np.ndarray]:
         """Every policy's parameters as `<policy>/<parameter>` CPU arrays."""
@@ -59,17 +43,6 @@ class PolicyLearners:
 
     def broadcast_meta(self, env_frames: int) -> dict[str, Any]:
         return {POLICY_VERSIONS: self.versions}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Each trained policy's learner state (parameters, optimizer, version, generators)."""
-        return {"version": self.version, "policies": {pid: learner.state_dict() for pid, learner in self.learners.items()}}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = sorted(set(self.learners) - set(state["policies"]))
-        if missing:
-            raise ValueError(f"the checkpoint has no state for the trained policies {missing}")
-        for policy_id, learner in self.learners.items():
-            learner.load_state_dict(state["policies"][policy_id])
 
 
 #: What a multi-agent run records per policy, as `<metric>.<policy id>`: its learner's diagnostics

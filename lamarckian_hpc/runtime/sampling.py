@@ -153,7 +153,7 @@ def numpy_policy(config: RunConfig, observation_space: gym.Space, action_space: 
 def torch_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
                  seed: int) -> tuple[ActorPolicy, torch.nn.Module]:
     """A policy on a torch network of its own."""
-    from .learner import build_model
+    from .algorithms import build_model
 
     model = build_model(config, observation_space, action_space)
     return rl_algorithm(config).build("torch_policy", config, model, action_space, seed), model

@@ -1,9 +1,10 @@
-"""The serial trainer: sampling and PPO learning in one process.
+"""The serial trainer: sampling and learning in one process.
 
 It is the reference runtime: everything runs in this process, so a debugger and a profiler see
 the whole run, and a distributed runtime must learn as well as this one does for a fixed seed.
-The loop has two phases per update, sampling a batch through the asynchronous MDP interface and
-one PPO update, and reports to observers after each.
+It runs the training loop (`training_loop`: sample a batch through the asynchronous MDP
+interface, one update of the algorithm's learner) to the run's stop rule, and reports to
+observers after each update.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from ..config import RunConfig
 from .algorithms import rl_algorithm
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
-from .learner import make_learner
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .recording import RecordedEpisodes
-from .sampling import make_sampling_side, spaces_of, steps_per_update
+from .training_loop import TrainingLoop
 
 class SerialTrainer:
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = ()) -> None:
@@ -31,14 +31,9 @@ class SerialTrainer:
             raise ValueError(f"{config.algorithm.name} needs actor processes that compute gradients: "
                              "use runtime.mode=ray")
         torch.set_num_threads(config.runtime.torch_threads)
-        self.spaces = spaces_of(config)
-        self.learner = make_learner(config, *self.spaces)
-        # Sampling runs its own copy of the policy on the CPU, torch-free for an MLP, as an actor
-        # does: a batch of a few observations costs a fraction of torch's per-call overhead in
-        # numpy (and a GPU round trip more). It takes the learner's weights after every update.
-        self.sampling = make_sampling_side(config, config.seed)
-        self.sampler, self.experience = self.sampling.sampler, self.sampling.experience
-        self._sync_sampling()
+        self.loop = TrainingLoop(config)
+        self.learner, self.sampling, self.sampler = self.loop.learner, self.loop.sampling, self.loop.sampler
+        self.spaces = self.loop.spaces
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
         self.recorded = RecordedEpisodes(self.sampling.policy_id)
 
@@ -51,46 +46,34 @@ class SerialTrainer:
         self.learner.load_state_dict(checkpoint.learner)
         self.progress = checkpoint.progress(self.config.stop.return_window)
         self.sampler.env_frames = checkpoint.env_frames
-        self._sync_sampling()
-
-    def _sync_sampling(self) -> None:
-        """The sampling policy takes the learner's weights and version."""
-        self.sampling.load_weights(self.learner.weights())
-        self.sampler.policy_versions[self.sampling.policy_id] = self.learner.version
+        self.loop.sync()
 
     def train(self) -> TrainResult:
-        batch_size, stop, progress = steps_per_update(self.config), self.config.stop, self.progress
+        stop, progress = self.config.stop, self.progress
         episodes = progress.episodes
         progress.started = time.monotonic()
         sampling_seconds = 0.0
         frames_at_start = self.sampler.env_frames
-        self._sync_sampling()  # the learner's weights may have been set since (EMOGI's inherited policies)
+        self.loop.sync()  # the learner's weights may have been set since (EMOGI's inherited policies)
         while self.sampler.env_frames < stop.total_env_steps:
-            # Sampling phase: tick the MDPs until a batch of training steps is recorded.
-            sampling_start = time.monotonic()
-            frames_before = self.sampler.env_frames
-            self.sampling.sample(batch_size)
-            experience = self.experience.take()
-            sampling_elapsed = time.monotonic() - sampling_start
-            sampling_seconds += sampling_elapsed
+            sampled = self.loop.sample()
+            sampling_seconds += sampled.seconds
             env_frames = progress.env_frames = self.sampler.env_frames
-            completed = self.sampler.take_completed()
-            returns = [r.episode_return for r in completed]
-            self.recorded.add(episodes.count, returns, ((k, r.recorded) for k, r in enumerate(completed) if r.recorded),
+            returns = [r.episode_return for r in sampled.completed]
+            self.recorded.add(episodes.count, returns,
+                              ((k, r.recorded) for k, r in enumerate(sampled.completed) if r.recorded),
                               actor=0, host=socket.gethostname())
-            episodes.add(returns, (r.length for r in completed))
+            episodes.add(returns, (r.length for r in sampled.completed))
 
-            # Learning phase: one PPO update on the batch.
-            metrics = self.learner.update(experience, env_frames)
-            self._sync_sampling()
-            if "epsilon" in (meta := self.learner.broadcast_meta(env_frames)):
-                self.sampling.set_epsilon(meta["epsilon"])
+            update_start = time.monotonic()
+            metrics = self.loop.update(sampled.experience)
             progress.updates += 1
-            progress.trained_steps += len(experience)
+            progress.trained_steps += len(sampled.experience)
             metrics.update(episodes.metrics())
             metrics["env_errors"] = float(self.sampler.env_errors)
-            metrics["env_frames_per_second"] = (env_frames - frames_before) / max(sampling_elapsed, 1e-9)
-            metrics["trained_frames_per_second"] = len(experience) / max(time.monotonic() - sampling_start, 1e-9)
+            metrics["env_frames_per_second"] = sampled.env_frames / max(sampled.seconds, 1e-9)
+            metrics["trained_frames_per_second"] = len(sampled.experience) / max(
+                sampled.seconds + time.monotonic() - update_start, 1e-9)
             wall_time = progress.wall_time
             report = UpdateReport(progress.updates, env_frames, progress.trained_steps, wall_time,
                                   self.learner.version, episodes.count, episodes.mean_return, metrics,
@@ -117,4 +100,4 @@ class SerialTrainer:
         return result
 
     def close(self) -> None:
-        self.sampling.close()
+        self.loop.close()

@@ -16,14 +16,13 @@ import torch
 
 from ..config import DQNConfig, RunConfig
 from ..mdp import ExperienceBatch
-from ..rl import build_rollout_batch, ppo_update
-from ..rl.ppo import RolloutBatch
-from ..rl.adam import Adam
-from ..rl.dqn import dqn_loss, linear_epsilon
-from ..rl.impala import impala_update
-from ..rl.optim import NONFINITE_STEPS, GuardedSteps
-from ..rl.replay import ReplayBuffer, transitions_of
-from .algorithms import rl_algorithm
+from .adam import Adam
+from .batch import build_rollout_batch
+from .dqn import dqn_loss, linear_epsilon
+from .impala import impala_update
+from .optim import NONFINITE_STEPS, GuardedSteps
+from .ppo import RolloutBatch, ppo_update
+from .replay import ReplayBuffer, transitions_of
 
 STALENESS_BINS = 8  # staleness_count_0 .. staleness_count_7, then staleness_count_8plus
 STALENESS_METRICS: tuple[str, ...] = tuple(f"staleness_count_{k}" for k in range(STALENESS_BINS)) + (
@@ -48,11 +47,6 @@ def staleness_metrics(staleness: np.ndarray) -> dict[str, float]:
     return metrics
 
 
-def build_model(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> torch.nn.Module:
-    """The network the run's algorithm samples with (its entry's `model`)."""
-    return rl_algorithm(config).build("model", observation_space, action_space, config.model)
-
-
 def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:
     """Copy received arrays (possibly read-only views of a message) into a model."""
     model.load_state_dict({name: torch.tensor(array) for name, array in weights.items()})
@@ -69,17 +63,15 @@ class Learner(Protocol):
     def broadcast_meta(self, env_frames: int) -> dict[str, Any]: ...
 
 
-class _LearnerBase:
+class LearnerBase:
     def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
-                 model: torch.nn.Module | None = None) -> None:
-        """`model`: the network to train when it is built elsewhere (a multi-agent run's policies,
-        which may share layers and read a global state); by default one is built for the config."""
+                 model: torch.nn.Module) -> None:
+        """`model`: the network to train, built by the caller after seeding torch with the run's
+        seed: the algorithm's own (`runtime.algorithms.make_learner`), or a multi-agent run's
+        policies, which may share layers and read a global state."""
         self.config = config
-        torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         self.device = select_device(config.runtime.device)
-        if model is None:
-            model = build_model(config, observation_space, action_space)
         self.model = model.to(self.device)
         # torch.optim.Adam's update, without the torch._dynamo import every torch optimizer makes (seconds).
         self.optimizer = Adam(self.model.parameters(), lr=config.algorithm.learning_rate, eps=1e-5)
@@ -128,7 +120,7 @@ class _LearnerBase:
         torch.set_rng_state(state["torch_rng"])
 
 
-class PPOLearner(_LearnerBase):
+class PPOLearner(LearnerBase):
     """PPO on the actor-critic model: GAE on the critic, then clipped updates over minibatches."""
 
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
@@ -147,7 +139,7 @@ class PPOLearner(_LearnerBase):
         return batch, learning_rate
 
 
-class ImpalaLearner(_LearnerBase):
+class ImpalaLearner(LearnerBase):
     """IMPALA on the same actor-critic model: V-trace targets correct for samples of older policies."""
 
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
@@ -157,7 +149,7 @@ class ImpalaLearner(_LearnerBase):
         return self.updated(experience, diagnostics, learning_rate)
 
 
-class A3CLearner(_LearnerBase):
+class A3CLearner(LearnerBase):
     """Applies gradients that actors computed; each application is a new policy version."""
 
     def apply_gradients(self, gradients: Sequence[np.ndarray], env_frames: int) -> dict[str, float]:
@@ -176,11 +168,12 @@ class A3CLearner(_LearnerBase):
         raise ValueError("a3c learns from gradients that actors send, not from experience")
 
 
-class DQNLearner(_LearnerBase):
+class DQNLearner(LearnerBase):
     """Replay buffer, target network and gradient steps in proportion to the frames that arrive."""
 
-    def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> None:
-        super().__init__(config, observation_space, action_space)
+    def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
+                 model: torch.nn.Module) -> None:
+        super().__init__(config, observation_space, action_space, model)
         self.algorithm: DQNConfig = config.algorithm  # type: ignore[assignment]
         self.target = copy.deepcopy(self.model)
         self.replay = ReplayBuffer(self.algorithm.replay_capacity)
@@ -228,8 +221,3 @@ class DQNLearner(_LearnerBase):
         self.target.load_state_dict(state["target"])
         self.gradient_steps = int(state["gradient_steps"])
         self._owed_steps = float(state["owed_steps"])
-
-
-def make_learner(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> _LearnerBase:
-    """The learner of the run's algorithm (its entry's `learner`)."""
-    return rl_algorithm(config).build("learner", config, observation_space, action_space)
