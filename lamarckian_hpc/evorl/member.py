@@ -21,7 +21,7 @@ from ..config.evorl import SearchedHyperparameter
 from ..mdp import ExperienceBatch
 from ..runtime.episodes import RecentEpisodes
 from ..rl.learner import LearnerBase, load_weights
-from ..runtime.sampling import SamplingSide
+from ..runtime.sampling import POLICY_ID, SamplingSide
 from ..runtime.training_loop import TrainingLoop
 
 OPTIMIZER_PREFIX = "optimizer/"
@@ -78,7 +78,7 @@ class Member:
     def _build(self, run_config: RunConfig, slot: int, return_window: int, target_return: float | None) -> None:
         self.slot = slot
         self.run_config = run_config
-        self.loop = TrainingLoop(run_config)
+        self.loop = TrainingLoop.of_run(run_config)
         self.episodes = RecentEpisodes(return_window)
         self.target_return = target_return
         self.reached = False
@@ -94,7 +94,7 @@ class Member:
     def load_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Start from these policy weights (an inherited policy); the optimizer starts fresh."""
         load_weights(self.learner.model, weights)
-        self.loop.sync()
+        self.loop.sync(POLICY_ID)
 
     @property
     def env_frames(self) -> int:
@@ -134,7 +134,7 @@ class Member:
     def updated(self, result: IntervalResult, clock_start: float) -> bool:
         """After an update of the learner: sample with the new version; True when this update
         made the member reach the target."""
-        self.loop.updated()
+        self.loop.updated(POLICY_ID)
         result.updates += 1
         if self.reached or not self.episodes.reached(self.target_return):
             return False
@@ -177,7 +177,7 @@ class Member:
         self.episodes = RecentEpisodes(self.episodes.window)
         self.episodes.add(arrays[EPISODE_RETURNS].tolist(), arrays[EPISODE_LENGTHS].tolist())
         self.learner.version += 1
-        self.loop.sync()
+        self.loop.sync(POLICY_ID)
 
     def checkpoint(self) -> dict:
         """What this member carries across a resume, as arrays and numbers: `state()` (weights, Adam
@@ -196,7 +196,7 @@ class Member:
         self.reached = bool(state["reached"])
         self.learner.rng.bit_generator.state = state["rng"]
         self.learner.version = int(state["version"])
-        self.loop.sync()
+        self.loop.sync(POLICY_ID)
         self.sampling.sampler.env_frames = int(state["env_frames"])
         self.set_hyperparameters(state["hyperparameters"])
 

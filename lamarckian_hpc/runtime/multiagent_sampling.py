@@ -118,7 +118,7 @@ def flat_weights(weights: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, n
 class MultiAgentSamplingSide:
     sampler: Sampler
     experiences: dict[str, ExperienceBuffer]  # trained policies only: frozen ones record nothing
-    policies: dict[str, NumpyActorCriticPolicy]
+    policies: dict[str, Any]  # numpy policies (an actor's), or torch ones on CNN models (the serial trainer's)
     observation_space: gym.Space  # of the rows that travel
     max_consecutive_env_errors: int = 100
     model: None = None  # never a torch network: multi-agent actors act with numpy
@@ -132,6 +132,18 @@ class MultiAgentSamplingSide:
         while self.num_steps < num_steps:
             self.sampler.tick()
             self.sampler.check_environments(self.max_consecutive_env_errors)
+
+    def sample_ready(self, batch_steps: int) -> list[str]:
+        """Tick until at least one trained policy holds `batch_steps`; the policies that do
+        (policies that are rarely mapped fill their batches, and are updated, less often)."""
+        while not (ready := [pid for pid, buffer in self.experiences.items() if buffer.num_steps >= batch_steps]):
+            for _ in range(8):
+                self.sampler.tick()
+            self.sampler.check_environments(self.max_consecutive_env_errors)
+        return ready
+
+    def load_policy_weights(self, policy_id: str, weights: Mapping[str, np.ndarray]) -> None:
+        self.policies[policy_id].load_weights(weights)
 
     def take_experience(self) -> list[tuple[str, ExperienceBatch, list[EpisodeResult]]]:
         """(policy id, its batch, its agents' finished episodes) of every trained policy with steps."""

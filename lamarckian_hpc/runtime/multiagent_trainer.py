@@ -25,10 +25,12 @@ from ..mdp import MDP, EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
 from ..multiagent.global_state import GlobalStateMDP
 from ..multiagent.mapping import PolicyMapping, PolicyMappingFn, configured_mapping
 from ..multiagent.policies import MultiPolicyLearner, build_policy_models
-from .inference import TorchPolicy
 from ..rl.learner import load_weights
+from .inference import TorchPolicy
+from .multiagent_sampling import MultiAgentSamplingSide
 from .network_layout import actor_critic_layout
 from .numpy_policy import NumpyActorCriticPolicy
+from .training_loop import TrainingLoop
 
 
 @dataclass
@@ -75,15 +77,17 @@ class MultiAgentTrainer:
         self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences)
         # An MLP policy samples with its own torch-free copy (as actors do), which takes the torch
         # model's weights after every update and every `load_weights`; a CNN acts with the model.
-        self.policies: dict[str, NumpyActorCriticPolicy | TorchPolicy] = {pid: TorchPolicy(m)
-                                                                          for pid, m in self.models.items()}
+        policies: dict[str, NumpyActorCriticPolicy | TorchPolicy] = {pid: TorchPolicy(m) for pid, m in self.models.items()}
         if model.kind == "mlp":
             layout = actor_critic_layout(*spaces, model, global_state_size)
-            self.policies = {pid: NumpyActorCriticPolicy(layout, model.activation, seed * 7919 + index)
-                             for index, pid in enumerate(self.models)}
-        for policy_id in self.models:
+            policies = {pid: NumpyActorCriticPolicy(layout, model.activation, seed * 7919 + index)
+                        for index, pid in enumerate(self.models)}
+        self.sampler = Sampler(mdps, self.mapping, dict(policies), seed)
+        sampling = MultiAgentSamplingSide(self.sampler, self.experiences, policies, spaces[0])
+        self.loop = TrainingLoop(self.learner.learners, sampling, ppo.batch_size,
+                                 shared_layers=bool(config.shared_layers))
+        for policy_id in self.learner.frozen:
             self._sync(policy_id)
-        self.sampler = Sampler(mdps, self.mapping, dict(self.policies), seed)
         self.return_window = return_window
         self.returns: dict[str, list[float]] = defaultdict(list)
         self.updates = {pid: 0 for pid in trained}
@@ -93,26 +97,19 @@ class MultiAgentTrainer:
     def sample(self) -> dict[str, ExperienceBatch]:
         """Tick until at least one trained policy has a full batch; the batches of those that have
         one (a caller that updates several trainers' policies at once calls this, then `updated`)."""
-        batch_size = self.ppo.batch_size
-        ready: list[str] = []
-        while not ready:
-            for _ in range(8):
-                self.sampler.tick()
-            ready = [pid for pid, buffer in self.experiences.items() if buffer.num_steps >= batch_size]
-        self.last_completed = self.sampler.take_completed()
+        sampled = self.loop.sample()
+        self.last_completed = sampled.completed
         for result in self.last_completed:
             window = self.returns[result.policy_id]
             window.append(result.episode_return)
             del window[:-self.return_window]
-        return {policy_id: self.experiences[policy_id].take() for policy_id in ready}
+        return sampled.batches
 
     def updated(self, policy_id: str) -> None:
         """After `policy_id`'s update: its new version samples from now on (and so do the policies
         that share layers with it)."""
-        self.sampler.policy_versions[policy_id] = self.learner.versions[policy_id]
         self.updates[policy_id] += 1
-        for other in (self.models if self.config.shared_layers else (policy_id,)):
-            self._sync(other)
+        self.loop.updated(policy_id)
 
     def load_weights(self, policy_id: str, weights: Mapping[str, np.ndarray]) -> None:
         """Give `policy_id` these weights (a frozen opponent's, a restored policy's): its torch
@@ -121,17 +118,15 @@ class MultiAgentTrainer:
         self._sync(policy_id)
 
     def _sync(self, policy_id: str) -> None:
-        policy = self.policies[policy_id]
-        if isinstance(policy, NumpyActorCriticPolicy):
-            policy.load_weights({name: tensor.detach().cpu().numpy()
-                                 for name, tensor in self.models[policy_id].state_dict().items()})
+        """The sampling copy of `policy_id` takes its model's weights (a frozen one's too)."""
+        self.loop.sampling.load_policy_weights(policy_id, {name: tensor.detach().cpu().numpy()
+                                                          for name, tensor in self.models[policy_id].state_dict().items()})
 
     def step(self) -> dict[str, dict[str, float]]:
         """Sample until a trained policy has a full batch; update every policy that has one."""
-        diagnostics = {}
-        for policy_id, experience in self.sample().items():
-            diagnostics[policy_id] = self.learner.update(policy_id, experience, self.sampler.env_frames)
-            self.updated(policy_id)
+        diagnostics = self.loop.update(self.sample())
+        for policy_id in diagnostics:
+            self.updates[policy_id] += 1
         return diagnostics
 
     def train(self, total_env_steps: int) -> MultiAgentResult:
@@ -145,4 +140,4 @@ class MultiAgentTrainer:
             agents_per_policy=dict(self.mapping.counts))
 
     def close(self) -> None:
-        self.sampler.close()
+        self.loop.close()

@@ -52,6 +52,19 @@ class SamplingSide:
         self.policy.load_weights(weights)
 
     @property
+    def experiences(self) -> dict[str, ExperienceBuffer]:
+        """The buffer of each trained policy: the one, here (as the multi-agent side has several)."""
+        return {self.policy_id: self.experience}
+
+    def load_policy_weights(self, policy_id: str, weights: Mapping[str, np.ndarray]) -> None:
+        self.load_weights(weights)
+
+    def sample_ready(self, batch_steps: int) -> list[str]:
+        """Tick until a trained policy holds `batch_steps`; the policies that do (the one)."""
+        self.sample(batch_steps)
+        return [self.policy_id]
+
+    @property
     def observation_space(self) -> gym.Space:
         """Of the observations that travel to the learner."""
         return self.sampler.mdps[0].observation_space(None)

@@ -31,7 +31,7 @@ class SerialTrainer:
             raise ValueError(f"{config.algorithm.name} needs actor processes that compute gradients: "
                              "use runtime.mode=ray")
         torch.set_num_threads(config.runtime.torch_threads)
-        self.loop = TrainingLoop(config)
+        self.loop = TrainingLoop.of_run(config)
         self.learner, self.sampling, self.sampler = self.loop.learner, self.loop.sampling, self.loop.sampler
         self.spaces = self.loop.spaces
         self.progress = TrainingProgress(RecentEpisodes(config.stop.return_window))
@@ -46,7 +46,7 @@ class SerialTrainer:
         self.learner.load_state_dict(checkpoint.learner)
         self.progress = checkpoint.progress(self.config.stop.return_window)
         self.sampler.env_frames = checkpoint.env_frames
-        self.loop.sync()
+        self.loop.sync(self.sampling.policy_id)
 
     def train(self) -> TrainResult:
         stop, progress = self.config.stop, self.progress
@@ -54,7 +54,8 @@ class SerialTrainer:
         progress.started = time.monotonic()
         sampling_seconds = 0.0
         frames_at_start = self.sampler.env_frames
-        self.loop.sync()  # the learner's weights may have been set since (EMOGI's inherited policies)
+        # The learner's weights may have been set since (EMOGI's inherited policies).
+        self.loop.sync(self.sampling.policy_id)
         while self.sampler.env_frames < stop.total_env_steps:
             sampled = self.loop.sample()
             sampling_seconds += sampled.seconds
@@ -66,7 +67,7 @@ class SerialTrainer:
             episodes.add(returns, (r.length for r in sampled.completed))
 
             update_start = time.monotonic()
-            metrics = self.loop.update(sampled.experience)
+            metrics = self.loop.update(sampled.batches)[self.sampling.policy_id]
             progress.updates += 1
             progress.trained_steps += len(sampled.experience)
             metrics.update(episodes.metrics())
