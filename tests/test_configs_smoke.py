@@ -94,6 +94,11 @@ def _dqn(config: Any) -> list[str]:
                              "algorithm.replay_capacity=1000", "algorithm.epsilon_decay_frames=256"]
 
 
+def _sac(config: Any) -> list[str]:
+    return _train(config) + ["algorithm.learning_starts=64", "algorithm.minibatch_size=32",
+                             "algorithm.replay_capacity=1000"]
+
+
 def _a3c(config: Any) -> list[str]:
     return _train(config) + ["runtime.rollout_steps=16"]
 
@@ -190,7 +195,7 @@ class Smoke:
 #: algorithm.name -> how its configs are cut down and checked.
 SMOKE: dict[str, Smoke] = {
     "ppo": Smoke(_ppo, _trained), "impala": Smoke(lambda config: _train(config) + TRAIN_BATCH, _trained),
-    "dqn": Smoke(_dqn, _trained), "a3c": Smoke(_a3c, _trained),
+    "dqn": Smoke(_dqn, _trained), "a3c": Smoke(_a3c, _trained), "sac": Smoke(_sac, _trained),
     **{name: Smoke(_ec, _evolved) for name in ("nsga2", "ga", "es", "cmaes")},
     "pbt": Smoke(_pbt, _members), "emogi": Smoke(_emogi, _policies), "league": Smoke(_league, _matches),
     "wuji": Smoke(_wuji, _episodes),

@@ -16,7 +16,7 @@ from .launch import LaunchConfig, slurm_time_minutes
 from .loading import apply_overrides, build_config, load_config, parse_override
 from .multiagent import LeagueConfig, MultiAgentConfig
 from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
-                    PPOConfig, RunConfig, RuntimeConfig, StopConfig)
+                    PPOConfig, RunConfig, RuntimeConfig, SACConfig, StopConfig)
 
 if TYPE_CHECKING:
     from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig
@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["ALGORITHMS", "apply_overrides", "A3CConfig", "AlgorithmConfig", "ConfigError", "DQNConfig", "EnvConfig", "EvolveConfig",
            "EvolveRuntimeConfig", "EVOLVE_ALGORITHMS", "GAConfig", "ImpalaConfig", "ModelConfig", "NSGA2Config", "PPOConfig", "ProblemConfig",
-           "RootSection", "RunConfig", "RuntimeConfig", "Section", "StopConfig", "StorageConfig", "TrajectoriesConfig", "build_config",
+           "RootSection", "RunConfig", "RuntimeConfig", "SACConfig", "Section", "StopConfig", "StorageConfig", "TrajectoriesConfig", "build_config",
            "load_config", "parse_override", "HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig",
            "PBTRuntimeConfig", "PBTStopConfig", "EMOGIAlgorithmConfig", "EMOGIConfig", "EMOGIRuntimeConfig",
            "LeagueConfig", "MultiAgentConfig", "LaunchConfig", "slurm_time_minutes"]

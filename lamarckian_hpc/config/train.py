@@ -89,7 +89,7 @@ class _BatchAlgorithm(Section):
 
 
 class PPOConfig(_BatchAlgorithm):
-    name: Literal["ppo"] = Field("ppo", description="Algorithm: ppo, impala, a3c or dqn.")
+    name: Literal["ppo"] = Field("ppo", description="Algorithm: ppo, impala, a3c, dqn or sac.")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
     clip_range: float = Field(0.2, gt=0, lt=1, description="Probability-ratio clip of the surrogate loss.")
     policy_weight: float = Field(1.0, ge=0, description="Weight of the policy loss.")
@@ -137,9 +137,32 @@ class DQNConfig(Section):
     max_grad_norm: float = Field(10.0, gt=0, description="Gradient clipping norm.")
 
 
-AlgorithmConfig = Annotated[PPOConfig | ImpalaConfig | A3CConfig | DQNConfig, Field(discriminator="name")]
+class SACConfig(Section):
+    name: Literal["sac"] = Field(
+        "sac", description="Algorithm: Soft Actor-Critic for continuous (Box) actions: a squashed Gaussian policy, "
+                           "twin Q-networks with Polyak-averaged targets and a tuned entropy temperature; the model's "
+                           "policy_hidden_sizes are the actor's layers, critic_hidden_sizes each Q-network's.")
+    learning_rate: float = Field(3e-4, gt=0, le=1, description="Adam step size of the policy.")
+    q_learning_rate: float = Field(1e-3, gt=0, le=1, description="Adam step size of the Q-networks and of alpha.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(0.005, gt=0, le=1, description="Polyak step of the target Q-networks per gradient step.")
+    reward_scale: float = Field(1.0, gt=0, description="Rewards are multiplied by this before learning.")
+    replay_capacity: int = Field(1_000_000, ge=100, description="Transitions kept in the replay buffer.")
+    learning_starts: int = Field(5_000, ge=1, description=(
+        "Transitions in the buffer before learning starts; until then actors act uniformly at random."))
+    minibatch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
+    updates_per_frame: float = Field(1.0, gt=0, le=16, description="Q-network gradient steps per new env frame.")
+    policy_update_interval: int = Field(2, ge=1, description=(
+        "Delayed policy updates: every this many Q steps, this many policy (and alpha) steps."))
+    autotune_entropy: bool = Field(True, description="Tune alpha so the policy's entropy tracks target_entropy.")
+    initial_alpha: float = Field(0.2, gt=0, description="Entropy temperature at the start (fixed when not autotuned).")
+    target_entropy: float | None = Field(None, description="Entropy target of the autotuning; default -action size.")
+    max_grad_norm: float | None = Field(None, gt=0, description="Gradient clipping norm; null: no clipping.")
+
+
+AlgorithmConfig = Annotated[PPOConfig | ImpalaConfig | A3CConfig | DQNConfig | SACConfig, Field(discriminator="name")]
 ALGORITHMS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "impala": ImpalaConfig, "a3c": A3CConfig,
-                                          "dqn": DQNConfig}
+                                          "dqn": DQNConfig, "sac": SACConfig}
 
 
 class RuntimeConfig(Section):

@@ -7,11 +7,12 @@ import numpy as np
 from ..mdp import ExperienceBatch
 
 
-def transitions_of(experience: ExperienceBatch) -> dict[str, np.ndarray]:
+def transitions_of(experience: ExperienceBatch, action_dtype: type = np.int64) -> dict[str, np.ndarray]:
     """(observation, action, reward, next observation, done) for every step of a batch.
 
     Inside a fragment the next observation is the following step's; at a fragment's end it is the
     bootstrap observation, and `done` is set only when the fragment ended in a terminal state.
+    Actions are made `action_dtype`: int64 indices for DQN, float32 for continuous actions (SAC).
     """
     ends = np.cumsum(experience.lengths) - 1
     next_observations = np.empty_like(experience.observations)
@@ -19,7 +20,7 @@ def transitions_of(experience: ExperienceBatch) -> dict[str, np.ndarray]:
     next_observations[ends] = experience.bootstrap_observations
     dones = np.zeros(len(experience), dtype=np.float32)
     dones[ends] = experience.terminated
-    return {"observations": experience.observations, "actions": experience.actions.astype(np.int64),
+    return {"observations": experience.observations, "actions": experience.actions.astype(action_dtype, copy=False),
             "rewards": experience.rewards, "next_observations": next_observations, "dones": dones}
 
 

@@ -21,7 +21,7 @@ import gymnasium as gym
 
 from pydantic import BaseModel
 
-from ..config import A3CConfig, DQNConfig, ImpalaConfig, PPOConfig, RunConfig
+from ..config import A3CConfig, DQNConfig, ImpalaConfig, PPOConfig, RunConfig, SACConfig
 from ..config.train import ALGORITHMS
 
 if TYPE_CHECKING:
@@ -93,6 +93,9 @@ RL_ALGORITHMS: dict[str, RLAlgorithm] = {entry.name: entry for entry in (
                 numpy_policy="lamarckian_hpc.runtime.numpy_policy:epsilon_greedy_policy",
                 torch_policy="lamarckian_hpc.runtime.inference:epsilon_greedy_policy",
                 metrics=("loss_value", "epsilon", "replay_size")),
+    RLAlgorithm("sac", SACConfig, learner="lamarckian_hpc.rl.sac_learner:SACLearner",
+                model="lamarckian_hpc.rl.sac:SquashedGaussianActor", torch_policy="lamarckian_hpc.rl.sac:sac_policy",
+                metrics=("loss_value", "loss_policy", "entropy", "alpha", "epsilon", "replay_size")),
 )}
 assert set(RL_ALGORITHMS) == set(ALGORITHMS), "every algorithm config of config/train.py needs an entry here"
 
