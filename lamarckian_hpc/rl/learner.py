@@ -16,6 +16,7 @@ import torch
 
 from ..config import DQNConfig, RunConfig
 from ..mdp import ExperienceBatch
+from ..mdp.staleness import staleness_metrics
 from .adam import Adam
 from .batch import build_rollout_batch
 from .dqn import dqn_loss, linear_epsilon
@@ -23,11 +24,6 @@ from .impala import impala_update
 from .optim import NONFINITE_STEPS, GuardedSteps
 from .ppo import RolloutBatch, ppo_update
 from .replay import ReplayBuffer, transitions_of
-
-STALENESS_BINS = 8  # staleness_count_0 .. staleness_count_7, then staleness_count_8plus
-STALENESS_METRICS: tuple[str, ...] = tuple(f"staleness_count_{k}" for k in range(STALENESS_BINS)) + (
-    f"staleness_count_{STALENESS_BINS}plus",
-)
 
 
 def select_device(name: str) -> torch.device:
@@ -37,14 +33,6 @@ def select_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("runtime.device is 'cuda' but torch sees no GPU; use 'auto' or 'cpu'")
     return torch.device(name)
-
-
-def staleness_metrics(staleness: np.ndarray) -> dict[str, float]:
-    """Mean, max and a histogram (one metric per bin) of per-step staleness."""
-    counts = np.bincount(np.minimum(staleness, STALENESS_BINS), minlength=STALENESS_BINS + 1)
-    metrics = {"staleness_mean": float(staleness.mean()), "staleness_max": float(staleness.max())}
-    metrics.update({name: float(count) for name, count in zip(STALENESS_METRICS, counts)})
-    return metrics
 
 
 def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:

@@ -20,7 +20,8 @@ from torch import nn
 from ..config import RunConfig, SACConfig
 from ..mdp import ExperienceBatch
 from .adam import Adam
-from .learner import LearnerBase, staleness_metrics
+from ..mdp.staleness import staleness_metrics
+from .learner import LearnerBase
 from .optim import GuardedSteps
 from .replay import ReplayBuffer, transitions_of
 from .sac import TwinQ, actor_loss, alpha_loss, box_action_space, critic_loss, soft_update

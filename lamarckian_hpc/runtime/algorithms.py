@@ -2,7 +2,7 @@
 
 An entry says everything that differs between algorithms to the processes of a run: its config
 model, its learner, the network its actors sample with (and broadcast), the policy an actor
-samples with with and without torch, whether actors compute gradients instead of sending
+samples with, with and without torch, whether actors compute gradients instead of sending
 experience, whether it runs serially, and the metrics its learner reports. The trainers, the
 actors and the run file ask the entry; nothing else tells algorithms apart. Adding an algorithm
 is its maths and learner in `rl/`, its config model in `config/train.py`, and one entry here.
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-
 from pydantic import BaseModel
 
 from ..config import A3CConfig, DQNConfig, ImpalaConfig, PPOConfig, RunConfig, SACConfig
 from ..config.train import ALGORITHMS
+from ..mdp.staleness import STALENESS_METRICS
 
 if TYPE_CHECKING:
     import torch
@@ -32,8 +32,7 @@ if TYPE_CHECKING:
 #: Metrics every training run reports, whatever its algorithm (with the learner's own, below).
 TRAINING_METRICS: tuple[str, ...] = (
     "episode_return_mean", "episode_length_mean", "episodes", "env_frames_per_second", "trained_frames_per_second",
-    "learning_rate", "staleness_mean", "staleness_max",
-    *(f"staleness_count_{k}" for k in range(8)), "staleness_count_8plus", "env_errors", "nonfinite_steps",
+    "learning_rate", "staleness_mean", "staleness_max", *STALENESS_METRICS, "env_errors", "nonfinite_steps",
 )
 
 _ACTOR_CRITIC = "lamarckian_hpc.models.actor_critic:ActorCritic"

@@ -20,7 +20,7 @@ from ..config import RunConfig
 from ..multiagent import build_policy_models
 from ..multiagent.policies import MultiPolicyLearner
 from .episodes import RecentEpisodes
-from ..rl.learner import STALENESS_METRICS
+from ..mdp.staleness import STALENESS_METRICS
 from .multiagent_sampling import POLICY_VERSIONS, MultiAgentSpaces, flat_weights
 
 
