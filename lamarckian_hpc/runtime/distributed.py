@@ -105,8 +105,10 @@ class DistributedTrainer:
             from .multiagent_sampling import multiagent_spaces
 
             agents = multiagent_spaces(config)
-            # The rows that travel and are recorded: own observation | global state.
-            self.spaces = message_spaces = (agents.row_space, agents.action_space)
+            # Messages are sized by the flat rows (own observation | global state); the run file's
+            # trajectories are declared with what the actors record, the observation's own shape.
+            message_spaces = (agents.row_space, agents.action_space)
+            self.spaces = (agents.step_space, agents.action_space)
             self.learner = PolicyLearners(config, agents)
             self.policy_learners = dict(self.learner.learners)
         cores = os.cpu_count() or 1

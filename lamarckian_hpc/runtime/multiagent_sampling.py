@@ -67,6 +67,13 @@ class MultiAgentSpaces:
         size = int(np.prod(self.observation_space.shape)) + self.global_state_size
         return gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
 
+    @property
+    def step_space(self) -> gym.spaces.Box:
+        """The observation each recorded step carries, as the sampler saw it: the agent's own in its
+        own shape ((27, 5) stays (27, 5)), or the flat row [own | global state] with a centralised
+        critic (`GlobalStateMDP` widens observations before any controller sees them)."""
+        return self.row_space if self.global_state_size else self.observation_space
+
 
 def multiagent_spaces(config: RunConfig) -> MultiAgentSpaces:
     """Read from one environment made, reset and closed here; every agent must share the spaces of

@@ -147,6 +147,7 @@ class TrajectoryTables:
         self._rows: dict[str, int] = {}
         self._steps: dict[str, dict[str, h5py.Dataset]] = {}
         self._episodes: dict[str, dict[str, h5py.Dataset]] = {}
+        self._observation_shapes: dict[str, tuple[int, ...]] = {}
         root = file.create_group(TRAJECTORIES_GROUP)
         for spec in specs:
             group = root.create_group(_checked_policy_id(spec.policy_id))
@@ -163,6 +164,7 @@ class TrajectoryTables:
                 for name, dtype in EPISODE_COLUMNS.items()
             }
             self._rows[spec.policy_id] = 0
+            self._observation_shapes[spec.policy_id] = tuple(spec.observation_shape)
 
     @property
     def policy_ids(self) -> list[str]:
@@ -179,6 +181,10 @@ class TrajectoryTables:
                              f"the run file records {self.policy_ids}")
         if self.stopped or not len(record):
             return False
+        declared = self._observation_shapes[record.policy_id]
+        if record.observations.shape[1:] != declared:
+            raise ValueError(f"a recorded episode of policy {record.policy_id!r} observes "
+                             f"{record.observations.shape[1:]} per step; the run file declared {declared}")
         if self.max_bytes is not None and self.stored_bytes + record.nbytes > self.max_bytes:
             self.stopped = True
             log.warning("recorded trajectories reached storage.trajectories.max_megabytes=%g (%d episodes); "
