@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -277,7 +278,21 @@ def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
     return args
 
 
+def importable_from_here(folder: str | None = None) -> None:
+    """Let a run import modules from the folder the command runs in (a `my_envs:MyEnv-v0` env id
+    with my_envs.py there), as `python -m` would: the folder joins this process's sys.path, after
+    the installed packages (a file there never hides one), and PYTHONPATH, which every process the
+    run starts inherits (a local Ray's workers) or is given (actors on a joined Ray cluster)."""
+    folder = os.path.abspath(folder or os.getcwd())
+    if folder not in (os.path.abspath(entry or ".") for entry in sys.path):
+        sys.path.append(folder)
+    paths = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if folder not in (os.path.abspath(entry) for entry in paths):
+        os.environ["PYTHONPATH"] = os.pathsep.join([*paths, folder])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    importable_from_here()
     parser = build_parser()
     args = parse_arguments(parser, argv)
     return args.handler(args)

@@ -8,6 +8,7 @@ as the runtime does: the MDP interface knows no environment.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import gymnasium as gym
@@ -19,9 +20,27 @@ from .base import MDP, AgentId, StepOutcome
 AGENT_ID = "agent_0"
 
 
+def import_env_module(env_id: str) -> None:
+    """Import the module of a `module:Id` env id (Gymnasium's own convention: gymnasium.make imports
+    it, and it registers the id), so that a missing or broken module is one line naming it."""
+    module, colon, _ = env_id.partition(":")
+    if not colon or not module:
+        return
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # noqa: BLE001 - any failure of the user's module is reported as one line
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if not isinstance(error, ImportError):
+            reason = f"{type(error).__name__}: {reason}"
+        file = module.replace(".", "/") + ".py"
+        raise ValueError(f"env.id: cannot import module {module!r} (from {env_id}): {reason}; run from the folder "
+                         f"that holds {file} or install it") from None
+
+
 def make_gym_env(env_id: str, kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None) -> gym.Env:
     """gymnasium.make with a readable error for unknown ids."""
     fault_injection.register()
+    import_env_module(env_id)
     try:
         return gym.make(env_id, max_episode_steps=max_episode_steps, **(kwargs or {}))
     except (gym.error.Error, TypeError) as error:

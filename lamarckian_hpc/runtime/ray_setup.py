@@ -88,8 +88,13 @@ def worker_runtime_env() -> dict[str, Any]:
     worker SINGLE_THREAD_ENV already, so the actors take the workers Ray starts ahead when the
     driver connects (with a runtime env of their own they could not, and those workers would
     start for nothing, about a second of CPU each while the learner starts). On a joined cluster,
-    whose workers have that cluster's environment, the env vars."""
-    return {} if _local_node is not None else {"env_vars": SINGLE_THREAD_ENV}
+    whose workers have that cluster's environment, the env vars, and this process's PYTHONPATH
+    (which `lamarckian-hpc` extends with the folder it runs in), so that actors on every host import
+    the modules the run names from the same folders: on a cluster, a shared file system's."""
+    if _local_node is not None:
+        return {}
+    python_path = os.environ.get("PYTHONPATH")
+    return {"env_vars": {**SINGLE_THREAD_ENV, **({"PYTHONPATH": python_path} if python_path else {})}}
 
 
 def ray_cpus(num_actors: int | None) -> int:
