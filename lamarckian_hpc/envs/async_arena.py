@@ -136,6 +136,10 @@ class AsyncArenaMDP(MDP):
         self.core = ArenaCore(idle_timeout=idle_timeout, seed=seed, **arena)
         self._lag: dict[str, int] = {}  # world tick until which a player's actions are withheld
         self._last: dict[str, np.ndarray] = {}
+        # One object each (every player has the same spaces), so that seeding one seeds what later
+        # calls return, as PettingZoo asks of its environments' space methods.
+        self._observation_space = gym.spaces.Box(-1.0, 1.0, (OBSERVATION_SIZE,), np.float32)
+        self._action_space = gym.spaces.Discrete(len(MOVES))
 
     def reset(self, seed: int | None = None) -> None:
         self.core = ArenaCore(idle_timeout=self.idle_timeout, seed=self.seed if seed is None else seed, **self.arena)
@@ -195,7 +199,7 @@ class AsyncArenaMDP(MDP):
         return outcomes
 
     def observation_space(self, agent_id: AgentId) -> gym.Space:
-        return gym.spaces.Box(-1.0, 1.0, (OBSERVATION_SIZE,), np.float32)
+        return self._observation_space
 
     def action_space(self, agent_id: AgentId) -> gym.Space:
-        return gym.spaces.Discrete(len(MOVES))
+        return self._action_space

@@ -3,8 +3,14 @@
 Both paddles are controlled: `step` takes {"left": action, "right": action} and returns dicts of
 observations, rewards (+1 to the side that scored, -1 to the other), terminations, truncations and
 infos keyed by the same ids. Each side sees the court mirrored so that it plays on the right
-(`PongCore.view`), so a policy trained by `PongEnv` plays either side as it is. The class follows
-pettingzoo.ParallelEnv's attributes and methods without importing pettingzoo, which stays optional.
+(`PongCore.view`), so a policy trained by `PongEnv` plays either side as it is.
+
+`PongTwoPlayer` is a `pettingzoo.ParallelEnv` (so PettingZoo's `parallel_api_test` and
+`parallel_seed_test` run on it, tests/test_peer_env_checks.py) wherever pettingzoo is installed:
+the `multiagent` and `test` extras bring it. A core install, which plays the league with this game
+too, has no pettingzoo; there the class stands alone with the same attributes and methods.
+`reset(seed=s)` makes a new generator from `s`; `reset()` continues the current one (a first
+`reset()` draws fresh entropy), as Gymnasium's environments do.
 """
 
 from __future__ import annotations
@@ -17,11 +23,18 @@ from gymnasium import spaces
 from .pong import observation_space
 from .pong_core import STAY, PongCore, PongRules
 
+try:
+    from pettingzoo.utils.env import ParallelEnv
+except ImportError:  # pettingzoo is optional (the multiagent extra); the league runs without it
+    ParallelEnv = object  # type: ignore[assignment,misc]
+
 PLAYERS = ("left", "right")
 
 
-class PongTwoPlayer:
+class PongTwoPlayer(ParallelEnv):  # type: ignore[misc,valid-type]
     metadata = {"name": "lamarckian_pong_two_player_v0", "render_modes": [], "is_parallelizable": True}
+    #: No render modes: `render()` draws nothing (analysis/replay.py draws recorded games).
+    render_mode = None
 
     def __init__(self, points_to_win: int = 5, max_steps: int = 3000, paddle_speed: float = 0.04,
                  ball_speed: float = 0.03) -> None:
@@ -74,6 +87,9 @@ class PongTwoPlayer:
             self.agents = []
         return (observations, rewards, {side: terminated for side in PLAYERS},
                 {side: truncated for side in PLAYERS}, infos)
+
+    def render(self) -> None:
+        return None
 
     def close(self) -> None:
         pass
