@@ -2,8 +2,8 @@
 
 - Every `lamarckian/` id in Gymnasium's registry (found there after importing
   `lamarckian_hpc.envs`, so a new id is checked without editing this file) passes
-  `gymnasium.utils.env_checker.check_env` with no warning: spaces, dtypes, `reset(seed=...)`
-  determinism, reset's info, step determinism. The env checked is the one the id's entry point
+  `gymnasium.utils.env_checker.check_env` with no warning but the advice in `KNOWN_WARNINGS`: spaces,
+  dtypes, `reset(seed=...)` determinism, reset's info, step determinism. The env checked is the one the id's entry point
   builds (for the ALE ids, the wrapper stack the project ships), without `gym.make`'s own wrappers.
   The ids of optional extras (`lamarckian/Football-v0`, the ALE Pong ids) skip when their extra is
   not installed; any other id that cannot be made fails.
@@ -47,6 +47,16 @@ OPTIONAL_EXTRAS = {
 }
 
 
+#: Warnings `check_env` gives an id that are advice, not failures, and why they stay.
+KNOWN_WARNINGS: dict[str, tuple[str, ...]] = {
+    # Football's 115 floats (positions, directions, one-hots) have no bounds in the engine's spec.
+    football.ENV_ID: ("minimum value is -infinity", "maximum value is infinity"),
+    # The ALE ids are the preprocessing stack the project ships around ale-py's env (checked by
+    # ale-py's own tests), so check_env advises checking the raw env instead.
+    **{env_id: ("is different from the unwrapped version",) for env_id in atari.ENV_IDS},
+}
+
+
 def _parallel_modules() -> list[str]:
     """The modules of `lamarckian_hpc.envs` that a `pettingzoo:<module>` env id can name."""
     names = (info.name for info in pkgutil.iter_modules(envs.__path__))
@@ -68,7 +78,8 @@ def test_gymnasium_check_env_passes(env_id: str):
     if problem is not None:
         pytest.skip(problem)
     spec = gym.spec(env_id)
-    env = load_env_creator(spec.entry_point)(**spec.kwargs)
+    creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
+    env = creator(**spec.kwargs)
     env.unwrapped.spec = spec  # as gym.make does; check_env reads the render modes through it
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -76,7 +87,9 @@ def test_gymnasium_check_env_passes(env_id: str):
             check_env(env)
     finally:
         env.close()
-    assert [str(warning.message) for warning in caught] == []
+    unexplained = [str(warning.message) for warning in caught
+                   if not any(known in str(warning.message) for known in KNOWN_WARNINGS.get(env_id, ()))]
+    assert unexplained == []
 
 
 def _parallel_env(module: str, **kwargs: Any) -> Any:

@@ -49,18 +49,19 @@ def _register_ale() -> None:
     gym.register_envs(ale_py)
 
 
-def _ale_pong(obs_type: str, frameskip: int, repeat_action_probability: float) -> gym.Env:
+def _ale_pong(obs_type: str, frameskip: int, repeat_action_probability: float,
+              render_mode: str | None = None) -> gym.Env:
     problem = atari_problem()
     if problem is not None:
         raise ValueError(problem)
     _register_ale()
     # The bare ALE env: gym.make adds its checker and order wrappers on the outer id already.
-    return gym.make("ALE/Pong-v5", obs_type=obs_type, frameskip=frameskip,
+    return gym.make("ALE/Pong-v5", obs_type=obs_type, frameskip=frameskip, render_mode=render_mode,
                     repeat_action_probability=repeat_action_probability, disable_env_checker=True).unwrapped
 
 
 def make_pong_image(frame_stack: int = 4, screen_size: int = 84, noop_max: int = 30,
-                    repeat_action_probability: float = STICKY_ACTIONS) -> gym.Env:
+                    repeat_action_probability: float = STICKY_ACTIONS, render_mode: str | None = None) -> gym.Env:
     """ALE Pong seen as `frame_stack` grey `screen_size`^2 frames, uint8 of shape (stack, size, size)."""
     from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
@@ -68,7 +69,7 @@ def make_pong_image(frame_stack: int = 4, screen_size: int = 84, noop_max: int =
         raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
     # AtariPreprocessing reads the grey screen itself; a grey observation below it costs the ALE
     # less per frame than an RGB one, and gives the same frames.
-    env = _ale_pong("grayscale", 1, repeat_action_probability)
+    env = _ale_pong("grayscale", 1, repeat_action_probability, render_mode)
     env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=screen_size,
                              terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
     return FrameStackObservation(env, frame_stack)
@@ -95,9 +96,10 @@ class NoopStarts(gym.Wrapper):
         return observation, info
 
 
-def make_pong_ram(noop_max: int = 30, repeat_action_probability: float = STICKY_ACTIONS) -> gym.Env:
+def make_pong_ram(noop_max: int = 30, repeat_action_probability: float = STICKY_ACTIONS,
+                  render_mode: str | None = None) -> gym.Env:
     """ALE Pong seen as the console's 128 bytes of RAM (uint8, shape (128,)), frame skip 4."""
-    return NoopStarts(_ale_pong("ram", 4, repeat_action_probability), noop_max)
+    return NoopStarts(_ale_pong("ram", 4, repeat_action_probability, render_mode), noop_max)
 
 
 def register() -> None:
