@@ -96,7 +96,8 @@ class MultiPolicyLearner:
 
     def state_dict(self) -> dict[str, Any]:
         """Each trained policy's learner state (parameters, optimizer, version, generators)."""
-        return {"version": self.version, "policies": {pid: learner.state_dict() for pid, learner in self.learners.items()}}
+        return {"version": self.version,
+                "policies": {pid: learner.state_dict() for pid, learner in self.learners.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         missing = sorted(set(self.learners) - set(state["policies"]))

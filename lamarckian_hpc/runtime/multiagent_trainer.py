@@ -71,13 +71,15 @@ class MultiAgentTrainer:
         self.models = build_policy_models(config.policies, trained, *spaces, model, config.shared_layers, seed,
                                           global_state_size)
         # The learners a training run of these sections would have (serial, on the CPU).
-        run_config = RunConfig(seed=seed, model=model, algorithm=ppo, runtime=RuntimeConfig(mode="serial", device="cpu"))
+        run_config = RunConfig(seed=seed, model=model, algorithm=ppo,
+                               runtime=RuntimeConfig(mode="serial", device="cpu"))
         self.learner = MultiPolicyLearner(self.models, trained, run_config)
         self.experiences = {pid: ExperienceBuffer() for pid in trained}
         self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences)
         # An MLP policy samples with its own torch-free copy (as actors do), which takes the torch
         # model's weights after every update and every `load_weights`; a CNN acts with the model.
-        policies: dict[str, NumpyActorCriticPolicy | TorchPolicy] = {pid: TorchPolicy(m) for pid, m in self.models.items()}
+        policies: dict[str, NumpyActorCriticPolicy | TorchPolicy] = {
+            pid: TorchPolicy(m) for pid, m in self.models.items()}
         if model.kind == "mlp":
             layout = actor_critic_layout(*spaces, model, global_state_size)
             policies = {pid: NumpyActorCriticPolicy(layout, model.activation, seed * 7919 + index)
@@ -119,8 +121,9 @@ class MultiAgentTrainer:
 
     def _sync(self, policy_id: str) -> None:
         """The sampling copy of `policy_id` takes its model's weights (a frozen one's too)."""
+        state = self.models[policy_id].state_dict()
         self.loop.sampling.load_policy_weights(policy_id, {name: tensor.detach().cpu().numpy()
-                                                          for name, tensor in self.models[policy_id].state_dict().items()})
+                                                          for name, tensor in state.items()})
 
     def step(self) -> dict[str, dict[str, float]]:
         """Sample until a trained policy has a full batch; update every policy that has one."""
