@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from .cli import shell_main
 
-sys.exit(main())
+sys.exit(shell_main())

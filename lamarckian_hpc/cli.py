@@ -292,11 +292,17 @@ def importable_from_here(folder: str | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    importable_from_here()
     parser = build_parser()
     args = parse_arguments(parser, argv)
     return args.handler(args)
 
 
+def shell_main() -> int:
+    """The `lamarckian-hpc` command: `main`, with the folder it runs in importable. Kept apart from
+    `main` so that a program calling `main` in-process keeps its own sys.path and environment."""
+    importable_from_here()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(shell_main())

@@ -106,5 +106,7 @@ def test_actors_on_the_runs_own_ray_take_the_workers_ray_started_ahead_with_one_
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert sorted(pid for pid, _, _ in report["facts"]) == sorted(report["started"]), report
     assert all(threads == ["1", "1"] for _, *threads in report["facts"]), report
+    # After shutdown: a joined cluster's, which carries this process's PYTHONPATH to the actors.
+    python_path = {"PYTHONPATH": environment["PYTHONPATH"]} if environment.get("PYTHONPATH") else {}
     assert report["runtime_env"] == {"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                                                  "OPENBLAS_NUM_THREADS": "1"}}  # after shutdown: a joined cluster's
+                                                  "OPENBLAS_NUM_THREADS": "1", **python_path}}
