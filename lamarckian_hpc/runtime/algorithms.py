@@ -96,7 +96,8 @@ RL_ALGORITHMS: dict[str, RLAlgorithm] = {entry.name: entry for entry in (
                 model="lamarckian_hpc.rl.sac:SquashedGaussianActor", torch_policy="lamarckian_hpc.rl.sac:sac_policy",
                 metrics=("loss_value", "loss_policy", "entropy", "alpha", "epsilon", "replay_size")),
 )}
-assert set(RL_ALGORITHMS) == set(ALGORITHMS), "every algorithm config of config/train.py needs an entry here"
+assert {name: entry.config for name, entry in RL_ALGORITHMS.items()} == ALGORITHMS, \
+    "every algorithm config of config/train.py needs an entry here, under its name"
 
 
 def rl_algorithm(config: RunConfig) -> RLAlgorithm:
