@@ -112,6 +112,6 @@ def test_a_missing_module_is_one_line_naming_it(corridor):
 
 def test_a_broken_module_is_one_line_naming_it_and_its_error(corridor):
     (corridor / "my_envs.py").write_text(MY_ENVS + "\nraise RuntimeError('corridor length unset')\n")
-    line = assert_one_line(train(corridor, "storage.run_name=broken", "runtime.mode=ray", "runtime.num_actors=1"))
+    line = assert_one_line(train(corridor, "storage.run_name=broken", "runtime.mode=serial"))
     assert line.startswith("error: env.id: cannot import module 'my_envs' (from my_envs:MyCorridor-v0): "
                            "RuntimeError: corridor length unset")
