@@ -1,10 +1,9 @@
 """One member of a PBT population: a PPO learner and its environments, trained an interval at a time.
 
 A member runs the serial trainer's loop (`runtime.training_loop`: sample a batch through the
-asynchronous MDP interface, one PPO update) cut into intervals of env frames, with three things PBT
-needs on top: new
-hyperparameters between intervals, and its weights read out and written in as plain numpy arrays,
-so that an exploit can copy them between processes (as Ray objects) without pickling torch.
+asynchronous MDP interface, one PPO update) cut into intervals of env frames, with what PBT needs on
+top: new hyperparameters between intervals, and its weights read out and written in as plain numpy
+arrays, so that an exploit can copy them between processes (as Ray objects) without pickling torch.
 """
 
 from __future__ import annotations
