@@ -8,7 +8,7 @@ function in `rl/`; a learner holds its state (parameters, optimizer, replay buff
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -156,7 +156,42 @@ class A3CLearner(LearnerBase):
         raise ValueError("a3c learns from gradients that actors send, not from experience")
 
 
-class DQNLearner(LearnerBase):
+class ReplayLearner(LearnerBase):
+    """What an off-policy learner does with the frames that arrive (DQN, SAC): keep them in a replay
+    buffer and, once it holds `learning_starts` transitions, owe `updates_per_frame` gradient steps
+    per frame. The buffer is left out of checkpoints: it can be gigabytes, and refills within
+    `learning_starts` frames."""
+
+    def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
+                 model: torch.nn.Module) -> None:
+        super().__init__(config, observation_space, action_space, model)
+        self.replay = ReplayBuffer(config.algorithm.replay_capacity)
+        self.gradient_steps = 0
+        self._owed_steps = 0.0
+
+    def remember(self, experience: ExperienceBatch, action_dtype: type = np.int64) -> Iterator[None]:
+        """Add `experience`'s transitions (rewards scaled) to the buffer; then one item per gradient
+        step its frames are owed (none before learning starts)."""
+        algorithm = self.config.algorithm
+        transitions = transitions_of(experience, action_dtype)
+        transitions["rewards"] = transitions["rewards"] * np.float32(algorithm.reward_scale)
+        self.replay.add(transitions)
+        if self.replay.size >= algorithm.learning_starts:
+            self._owed_steps += len(experience) * algorithm.updates_per_frame
+            while self._owed_steps >= 1:
+                self._owed_steps -= 1
+                yield
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "gradient_steps": self.gradient_steps, "owed_steps": self._owed_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.gradient_steps = int(state["gradient_steps"])
+        self._owed_steps = float(state["owed_steps"])
+
+
+class DQNLearner(ReplayLearner):
     """Replay buffer, target network and gradient steps in proportion to the frames that arrive."""
 
     def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
@@ -164,28 +199,19 @@ class DQNLearner(LearnerBase):
         super().__init__(config, observation_space, action_space, model)
         self.algorithm: DQNConfig = config.algorithm  # type: ignore[assignment]
         self.target = copy.deepcopy(self.model)
-        self.replay = ReplayBuffer(self.algorithm.replay_capacity)
-        self.gradient_steps = 0
-        self._owed_steps = 0.0
 
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         algorithm = self.algorithm
         staleness = self.version - experience.policy_versions
-        transitions = transitions_of(experience)
-        transitions["rewards"] = transitions["rewards"] * np.float32(algorithm.reward_scale)
-        self.replay.add(transitions)
         steps = GuardedSteps(self.model, self.optimizer, algorithm.max_grad_norm)
-        if self.replay.size >= algorithm.learning_starts:
-            self._owed_steps += len(experience) * algorithm.updates_per_frame
-            while self._owed_steps >= 1:
-                self._owed_steps -= 1
-                sample = self.replay.sample(algorithm.minibatch_size, self.rng)
-                batch = {name: torch.from_numpy(array).to(self.device) for name, array in sample.items()}
-                loss = dqn_loss(self.model, self.target, batch, algorithm.gamma, algorithm.double_q)
-                if steps.step(loss, {"loss_value": loss}):
-                    self.gradient_steps += 1
-                    if self.gradient_steps % algorithm.target_update_interval == 0:
-                        self.target.load_state_dict(self.model.state_dict())
+        for _ in self.remember(experience):
+            sample = self.replay.sample(algorithm.minibatch_size, self.rng)
+            batch = {name: torch.from_numpy(array).to(self.device) for name, array in sample.items()}
+            loss = dqn_loss(self.model, self.target, batch, algorithm.gamma, algorithm.double_q)
+            if steps.step(loss, {"loss_value": loss}):
+                self.gradient_steps += 1
+                if self.gradient_steps % algorithm.target_update_interval == 0:
+                    self.target.load_state_dict(self.model.state_dict())
         self.version += 1
         metrics = {"learning_rate": algorithm.learning_rate, "epsilon": self.epsilon(env_frames),
                    "replay_size": float(self.replay.size), **steps.diagnostics()}
@@ -200,12 +226,8 @@ class DQNLearner(LearnerBase):
         return {"epsilon": self.epsilon(env_frames)}
 
     def state_dict(self) -> dict[str, Any]:
-        """The replay buffer is left out: it can be gigabytes, and refills within `learning_starts` frames."""
-        return {**super().state_dict(), "target": self.target.state_dict(), "gradient_steps": self.gradient_steps,
-                "owed_steps": self._owed_steps}
+        return {**super().state_dict(), "target": self.target.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.target.load_state_dict(state["target"])
-        self.gradient_steps = int(state["gradient_steps"])
-        self._owed_steps = float(state["owed_steps"])

@@ -19,11 +19,10 @@ from torch import nn
 
 from ..config import RunConfig, SACConfig
 from ..mdp import ExperienceBatch
-from .adam import Adam
 from ..mdp.staleness import staleness_metrics
-from .learner import LearnerBase
+from .adam import Adam
+from .learner import ReplayLearner
 from .optim import GuardedSteps
-from .replay import ReplayBuffer, transitions_of
 from .sac import TwinQ, actor_loss, alpha_loss, box_action_space, critic_loss, soft_update
 
 
@@ -41,7 +40,7 @@ def frozen(module: nn.Module) -> Iterator[None]:
             parameter.requires_grad_(True)
 
 
-class SACLearner(LearnerBase):
+class SACLearner(ReplayLearner):
     def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
                  model: nn.Module) -> None:
         """`model`: the actor (`rl.sac.SquashedGaussianActor`); the critics are built here."""
@@ -60,9 +59,6 @@ class SACLearner(LearnerBase):
         self.target_entropy = (algorithm.target_entropy if algorithm.target_entropy is not None
                                else -float(np.prod(action_space.shape)))
         self.max_grad_norm = algorithm.max_grad_norm if algorithm.max_grad_norm is not None else math.inf
-        self.replay = ReplayBuffer(algorithm.replay_capacity)
-        self.gradient_steps = 0
-        self._owed_steps = 0.0
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -72,16 +68,10 @@ class SACLearner(LearnerBase):
         """Add the batch to the replay buffer, then take the gradient steps its frames are owed."""
         algorithm = self.algorithm
         staleness = self.version - experience.policy_versions
-        transitions = transitions_of(experience, action_dtype=np.float32)
-        transitions["rewards"] = transitions["rewards"] * np.float32(algorithm.reward_scale)
-        self.replay.add(transitions)
         critic_steps = GuardedSteps(self.critic, self.critic_optimizer, self.max_grad_norm)
         actor_steps = GuardedSteps(self.model, self.optimizer, self.max_grad_norm)
-        if self.replay.size >= algorithm.learning_starts:
-            self._owed_steps += len(experience) * algorithm.updates_per_frame
-            while self._owed_steps >= 1:
-                self._owed_steps -= 1
-                self.gradient_step(critic_steps, actor_steps)
+        for _ in self.remember(experience, np.float32):
+            self.gradient_step(critic_steps, actor_steps)
         self.version += 1
         metrics = {"learning_rate": algorithm.learning_rate, "alpha": float(self.alpha),
                    "epsilon": self.epsilon(), "replay_size": float(self.replay.size)}
@@ -122,13 +112,12 @@ class SACLearner(LearnerBase):
         return {"epsilon": self.epsilon()}
 
     def state_dict(self) -> dict[str, Any]:
-        """The replay buffer is left out (as DQN's): it refills within `learning_starts` frames."""
+        """Critics, targets, optimizers and alpha beside the actor (the replay buffer is left out)."""
         return {**super().state_dict(), "critic": self.critic.state_dict(),
                 "critic_target": self.critic_target.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
                 "log_alpha": self.log_alpha.detach().clone(),
-                "alpha_optimizer": None if self.alpha_optimizer is None else self.alpha_optimizer.state_dict(),
-                "gradient_steps": self.gradient_steps, "owed_steps": self._owed_steps}
+                "alpha_optimizer": None if self.alpha_optimizer is None else self.alpha_optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -139,5 +128,3 @@ class SACLearner(LearnerBase):
             self.log_alpha.copy_(torch.as_tensor(state["log_alpha"]))
         if self.alpha_optimizer is not None and state["alpha_optimizer"] is not None:
             self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        self.gradient_steps = int(state["gradient_steps"])
-        self._owed_steps = float(state["owed_steps"])
