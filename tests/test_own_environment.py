@@ -15,6 +15,8 @@ import pytest
 
 from lamarckian_hpc.storage import open_run
 
+from optional_parts import require_slurm
+
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_SECONDS = 300
 MY_ENVS = '''"""A corridor: step right (1) or left (0); reaching the last cell pays 1."""
@@ -65,12 +67,16 @@ def console_script() -> str:
     return script
 
 
-def train(folder: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    """`lamarckian-hpc train corridor.yaml` with `folder` as the current folder, which is on no
+def run_command(folder: Path, command: list[str], *overrides: str) -> subprocess.CompletedProcess[str]:
+    """`lamarckian-hpc COMMAND corridor.yaml` with `folder` as the current folder, which is on no
     path of the process's own (PYTHONPATH names only the repository, for the package)."""
     env = {**os.environ, "PYTHONPATH": str(REPOSITORY_ROOT)}
-    return subprocess.run([console_script(), "train", "corridor.yaml", f"storage.directory={folder / 'runs'}",
+    return subprocess.run([console_script(), *command, "corridor.yaml", f"storage.directory={folder / 'runs'}",
                            *overrides], cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+
+
+def train(folder: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    return run_command(folder, ["train"], *overrides)
 
 
 @pytest.fixture
@@ -93,6 +99,20 @@ def test_an_environment_of_the_current_folder_trains(corridor, runtime):
         frames = run.metric("episode_return_mean").env_frames
         assert frames[-1] >= 2000
         assert run.config["env"]["id"] == "my_envs:MyCorridor-v0"
+
+
+def test_an_environment_of_the_current_folder_trains_on_two_hosts_of_a_slurm_job(corridor):
+    """The folder is shared, as a cluster's home is: the actors on the second node import my_envs
+    from it through the PYTHONPATH the run gives them."""
+    require_slurm(2)
+    result = run_command(corridor, ["launch", "--nodes", "2", "--cpus-per-node", "1", "--time", "10",
+                                    f"--folder={corridor / 'jobs'}"],
+                         "storage.run_name=corridor", "runtime.mode=ray", "runtime.num_actors=2")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    with open_run(corridor / "runs" / "corridor.h5") as run:
+        assert run.closed_cleanly
+        assert run.metric("episode_return_mean").env_frames[-1] >= 2000
+        assert run.meta["actors_per_node"] == {"node1": 1, "node2": 1}
 
 
 def assert_one_line(result: subprocess.CompletedProcess[str]) -> str:
