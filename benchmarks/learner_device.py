@@ -24,35 +24,17 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from learner_ceiling import synthetic_experience
+
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.mdp.experience import ExperienceBatch
 from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.sampling import spaces_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "ppo_pong_image.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "learner_device.json"
-FRAGMENT_STEPS = 256
-
-
-def synthetic_experience(observation_space, action_count: int, steps: int, seed: int) -> ExperienceBatch:
-    """`steps` random steps in fragments of FRAGMENT_STEPS, each ending in a bootstrap observation."""
-    rng = np.random.default_rng(seed)
-    fragments = steps // FRAGMENT_STEPS
-    shape = observation_space.shape
-    return ExperienceBatch(
-        observations=rng.integers(0, 256, (steps, *shape), dtype=np.uint8),
-        actions=rng.integers(0, action_count, steps),
-        log_probs=np.full(steps, -np.log(action_count), dtype=np.float32),
-        rewards=rng.choice(np.array([-1.0, 0.0, 1.0], dtype=np.float32), steps, p=[0.01, 0.98, 0.01]),
-        policy_versions=np.zeros(steps, dtype=np.int64),
-        lengths=np.full(fragments, FRAGMENT_STEPS, dtype=np.int64),
-        terminated=np.zeros(fragments, dtype=bool),
-        bootstrap_observations=rng.integers(0, 256, (fragments, *shape), dtype=np.uint8),
-    )
 
 
 def time_updates(device: str, updates: int, threads: int, cnn_layers: str) -> dict:

@@ -1,0 +1,161 @@
+"""How many env steps one learner trains per second: the ceiling of a whole run once policy lag
+is bounded, whatever the number of actors.
+
+The learner is fed synthetic batches at full speed, no actors and no transport: each timed call
+is `learner.update` on one batch of the workload's own shape and settings (its config's batch
+size, epochs and minibatches; the critic's pass for GAE or V-trace included), so the figure is
+exactly the learner's share of a run. The update's cost does not depend on what the observations
+show, only on their shape, so random observations stand in for recorded ones.
+
+Workloads (the network and the spaces of a config; the algorithm PPO or IMPALA with that config's
+batch, epochs and minibatches):
+
+- `cartpole`: `configs/ppo_cartpole.yaml`, an MLP on 4 floats;
+- `football`: `configs/ppo_football_empty_goal_close.yaml`, an MLP on Football's 115 floats;
+- `pong-table3`, `pong-nature`: `configs/ppo_pong_image.yaml`, the CNN stacks on 4x84x84 uint8 frames.
+
+    python benchmarks/learner_ceiling.py [--workloads ...] [--algorithms ppo impala] [--threads 1 2]
+                                         [--updates 5] [--label after] [--output FILE]
+
+Prints a Markdown table (env steps trained per second, and per core) and adds its rows, under
+`--label`, to benchmarks/results/learner_ceiling.json, so that a table before a change and one after
+sit side by side. Spaces are built from their shapes, so neither ALE nor Football is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from lamarckian_hpc.config import RunConfig, build_config
+from lamarckian_hpc.config.loading import read_config_file
+from lamarckian_hpc.mdp.experience import ExperienceBatch
+from lamarckian_hpc.runtime.algorithms import make_learner
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "learner_ceiling.json"
+FRAGMENT_STEPS = 256
+
+
+@dataclass(frozen=True)
+class Workload:
+    config: str
+    observation_space: gym.Space
+    actions: int
+    overrides: tuple[tuple[str, str], ...] = ()
+
+
+IMAGE = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+WORKLOADS = {
+    "cartpole": Workload("ppo_cartpole.yaml", gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), 2),
+    "football": Workload("ppo_football_empty_goal_close.yaml", gym.spaces.Box(-np.inf, np.inf, (115,), np.float32), 19),
+    "pong-table3": Workload("ppo_pong_image.yaml", IMAGE, 6, (("cnn_layers", "table3"),)),
+    "pong-nature": Workload("ppo_pong_image.yaml", IMAGE, 6, (("cnn_layers", "nature"),)),
+}
+#: the settings PPO and IMPALA share; the rest of the algorithm section keeps IMPALA's defaults
+SHARED_SETTINGS = ("batch_size", "num_epochs", "num_minibatches", "learning_rate", "gamma", "value_weight",
+                   "entropy_weight", "max_grad_norm", "reward_scale", "policy_weight")
+
+
+def workload_config(workload: Workload, algorithm: str, threads: int, device: str) -> RunConfig:
+    """The workload's config, its algorithm switched to `algorithm` with the same batch and passes."""
+    tree = read_config_file(ROOT / "configs" / workload.config)
+    section = tree["algorithm"]
+    if algorithm != section.get("name", "ppo"):
+        section = {key: value for key, value in section.items() if key in SHARED_SETTINGS} | {"name": algorithm}
+    tree["algorithm"] = section
+    tree["model"] = {**tree.get("model", {}), **dict(workload.overrides)}
+    tree["runtime"] = {"mode": "serial", "torch_threads": threads, "device": device}
+    return build_config(tree, workload.config)
+
+
+def synthetic_experience(observation_space: gym.Space, action_count: int, steps: int, seed: int) -> ExperienceBatch:
+    """`steps` random steps in fragments of FRAGMENT_STEPS (fewer when the batch is smaller), each
+    ending in a bootstrap observation, with rare rewards of +-1 as Pong and Football give."""
+    rng = np.random.default_rng(seed)
+    fragment = min(FRAGMENT_STEPS, steps)
+    fragments = steps // fragment
+    shape = observation_space.shape
+
+    def observations(count: int) -> np.ndarray:
+        if observation_space.dtype == np.uint8:
+            return rng.integers(0, 256, (count, *shape), dtype=np.uint8)
+        return rng.standard_normal((count, *shape)).astype(np.float32)
+
+    return ExperienceBatch(
+        observations=observations(fragments * fragment),
+        actions=rng.integers(0, action_count, fragments * fragment),
+        log_probs=np.full(fragments * fragment, -np.log(action_count), dtype=np.float32),
+        rewards=rng.choice(np.array([-1.0, 0.0, 1.0], dtype=np.float32), fragments * fragment, p=[0.01, 0.98, 0.01]),
+        policy_versions=np.zeros(fragments * fragment, dtype=np.int64),
+        lengths=np.full(fragments, fragment, dtype=np.int64),
+        terminated=np.zeros(fragments, dtype=bool),
+        bootstrap_observations=observations(fragments),
+    )
+
+
+def time_learner(config: RunConfig, workload: Workload, updates: int) -> dict:
+    """The median seconds of `updates` updates after one warm-up, and the steps they train per second."""
+    torch.set_num_threads(config.runtime.torch_threads)
+    action_space = gym.spaces.Discrete(workload.actions)
+    learner = make_learner(config, workload.observation_space, action_space)
+    experience = synthetic_experience(workload.observation_space, workload.actions, config.algorithm.batch_size, 0)
+    seconds = []
+    for index in range(updates + 1):
+        started = time.perf_counter()
+        learner.update(experience, env_frames=index * len(experience))
+        if learner.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - started)
+    median = statistics.median(seconds[1:])
+    algorithm = config.algorithm
+    return {"algorithm": algorithm.name, "device": learner.device.type, "threads": config.runtime.torch_threads,
+            "batch": len(experience), "epochs": algorithm.num_epochs, "minibatches": algorithm.num_minibatches,
+            "warmup_seconds": seconds[0], "update_seconds": median, "spread_seconds": max(seconds[1:]) - min(seconds[1:]),
+            "steps_per_second": len(experience) / median}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--algorithms", nargs="+", default=["ppo", "impala"], choices=("ppo", "impala"))
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, os.cpu_count() or 1],
+                        help="torch threads of the learner; per-core figures divide by this")
+    parser.add_argument("--device", default="cpu", help="runtime.device of the learner (cpu, cuda, auto)")
+    parser.add_argument("--updates", type=int, default=5, help="timed updates per row (after one warm-up)")
+    parser.add_argument("--label", default="now", help="the name these rows are kept under in the JSON file")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    rows = []
+    print("| workload | algorithm | device | threads | batch x epochs | update (s) | steps/s | steps/s per core |\n"
+          "|---|---|---|---:|---:|---:|---:|---:|", flush=True)
+    for name in args.workloads:
+        workload = WORKLOADS[name]
+        for algorithm in args.algorithms:
+            for threads in sorted(set(args.threads)):
+                row = {"workload": name, **time_learner(workload_config(workload, algorithm, threads, args.device),
+                                                        workload, args.updates)}
+                rows.append(row)
+                print(f"| {name} | {row['algorithm']} | {row['device']} | {threads} | "
+                      f"{row['batch']:,} x {row['epochs']} | {row['update_seconds']:.3f} | "
+                      f"{row['steps_per_second']:,.0f} | {row['steps_per_second'] / threads:,.0f} |", flush=True)
+    results = json.loads(args.output.read_text()) if args.output.is_file() else {}
+    results[args.label] = {"host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           "torch": torch.__version__, "rows": rows}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written: {args.output} ({args.label})")
+
+
+if __name__ == "__main__":
+    main()
