@@ -131,6 +131,10 @@ def _vs_rllib(result: dict[str, Any]) -> str:
 
 
 def _pbt_vs_tune(result: dict[str, Any]) -> str:
+    summary = result.get("summary", {})
+    if "records" not in result and "median_ratio" in summary:  # several seeds
+        return (f"ours {summary['median_ratio']:.1f}x faster than Tune by the median over seeds "
+                f"{list(result.get('by_seed', {}))} (from {summary['min_ratio']:.1f}x to {summary['max_ratio']:.1f}x)")
     cap = result.get("settings", {}).get("cap_seconds")
     shown = []
     for side, record in result.get("records", {}).items():

@@ -165,16 +165,20 @@ def nsga2_vs_pymoo_frame(comparison: dict[str, Any]) -> pd.DataFrame:
 
 
 def pbt_vs_tune_frame(comparison: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/pbt_vs_tune.py: per side, when its first and median member reached the target."""
+    """benchmarks/pbt_vs_tune.py: per seed and side, when its first and median member reached the
+    target (files of one seed before `by_seed` existed hold only `records`)."""
+    by_seed = comparison.get("by_seed") or {str(comparison.get("settings", {}).get("seed", 0)):
+                                            comparison.get("records") or {}}
     rows = []
-    for side, record in (comparison.get("records") or {}).items():
-        times = [value for value in record.get("reached_seconds", []) if isinstance(value, (int, float))]
-        everyone = [value if isinstance(value, (int, float)) else float("inf")
-                    for value in record.get("reached_seconds", [])]
-        middle = statistics.median(everyone) if everyone else None
-        rows.append({"side": side, "first_member_seconds": min(times) if times else None,
-                     "median_member_seconds": middle if middle is not None and middle != float("inf") else None,
-                     "members_reached": len(times), "members": len(everyone), "error": record.get("error")})
+    for seed, sides in by_seed.items():
+        for side, record in sides.items():
+            times = [value for value in record.get("reached_seconds", []) if isinstance(value, (int, float))]
+            everyone = [value if isinstance(value, (int, float)) else float("inf")
+                        for value in record.get("reached_seconds", [])]
+            middle = statistics.median(everyone) if everyone else None
+            rows.append({"seed": int(seed), "side": side, "first_member_seconds": min(times) if times else None,
+                         "median_member_seconds": middle if middle is not None and middle != float("inf") else None,
+                         "members_reached": len(times), "members": len(everyone), "error": record.get("error")})
     return pd.DataFrame(rows)
 
 
