@@ -1,8 +1,10 @@
 """Population runs record episodes in their run file's `/trajectories`, as `train` runs do: a PBT
 run's members (forked workers, their episodes sent over the pipe to the one process that writes the
-file) and a league's learners, each episode tagged with whose it is (member, generation, opponent).
+file), a league's learners and EMOGI's evaluation episodes, each episode tagged with whose it is
+(member, generation, opponent).
 
-Real cut-down runs of configs/pbt_ppo_cartpole.yaml and configs/league_pong.yaml; the tags are
+Real cut-down runs of configs/pbt_ppo_cartpole.yaml, configs/league_pong.yaml and
+configs/emogi_pong.yaml; the tags are
 checked against what the same run file says elsewhere (`/population` rows, the league's matches),
 and the episodes are read back through `analysis/trajectories.py` and `lamarckian-hpc replay`.
 """
@@ -32,6 +34,10 @@ PBT = ["runtime.mode=fork", "runtime.num_workers=2", "env.num_envs=4", "ppo.batc
 LEAGUE = ["runtime.mode=serial", "env.num_envs=2", "env.kwargs.points_to_win=1", "ppo.batch_size=128",
           "ppo.num_minibatches=2", "ppo.num_epochs=1", "model.policy_hidden_sizes=[16]", "league.snapshot_interval=1",
           "algorithm.generations=3", "algorithm.scripted_evaluation_interval=0", "storage.trajectories.every_episodes=2"]
+EMOGI = ["runtime.mode=fork", "runtime.num_workers=2", "env.num_envs=2", "env.kwargs.points_to_win=1",
+         "ppo.batch_size=128", "ppo.num_minibatches=2", "ppo.num_epochs=1", "algorithm.population_size=4",
+         "algorithm.generations=2", "algorithm.initial_env_frames=256", "algorithm.offspring_env_frames=256",
+         "algorithm.evaluation_episodes=4", "storage.trajectories.every_episodes=2"]
 
 
 def test_pbt_members_record_their_episodes_tagged_with_member_and_interval(tmp_path, capsys):
@@ -92,3 +98,19 @@ def test_league_learners_record_their_games_tagged_with_generation_and_opponent(
             steps = reader.episode(int(index["episode"][0]), name)
             assert steps["observations"].shape[1:] == (6,) and len(steps["rewards"]) == index["length"][0]
     assert len(seen) >= 2 and any("@" in opponent for opponent in seen)  # learners and snapshots
+
+
+def test_emogi_records_evaluation_episodes_tagged_with_policy_and_generation(tmp_path):
+    run = lamarckian_hpc.run(ROOT / "configs" / "emogi_pong.yaml", EMOGI, output=tmp_path / "emogi.h5").path
+    with open_run(run) as reader:
+        population, index = reader.population(), reader.episodes("main")
+        # Of each policy's 4 evaluation games, the 1st and 3rd (every_episodes=2), tagged with its
+        # /population id and generation.
+        rows = sorted(zip(population["generation"].tolist(), population["id"].tolist()))
+        assert sorted(set(zip(index["generation"].tolist(), index["member"].tolist()))) == rows
+        assert Counter(index["episode"].tolist()) == {0: len(rows), 2: len(rows)}
+        for row in range(len(index["episode"])):
+            steps = reader.episode_at(row, "main")
+            # The plain game's reward (no behaviour terms): one point decides a game here.
+            assert steps["rewards"].sum() == index["return"][row] and abs(index["return"][row]) == 1
+            assert steps["observations"].shape == (index["length"][row], 6) and steps["terminated"][-1]

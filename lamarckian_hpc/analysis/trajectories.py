@@ -30,7 +30,7 @@ from lamarckian_hpc.storage import open_run
 from .loader import MissingDataError, Requirement, RunData, RunFileError
 from .plotting import Analysis, FigureResult, new_figure, save
 
-WRITTEN_BY = "`storage.trajectories.every_episodes` > 0 in train, PBT and league runs"
+WRITTEN_BY = "`storage.trajectories.every_episodes` > 0 in train, PBT, EMOGI and league runs"
 NEEDS = Requirement("recorded episodes (/trajectories)", WRITTEN_BY, lambda run: any(run.trajectories.values()))
 #: Ranges of policy versions the action histograms are split into (fewer when fewer versions acted).
 VERSION_BUCKETS = 4
