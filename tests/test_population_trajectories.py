@@ -16,7 +16,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from PIL import Image
 
@@ -33,7 +32,8 @@ PBT = ["runtime.mode=fork", "runtime.num_workers=2", "env.num_envs=4", "ppo.batc
        "storage.trajectories.every_episodes=1"]
 LEAGUE = ["runtime.mode=serial", "env.num_envs=2", "env.kwargs.points_to_win=1", "ppo.batch_size=128",
           "ppo.num_minibatches=2", "ppo.num_epochs=1", "model.policy_hidden_sizes=[16]", "league.snapshot_interval=1",
-          "algorithm.generations=3", "algorithm.scripted_evaluation_interval=0", "storage.trajectories.every_episodes=2"]
+          "algorithm.generations=3", "algorithm.scripted_evaluation_interval=0",
+          "storage.trajectories.every_episodes=2"]
 EMOGI = ["runtime.mode=fork", "runtime.num_workers=2", "env.num_envs=2", "env.kwargs.points_to_win=1",
          "ppo.batch_size=128", "ppo.num_minibatches=2", "ppo.num_epochs=1", "algorithm.population_size=4",
          "algorithm.generations=2", "algorithm.initial_env_frames=256", "algorithm.offspring_env_frames=256",

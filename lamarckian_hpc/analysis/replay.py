@@ -64,7 +64,7 @@ class Replay:
     member: int | None = None
 
     def summary(self) -> str:
-        whose = f"member {self.member} of policy {self.policy!r}" if self.member is not None else f"policy {self.policy!r}"
+        whose = f"policy {self.policy!r}" if self.member is None else f"member {self.member} of policy {self.policy!r}"
         return (f"episode {self.episode} of {whose}: {self.steps} steps, return "
                 f"{self.episode_return:.6g}; {self.steps} frames at {self.fps} fps")
 

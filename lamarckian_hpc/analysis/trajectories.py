@@ -35,8 +35,8 @@ NEEDS = Requirement("recorded episodes (/trajectories)", WRITTEN_BY, lambda run:
 #: Ranges of policy versions the action histograms are split into (fewer when fewer versions acted).
 VERSION_BUCKETS = 4
 MAX_BINS = 30
-TABLE_COLUMNS = ["run", "policy", "member", "opponent", "generation_first", "generation_last", "episodes", "steps", "return_mean", "return_min", "return_max", "length_mean",
-                 "version_first", "version_last", "versions"]
+TABLE_COLUMNS = ["run", "policy", "member", "opponent", "generation_first", "generation_last", "episodes", "steps",
+                 "return_mean", "return_min", "return_max", "length_mean", "version_first", "version_last", "versions"]
 
 
 def policy_requirement(policy: str) -> Requirement:
@@ -98,7 +98,8 @@ class RecordedPolicy:
 
     @property
     def title(self) -> str:
-        return f"{self.run.name}, policy {self.policy}" + (f" ({self.tags.description})" if self.tags.description else "")
+        chosen = self.tags.description
+        return f"{self.run.name}, policy {self.policy}" + (f" ({chosen})" if chosen else "")
 
 
 def read_recorded(run: RunData, policy: str, tags: EpisodeTags = EpisodeTags()) -> RecordedPolicy:

@@ -71,8 +71,8 @@ class RecordedSteps:
     @classmethod
     def from_plain(cls, fields: dict[str, Any]) -> RecordedSteps:
         return cls(str(fields["agent_id"]), np.asarray(fields["observations"]), np.asarray(fields["actions"]),
-                   np.asarray(fields["rewards"], dtype=np.float32), np.asarray(fields["policy_versions"], dtype=np.int64),
-                   bool(fields["terminated"]))
+                   np.asarray(fields["rewards"], dtype=np.float32),
+                   np.asarray(fields["policy_versions"], dtype=np.int64), bool(fields["terminated"]))
 
 
 RECORDED_FIELDS = ("agent_id", "observations", "actions", "rewards", "policy_versions", "terminated")
