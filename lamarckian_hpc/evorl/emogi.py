@@ -79,12 +79,17 @@ def individual_run_config(config: EMOGIConfig, genome: np.ndarray, seed: int, en
             update={"trajectories": config.storage.trajectories.model_copy(update={"every_episodes": 0})}))
 
 
-def play(model: torch.nn.Module, env_kwargs: dict, episodes: int, seed: int, record_every: int = 0,
-         policy_version: int = 0) -> tuple[list[EpisodeTrace], list[tuple[int, float, RecordedSteps]]]:
+def play(model: torch.nn.Module, env_kwargs: dict, episodes: int, seed: int) -> list[EpisodeTrace]:
     """`episodes` episodes of the plain game (no behaviour reward) with the policy's sampled actions,
     stepped in lockstep with one batched forward pass per step. Fixed seeds: every policy of a run
-    meets the same serves and the same opponent draws. Also every step of one episode in every
-    `record_every` (the first, then every N-th; none for 0), as (its index, return, steps)."""
+    meets the same serves and the same opponent draws."""
+    return play_and_record(model, env_kwargs, episodes, seed)[0]
+
+
+def play_and_record(model: torch.nn.Module, env_kwargs: dict, episodes: int, seed: int, record_every: int = 0,
+                    policy_version: int = 0) -> tuple[list[EpisodeTrace], list[tuple[int, float, RecordedSteps]]]:
+    """`play`, and every step of one episode in every `record_every` (the first, then every N-th;
+    none for 0) for the run file, as (its index, its return, its steps)."""
     kwargs = {k: v for k, v in env_kwargs.items() if k not in ("move_reward", "stay_reward")}
     envs = [PongEnv(**kwargs) for _ in range(episodes)]
     observations = np.stack([env.reset(seed=seed + k)[0] for k, env in enumerate(envs)])
@@ -170,9 +175,9 @@ def train_and_evaluate_together(config: EMOGIConfig, jobs: list[Job], batched: b
                     member.train_interval(frames, time.monotonic(), stop_on_target=False)
         results = []
         for member in members:
-            traces, recorded = play(member.learner.model, config.env.kwargs, spec.evaluation_episodes,
-                                    config.seed * 1_000 + 1, config.storage.trajectories.every_episodes,
-                                    member.learner.version)
+            traces, recorded = play_and_record(member.learner.model, config.env.kwargs, spec.evaluation_episodes,
+                                               config.seed * 1_000 + 1, config.storage.trajectories.every_episodes,
+                                               member.learner.version)
             behaviour = behaviour_of(traces, int(config.env.kwargs.get("points_to_win", 5)))
             weights = {name: array.copy() for name, array in member.learner.weights().items()}
             results.append(IndividualResult(objectives(behaviour, spec.activeness_objective_weight), behaviour, weights,
