@@ -96,7 +96,7 @@ def inspect_command(args: argparse.Namespace) -> int:
     try:
         with open_run(path) as reader:
             summary = reader.summary()
-            recorded = {policy: reader.episodes(policy)["episode"] for policy in reader.trajectory_policies()}
+            recorded = {policy: reader.episodes(policy) for policy in reader.trajectory_policies()}
     except (OSError, KeyError, ValueError) as error:
         return _fail(unreadable_run_file(path, error))
     if args.json:
@@ -112,9 +112,12 @@ def inspect_command(args: argparse.Namespace) -> int:
         nodes = ", ".join(f"{node} {count}" for node, count in per_node.items())
         console.print(f"{sum(per_node.values())} actors on {len(per_node)} node(s): {nodes}; "
                       f"{summary.meta.get('broadcast_layout', 'flat')} layout", highlight=False)
-    for policy, numbers in recorded.items():  # what `replay --episode K` can show
+    for policy, index in recorded.items():  # what `replay --episode K [--member M]` can show
+        numbers, members = index["episode"], sorted({int(member) for member in index["member"] if member >= 0})
         shown = ", ".join(str(number) for number in numbers[:8]) + (", ..." if len(numbers) > 8 else "")
-        console.print(f"recorded episodes of {policy}: {len(numbers)}{': ' + shown if shown else ''}", highlight=False)
+        whose = f" (members {', '.join(map(str, members))})" if members else ""
+        console.print(f"recorded episodes of {policy}{whose}: {len(numbers)}{': ' + shown if shown else ''}",
+                      highlight=False)
     config_table = Table("config", "value", title="config")
     for key, value in _flatten(summary.config):
         config_table.add_row(key, str(value))
@@ -195,7 +198,7 @@ def replay_command(args: argparse.Namespace) -> int:
         return _fail(f"error: replay needs the analysis extra ({error.name} is missing): "
                      "pip install -c constraints.txt -e '.[analysis]'")
     try:
-        replay = replay_episode(Path(args.run), args.episode, args.policy, args.out, args.fps)
+        replay = replay_episode(Path(args.run), args.episode, args.policy, args.out, args.fps, args.member)
     except ReplayError as error:
         return _fail(str(error))
     print(replay.summary(), file=sys.stderr)
@@ -248,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("run", metavar="RUN.h5", help="a run file that records episodes (storage.trajectories)")
     replay.add_argument("--episode", type=int, required=True, metavar="K", help="the episode's number in the run")
     replay.add_argument("--policy", metavar="P", help="whose episode (default: the only policy recorded)")
+    replay.add_argument("--member", type=int, metavar="M",
+                        help="a population run's member (PBT member id, EMOGI policy, league learner slot) whose "
+                             "episode K it is; needed when several members recorded an episode K")
     replay.add_argument("--out", type=Path, metavar="FILE.gif",
                         help="where the GIF goes (default: <run>-<policy>-episode<K>.gif here)")
     replay.add_argument("--fps", type=int, default=30, metavar="N", help="frames (steps) per second (default: 30)")

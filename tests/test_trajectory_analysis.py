@@ -32,7 +32,7 @@ from lamarckian_hpc.storage.trajectories import EpisodeRecord, TrajectorySpec
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MISSING = ("has no recorded episodes (/trajectories); it is written by "
-           "`storage.trajectories.every_episodes` > 0 in train")
+           "`storage.trajectories.every_episodes` > 0 in train, PBT, EMOGI and league runs")
 #: A policy: (observation, policy version, random generator) -> action.
 Policy = Callable[[np.ndarray, int, np.random.Generator], object]
 

@@ -61,9 +61,11 @@ class Replay:
     steps: int
     episode_return: float
     fps: int
+    member: int | None = None
 
     def summary(self) -> str:
-        return (f"episode {self.episode} of policy {self.policy!r}: {self.steps} steps, return "
+        whose = f"policy {self.policy!r}" if self.member is None else f"member {self.member} of policy {self.policy!r}"
+        return (f"episode {self.episode} of {whose}: {self.steps} steps, return "
                 f"{self.episode_return:.6g}; {self.steps} frames at {self.fps} fps")
 
 
@@ -167,9 +169,10 @@ def episode_frames(observations: np.ndarray, rewards: np.ndarray, renderer: Rend
             for k, observation in enumerate(observations)]
 
 
-def default_output(path: Path, policy: str, episode: int) -> Path:
-    """`<run stem>-<policy>-episode<K>.gif`, in the current folder."""
-    return Path(re.sub(r"[^\w.-]", "_", f"{path.stem}-{policy}-episode{episode}") + ".gif")
+def default_output(path: Path, policy: str, episode: int, member: int | None = None) -> Path:
+    """`<run stem>-<policy>[-member<M>]-episode<K>.gif`, in the current folder."""
+    whose = f"{policy}-member{member}" if member is not None else policy
+    return Path(re.sub(r"[^\w.-]", "_", f"{path.stem}-{whose}-episode{episode}") + ".gif")
 
 
 def _choose_policy(path: Path, policies: list[str], policy: str | None) -> str:
@@ -186,7 +189,8 @@ def _choose_policy(path: Path, policies: list[str], policy: str | None) -> str:
     return policy
 
 
-def _read_episode(path: Path, episode: int, policy: str | None) -> tuple[str, dict, float, str | None]:
+def _read_episode(path: Path, episode: int, policy: str | None,
+                  member: int | None = None) -> tuple[str, dict, float, str | None]:
     """(policy, the episode's steps, its return, the config's env id), or one ReplayError line."""
     if not path.exists():
         raise ReplayError(f"error: no such run file: {path}")
@@ -195,8 +199,8 @@ def _read_episode(path: Path, episode: int, policy: str | None) -> tuple[str, di
     try:
         with open_run(path) as reader:
             policy = _choose_policy(path, reader.trajectory_policies(), policy)
-            steps = reader.episode(episode, policy)
             index = reader.episodes(policy)
+            steps = reader.episode(episode, policy, index, member)
             env = reader.config.get("env") if isinstance(reader.config, dict) else None
     except KeyError as error:  # an episode that is not recorded: the reader's message names what is
         raise ReplayError(f"error: {error.args[0] if error.args else error}") from None
@@ -205,24 +209,29 @@ def _read_episode(path: Path, episode: int, policy: str | None) -> tuple[str, di
     except (OSError, ValueError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ReplayError(f"error: {path} is not a readable run file: {reason}") from None
-    episode_return = float(index["return"][np.flatnonzero(index["episode"] == episode)[0]])
+    chosen = index["episode"] == episode
+    if member is not None:
+        chosen &= index["member"] == member
+    episode_return = float(index["return"][np.flatnonzero(chosen)[0]])
     env_id = env.get("id") if isinstance(env, dict) and isinstance(env.get("id"), str) else None
     return policy, steps, episode_return, env_id
 
 
 def replay_episode(path: str | Path, episode: int, policy: str | None = None, out: str | Path | None = None,
-                   fps: int = DEFAULT_FPS) -> Replay:
+                   fps: int = DEFAULT_FPS, member: int | None = None) -> Replay:
     """Writes recorded episode `episode` of `policy` (the only one recorded when None) of the run
-    file at `path` as a GIF at `out` (default: `default_output`), one frame per step at `fps`.
+    file at `path` as a GIF at `out` (default: `default_output`), one frame per step at `fps`. In a
+    population run episodes are numbered per member: `member` names whose (needed when several
+    members recorded an episode of that number).
     Raises ReplayError (one line) for a file, policy, episode or observation it cannot replay."""
     if not 1 <= fps <= MAX_FPS:
         raise ReplayError(f"error: --fps must be between 1 and {MAX_FPS} (GIF frame times are hundredths of a "
                           "second, and browsers slow down faster frames)")
     path = Path(path)
-    policy, steps, episode_return, env_id = _read_episode(path, episode, policy)
+    policy, steps, episode_return, env_id = _read_episode(path, episode, policy, member)
     observations = steps["observations"]
     frames = episode_frames(observations, steps["rewards"], renderer_for(env_id, tuple(observations.shape[1:])))
-    target = Path(out) if out is not None else default_output(path, policy, episode)
+    target = Path(out) if out is not None else default_output(path, policy, episode, member)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         frames[0].save(target, format="GIF", save_all=True, append_images=frames[1:], duration=round(1000 / fps),
@@ -230,4 +239,4 @@ def replay_episode(path: str | Path, episode: int, policy: str | None = None, ou
     except OSError as error:
         raise ReplayError(f"error: cannot write {target}: {error.strerror or error}") from None
     return Replay(path=target, policy=policy, episode=episode, steps=len(frames), episode_return=episode_return,
-                  fps=fps)
+                  fps=fps, member=member)

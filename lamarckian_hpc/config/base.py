@@ -75,7 +75,8 @@ class TrajectoriesConfig(Section):
 
     every_episodes: int = Field(
         100, ge=0, description="`train` records one finished episode in every this many, per actor (its first, "
-        "then every N-th); 0 records none.")
+        "then every N-th), and so do each PBT member, each league learner and each EMOGI policy's evaluation "
+        "(tagged with member, generation and opponent); 0 records none.")
     max_megabytes: float = Field(
         1024.0, gt=0, description="Stop recording (and say so; training goes on) once the recorded steps take this "
         "much of the run file.")

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ..config import PBTConfig
 from ..population.command import population_command
-from .pbt_ppo import PBTProgram, PBTResult, mismatch, population_shape, progress_line
+from .pbt_ppo import PBTProgram, PBTResult, mismatch, population_shape, progress_line, trajectory_options
 
 
 def run_pbt(config: PBTConfig, path: Path, config_file: str | None, resume: bool = False) -> PBTResult:
@@ -21,5 +21,6 @@ def run_pbt(config: PBTConfig, path: Path, config_file: str | None, resume: bool
                                                               soft_wrap=True))
     started_at = time.time()
     run = population_command(program, config, path, config_file, resume, population_shape(config),
-                             unit="interval", cannot_resume=lambda state: mismatch(config, state))
+                             unit="interval", cannot_resume=lambda state: mismatch(config, state),
+                             writer_options=trajectory_options(config))
     return program.result(run.wall_seconds, started_at)

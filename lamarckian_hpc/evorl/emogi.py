@@ -14,6 +14,10 @@ as each finishes, selection runs once the whole generation is back, and one that
 `runtime.timeout_seconds` gets infinite objectives (it never survives) without stopping the
 others. `PongBehaviour` is also a plain `ec.Evaluator` (training from scratch) for the evolution
 of plain solutions.
+
+The evaluation episodes `storage.trajectories` picks (of each policy: its first, then every N-th)
+come back whole with the answer and go to the run file's `/trajectories/main`, each tagged with
+the policy's id (as `/population` names it) and the generation.
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ from ..config import RunConfig, RuntimeConfig, StopConfig
 from ..config.emogi import EMOGIConfig
 from ..ec import NSGA2, Coding, Description, non_dominated_fronts
 from ..envs import PongEnv
+from ..mdp import EpisodeSelector, RecordedSteps
 from ..population.workflow import GenerationalProgram, GenerationRecord
+from ..runtime.recording import population_writer_options, tagged_record
+from ..runtime.sampling import POLICY_ID
 from ..population.worker_pool import Request, WorkerFailure, WorkerPool
 from .lockstep import LockstepMembers
 from .member import Member
@@ -50,25 +57,48 @@ METRIC_NAMES: tuple[str, ...] = ("front_size", "best_normalized_score", "front_a
 Weights = dict[str, np.ndarray]
 
 
+def trajectory_options(config: EMOGIConfig) -> dict[str, Any]:
+    """The run file's `/trajectories/main`, the evaluation episodes every policy records (one in
+    every `storage.trajectories.every_episodes`, tagged with the policy's id and generation)."""
+    env = PongEnv(**{k: v for k, v in config.env.kwargs.items() if k not in ("move_reward", "stay_reward")})
+    try:
+        return population_writer_options(config.storage, (env.observation_space, env.action_space), POLICY_ID)
+    finally:
+        env.close()
+
+
 def individual_run_config(config: EMOGIConfig, genome: np.ndarray, seed: int, env_frames: int) -> RunConfig:
     """The single-run config one policy trains with: the run's env, model and PPO, this genome's
-    reward terms, serial on the CPU."""
+    reward terms, serial on the CPU. Its training episodes are not recorded: the run file records
+    evaluation episodes (`play`), played with the plain game's reward."""
     kwargs = {**config.env.kwargs, **reward_terms(genome, config.algorithm.reward_horizon_steps)}
     return RunConfig(
         seed=seed, env=config.env.model_copy(update={"kwargs": kwargs}), model=config.model, algorithm=config.ppo,
         runtime=RuntimeConfig(mode="serial", device="cpu", torch_threads=config.runtime.torch_threads),
-        stop=StopConfig(total_env_steps=env_frames), storage=config.storage)
+        stop=StopConfig(total_env_steps=env_frames), storage=config.storage.model_copy(
+            update={"trajectories": config.storage.trajectories.model_copy(update={"every_episodes": 0})}))
 
 
 def play(model: torch.nn.Module, env_kwargs: dict, episodes: int, seed: int) -> list[EpisodeTrace]:
     """`episodes` episodes of the plain game (no behaviour reward) with the policy's sampled actions,
     stepped in lockstep with one batched forward pass per step. Fixed seeds: every policy of a run
     meets the same serves and the same opponent draws."""
+    return play_and_record(model, env_kwargs, episodes, seed)[0]
+
+
+def play_and_record(model: torch.nn.Module, env_kwargs: dict, episodes: int, seed: int, record_every: int = 0,
+                    policy_version: int = 0) -> tuple[list[EpisodeTrace], list[tuple[int, float, RecordedSteps]]]:
+    """`play`, and every step of one episode in every `record_every` (the first, then every N-th;
+    none for 0) for the run file, as (its index, its return, its steps)."""
     kwargs = {k: v for k, v in env_kwargs.items() if k not in ("move_reward", "stay_reward")}
     envs = [PongEnv(**kwargs) for _ in range(episodes)]
     observations = np.stack([env.reset(seed=seed + k)[0] for k, env in enumerate(envs)])
+    selector = EpisodeSelector(record_every)
+    tapes = [selector.start() for _ in envs]
     moved: list[list[bool]] = [[] for _ in envs]
     points: list[list[int]] = [[] for _ in envs]
+    returns = [0.0] * episodes
+    ended = [False] * episodes
     live = list(range(episodes))
     generator_state = torch.get_rng_state()
     torch.manual_seed(seed)
@@ -78,16 +108,24 @@ def play(model: torch.nn.Module, env_kwargs: dict, episodes: int, seed: int) -> 
                 actions, _ = model.act(torch.as_tensor(observations[live]))
                 still = []
                 for k, action in zip(live, actions.tolist()):
-                    observation, _, terminated, truncated, info = envs[k].step(int(action))
+                    acted_on = observations[k].copy()
+                    observation, reward, terminated, truncated, info = envs[k].step(int(action))
+                    returns[k] += float(reward)
+                    if tapes[k] is not None:
+                        tapes[k].append(acted_on, int(action), float(reward), policy_version)
                     observations[k] = observation
                     moved[k].append(info["moved"])
                     points[k].append(info["point"])
-                    if not (terminated or truncated):
+                    if terminated or truncated:
+                        ended[k] = bool(terminated)
+                    else:
                         still.append(k)
                 live = still
     finally:
         torch.set_rng_state(generator_state)
-    return [EpisodeTrace(np.array(m, dtype=bool), np.array(p, dtype=np.int64)) for m, p in zip(moved, points)]
+    traces = [EpisodeTrace(np.array(m, dtype=bool), np.array(p, dtype=np.int64)) for m, p in zip(moved, points)]
+    recorded = [(k, returns[k], tape.finish(0, ended[k])) for k, tape in enumerate(tapes) if tape is not None]
+    return traces, recorded
 
 
 @dataclass
@@ -101,6 +139,8 @@ class IndividualResult:
     wall_time: float
     worker: int
     training_return: float | None  # recent mean return under the genome's own reward
+    #: evaluation episodes picked for the run file, as `runtime.recording.recorded_answers` gives them
+    recorded: list[dict] = field(default_factory=list)
 
 
 Job = tuple[np.ndarray, int, int, "Weights | None"]  # genome, seed, env frames, inherited weights
@@ -135,12 +175,16 @@ def train_and_evaluate_together(config: EMOGIConfig, jobs: list[Job], batched: b
                     member.train_interval(frames, time.monotonic(), stop_on_target=False)
         results = []
         for member in members:
-            traces = play(member.learner.model, config.env.kwargs, spec.evaluation_episodes, seed=config.seed * 1_000 + 1)
+            traces, recorded = play_and_record(member.learner.model, config.env.kwargs, spec.evaluation_episodes,
+                                               config.seed * 1_000 + 1, config.storage.trajectories.every_episodes,
+                                               member.learner.version)
             behaviour = behaviour_of(traces, int(config.env.kwargs.get("points_to_win", 5)))
             weights = {name: array.copy() for name, array in member.learner.weights().items()}
             results.append(IndividualResult(objectives(behaviour, spec.activeness_objective_weight), behaviour, weights,
                                             member.env_frames, time.perf_counter() - start, os.getpid(),
-                                            member.episodes.mean_return))
+                                            member.episodes.mean_return,
+                                            [{"episode": k, "return": episode_return, "env_frames": member.env_frames,
+                                              "steps": steps.to_plain()} for k, episode_return, steps in recorded]))
     finally:
         for member in members:
             member.close()
@@ -339,7 +383,17 @@ class EMOGIProgram(GenerationalProgram):
         self.result.front_ids = np.sort(nsga.ids[finite][first])
         seconds, self.result.wall_time = wall_time - self.result.wall_time, wall_time
         self.generation += 1
-        return self._record(individuals, sum(o is None for o in outcomes), seconds)
+        episodes = []
+        for k, outcome in enumerate(outcomes):
+            if outcome is None:
+                continue
+            # Any idle worker answers: the pid it sent says which (its host, from the pool).
+            worker = pool.pids.index(outcome.worker) if outcome.worker in pool.pids else -1
+            host = pool.host_names[worker] if worker >= 0 else ""
+            episodes += [tagged_record(POLICY_ID, recorded, worker, host, wall_time, int(nsga.told_ids[k]), generation)
+                         for recorded in outcome.recorded]
+        return dataclasses.replace(self._record(individuals, sum(o is None for o in outcomes), seconds),
+                                   episodes=tuple(episodes))
 
     def _record(self, members: list[Individual], failures: int, seconds: float) -> GenerationRecord:
         """The generation's population rows, metrics (the front's scores and activeness) and line."""

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from ..config.emogi import EMOGIConfig
 from ..population.command import population_command
-from .emogi import CHECKPOINT_KIND, EMOGIProgram, EMOGIResult, IndividualResult
+from .emogi import CHECKPOINT_KIND, EMOGIProgram, EMOGIResult, IndividualResult, trajectory_options
 from .emogi_store import population_shape, write_results
 
 __all__ = ["CHECKPOINT_KIND", "run_emogi"]
@@ -37,7 +37,8 @@ def _individual_line(config: EMOGIConfig, console: Console) -> Callable[[int, in
 def run_emogi(config: EMOGIConfig, path: Path, config_file: str | None, resume: bool = False) -> EMOGIResult:
     """Run EMOGI into `path`; with `resume`, continue that run after its last saved generation."""
     program = EMOGIProgram(config, _individual_line(config, Console(stderr=True)))
-    population_command(program, config, path, config_file, resume, population_shape(), cannot_resume=program.mismatch)
+    population_command(program, config, path, config_file, resume, population_shape(), cannot_resume=program.mismatch,
+                       writer_options=trajectory_options(config))
     result = program.result
     write_results(path, result)
     return result

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..config.league_run import LeagueRunConfig
 from ..league.store import LeagueRunWriter
 from ..population.command import population_command
-from .league_ppo import LeagueProgram
+from .league_ppo import LeagueProgram, trajectory_options
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ def run_league(config: LeagueRunConfig, path: Path, config_file: str | None, res
     program = LeagueProgram(config)
     run = population_command(program, config, path, config_file, resume, None, cannot_resume=program.mismatch,
                              writer_class=LeagueRunWriter,
-                             writer_options={"league_capacity": config.league.capacity})
+                             writer_options={"league_capacity": config.league.capacity,
+                                             **trajectory_options(config)})
     league, last = program.league, program.last_metrics
     learners = tuple(LearnerRow(name, float(league.elo[index]), last.get(f"win_rate_vs_targets_{name}"),
                                 league.members[index].updates) for index, name in enumerate(program.names))

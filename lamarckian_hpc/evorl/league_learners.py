@@ -4,7 +4,8 @@ per worker: in the driver's process, forked, or a Ray actor on any node).
 Each learner is PPO on its seat of its own two-player games (`env.num_envs` of them); the other
 seat is played by the opponent the league's matchmaking chose for this update, whose weights
 arrive with the request (a frozen snapshot, another learner, or none: the learner itself, plain
-self-play). Every game that ends during the update is one match result against that opponent.
+self-play). Every game that ends during the update is one match result against that opponent; the games
+`storage.trajectories` picks come back whole with the answer, for the driver to record.
 Methods take and return plain data (numpy arrays, numbers, dicts), so that weights travel over a
 pipe or through Ray's object store without pickling torch.
 """
@@ -27,6 +28,7 @@ from ..rl import ppo_update
 from ..rl.batched_ppo import BatchedPPO
 from ..runtime.multiagent_sampling import make_parallel_env
 from ..runtime.multiagent_trainer import MultiAgentTrainer, default_spaces
+from ..runtime.recording import recorded_answers
 from ..population.workflow import HostedMembers
 
 LEARNER, OPPONENT = "learner", "opponent"
@@ -44,6 +46,13 @@ def initial_weights(config: LeagueRunConfig) -> Weights:
     mdp.reset(seed=config.seed)
     torch.manual_seed(config.seed)
     return model_weights(ActorCritic(*default_spaces(mdp), config.model))
+
+
+def learner_spaces(config: LeagueRunConfig) -> tuple:
+    """Observation and action space of a learner's seat (its recorded episodes' shapes)."""
+    mdp = ParallelEnvMDP(make_parallel_env(config.env))
+    mdp.reset(seed=config.seed)
+    return default_spaces(mdp)
 
 
 def score_against_scripted(model: ActorCritic, episodes: int, seed: int = 0, **env_kwargs: Any) -> float:
@@ -74,7 +83,9 @@ class LeagueLearner:
         mdps = [ParallelEnvMDP(make_parallel_env(config.env)) for _ in range(config.env.num_envs)]
         roles = MultiAgentConfig(policies=(LEARNER, OPPONENT), policies_to_train=(LEARNER,))
         self.trainer = MultiAgentTrainer(mdps, roles, config.ppo, config.model, seed=config.seed * 10_007 + slot,
-                                         mapping_fn=fixed_mapping({learner_seat: LEARNER, opponent_seat: OPPONENT}))
+                                         mapping_fn=fixed_mapping({learner_seat: LEARNER, opponent_seat: OPPONENT}),
+                                         record_every=config.storage.trajectories.every_episodes)
+        self.episodes = 0  # the learner's finished episodes: they number its recorded ones
         self.model, self.opponent = self.trainer.models[LEARNER], self.trainer.models[OPPONENT]
         self.reset(initial_weights(config))
 
@@ -92,11 +103,14 @@ class LeagueLearner:
     def updated(self, diagnostics: dict[str, float]) -> dict[str, Any]:
         """After the update: the games that ended while sampling, and the weights now."""
         self.trainer.updated(LEARNER)
+        recorded = recorded_answers(self.episodes, self.trainer.last_completed, self.trainer.sampler.env_frames,
+                                    LEARNER)
         returns = np.array([r.episode_return for r in self.trainer.last_completed if r.policy_id == LEARNER])
+        self.episodes += len(returns)
         return {"wins": int((returns > 0).sum()), "draws": int((returns == 0).sum()),
                 "losses": int((returns < 0).sum()), "return_mean": float(returns.mean()) if len(returns) else None,
                 "env_frames": int(self.trainer.sampler.env_frames), "weights": model_weights(self.model),
-                "diagnostics": {name: float(value) for name, value in diagnostics.items()}}
+                "diagnostics": {name: float(value) for name, value in diagnostics.items()}, "recorded": recorded}
 
     @property
     def optimizer(self) -> Adam:
@@ -112,7 +126,7 @@ class LeagueLearner:
         moments = {f"{index}/{key}": torch.as_tensor(value).numpy().copy()
                    for index, slots in optimizer["state"].items() for key, value in slots.items()}
         return {"weights": model_weights(self.model), "moments": moments, "env_frames": self.trainer.sampler.env_frames,
-                "rng": self.trainer.learner.learner(LEARNER).rng.bit_generator.state}
+                "rng": self.trainer.learner.learner(LEARNER).rng.bit_generator.state, "episodes": self.episodes}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.reset(state["weights"])
@@ -126,6 +140,7 @@ class LeagueLearner:
         optimizer.load_state_dict(saved)
         self.trainer.sampler.env_frames = int(state["env_frames"])
         self.trainer.learner.learner(LEARNER).rng.bit_generator.state = state["rng"]
+        self.episodes = int(state.get("episodes", 0))  # (absent from checkpoints saved before it was)
 
     def close(self) -> None:
         self.trainer.close()

@@ -12,14 +12,16 @@ recorded in the payoff matrix and the Elo ratings; the league then adds snapshot
 exploiters on its schedule (a reset learner starts again from the initial weights with a fresh
 optimizer). Every `algorithm.scripted_evaluation_interval` generations the main agents play the
 scripted Pong player they never train against. `/league` in the run file holds the members,
-payoff, Elo (and its history) and every match; the metrics hold each learner's Elo and return.
+payoff, Elo (and its history) and every match; the metrics hold each learner's Elo and return;
+`/trajectories/<learner>` the games `storage.trajectories` picks, tagged with the learner's slot,
+the generation and the opponent's name.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -28,7 +30,9 @@ from ..league.league import League, Role
 from ..league.store import MATCH_COLUMNS, LeagueRunWriter, elo_row
 from ..population.workflow import GenerationalProgram, GenerationRecord
 from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
-from .league_learners import LeagueLearners, initial_weights
+from ..runtime.recording import population_writer_options, tagged_record
+from ..storage.trajectories import EpisodeRecord
+from .league_learners import LeagueLearners, initial_weights, learner_spaces
 
 #: The `kind` of a league run's checkpoint (`runtime.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "league"
@@ -40,6 +44,12 @@ def learner_names(config: LeagueRunConfig) -> list[str]:
     league = config.league
     return ([f"main_{k}" for k in range(league.main_agents)] + [f"main_exploiter_{k}" for k in range(league.main_exploiters)]
             + [f"league_exploiter_{k}" for k in range(league.league_exploiters)])
+
+
+def trajectory_options(config: LeagueRunConfig) -> dict[str, Any]:
+    """The run file's `/trajectories/<learner>`, one group per learner, when
+    `storage.trajectories.every_episodes` records any of their games."""
+    return population_writer_options(config.storage, learner_spaces(config), *learner_names(config))
 
 
 def metric_names(config: LeagueRunConfig) -> tuple[str, ...]:
@@ -114,6 +124,7 @@ class LeagueProgram(GenerationalProgram):
             pool.gather([Request("reset", (learner, self.initial), pool.worker_of(learner)) for learner in resets])
         if scripted:
             self.scripted_scores.append((self.generation, float(np.mean(scripted))))
+        episodes = tuple(self._recorded(updates, pool, wall_time))
         self.history.append((league.update_count, elo_row(league)))
         metrics = self.last_metrics = self._metrics(updates, scripted, snapshots, len(resets), wall_time - self.wall_time)
         frames = sum(answer["env_frames"] for answer in updates)
@@ -122,7 +133,16 @@ class LeagueProgram(GenerationalProgram):
                 + (f"  main vs scripted {np.mean(scripted):+.2f}" if scripted else "")
                 + f"  members {len(league.members)}  {wall_time:.0f}s")
         self.generation, self.wall_time = self.generation + 1, wall_time
-        return GenerationRecord(metrics, frames, line=line, write=self._write)
+        return GenerationRecord(metrics, frames, line=line, write=self._write, episodes=episodes)
+
+    def _recorded(self, updates: list[dict], pool: WorkerPool, wall_time: float) -> Iterator[EpisodeRecord]:
+        """The games each learner recorded this generation, in its policy's group, tagged with its
+        slot, the generation and the opponent it played (the league member's name)."""
+        for learner, ((opponent, _), answer) in enumerate(zip(self.chosen, updates)):
+            worker = pool.worker_of(learner)
+            for recorded in answer.get("recorded", ()):
+                yield tagged_record(self.names[learner], recorded, worker, pool.host_names[worker], wall_time, learner,
+                                    self.generation, self.league.members[opponent].name)
 
     def _metrics(self, updates: list[dict], scripted: list[float], snapshots: int, resets: int,
                  seconds: float) -> dict[str, float]:

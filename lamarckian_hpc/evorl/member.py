@@ -19,6 +19,7 @@ from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
 from ..config.evorl import SearchedHyperparameter
 from ..mdp import ExperienceBatch
 from ..runtime.episodes import RecentEpisodes
+from ..runtime.recording import recorded_answers
 from ..rl.learner import LearnerBase, load_weights
 from ..runtime.sampling import POLICY_ID, SamplingSide
 from ..runtime.training_loop import TrainingLoop
@@ -60,6 +61,8 @@ class IntervalResult:
     reached_seconds: float | None = None
     reached_frames: int | None = None
     updates: int = 0
+    #: episodes picked for the run file (`storage.trajectories`), as `runtime.recording.recorded_answers`
+    recorded: list[dict] = field(default_factory=list)
 
 
 class Member:
@@ -126,6 +129,7 @@ class Member:
     def sample(self, result: IntervalResult) -> ExperienceBatch:
         """One update's batch; the episodes that ended while sampling it count in `result`."""
         sampled = self.loop.sample()
+        result.recorded += recorded_answers(self.episodes.count, sampled.completed, self.env_frames)
         self.episodes.add((r.episode_return for r in sampled.completed), (r.length for r in sampled.completed))
         result.episode_returns += [float(r.episode_return) for r in sampled.completed]
         return sampled.experience
@@ -162,7 +166,9 @@ class Member:
 
     def load_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Become a copy of the member whose `state()` this is (hyperparameters are set separately).
-        The copy has not reached the target itself until its own episodes say so."""
+        The copy has not reached the target itself until its own episodes say so; the slot's count
+        of finished episodes goes on (it numbers the slot's recorded episodes)."""
+        count = self.episodes.count
         self.learner.model.load_state_dict({name[len(MODEL_PREFIX):]: torch.tensor(array)
                                             for name, array in arrays.items() if name.startswith(MODEL_PREFIX)})
         optimizer_state = self.learner.optimizer.state_dict()
@@ -175,6 +181,7 @@ class Member:
         self.learner.optimizer.load_state_dict(optimizer_state)
         self.episodes = RecentEpisodes(self.episodes.window)
         self.episodes.add(arrays[EPISODE_RETURNS].tolist(), arrays[EPISODE_LENGTHS].tolist())
+        self.episodes.count = count
         self.learner.version += 1
         self.loop.sync(POLICY_ID)
 

@@ -6,7 +6,9 @@ frames (all workers at once), the population's scores go to the ask/tell `ec.pbt
 names copy the weights of better members (exploit) and train on with explored hyperparameters.
 Every interval, every member is a row of the run file's `/population` (id, parent id,
 hyperparameters by name, score, env frames, wall time, worker), so that the lineage and
-hyperparameter schedule of each policy can be rebuilt afterwards. The workflow's checkpoint holds
+hyperparameter schedule of each policy can be rebuilt afterwards; the episodes the members recorded
+(`storage.trajectories`) go to `/trajectories/main`, each tagged with its member's id and the
+interval, as `/population` names them. The workflow's checkpoint holds
 the members (from their workers), PBT's state and the clock, so that `evolve --resume` continues
 after the last saved interval.
 """
@@ -17,7 +19,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -25,8 +27,11 @@ from ..config import PBTConfig
 from ..ec.pbt import PBT, Hyperparameter
 from ..population.workflow import GenerationRecord, PopulationRuntime, run_population
 from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
+from ..runtime.recording import tagged_record, trajectory_writer_options
+from ..runtime.sampling import POLICY_ID, spaces_of
 from ..storage import RunWriter
-from .member import IntervalResult
+from ..storage.trajectories import EpisodeRecord
+from .member import IntervalResult, member_run_config
 from .worker_members import WorkerMembers
 
 #: The `kind` of a PBT run's checkpoint (`runtime.checkpoint.save_run_state`).
@@ -47,6 +52,13 @@ def make_pbt(config: PBTConfig) -> PBT:
                truncation_fraction=algorithm.truncation_fraction, perturb_factors=algorithm.perturb_factors,
                resample_probability=algorithm.resample_probability, ttest_alpha=algorithm.ttest_alpha,
                ttest_window=algorithm.ttest_window)
+
+
+def trajectory_options(config: PBTConfig) -> dict[str, Any]:
+    """The run file's `/trajectories/main`, which every member's recorded episodes share (they act
+    in one environment), when `storage.trajectories.every_episodes` records any."""
+    run_config = member_run_config(config, 0)
+    return trajectory_writer_options(run_config, spaces_of(run_config), POLICY_ID)
 
 
 def population_shape(config: PBTConfig) -> tuple[int, int, tuple[str, ...]]:
@@ -113,6 +125,15 @@ def _rows(report: IntervalReport, names: tuple[str, ...], pool: WorkerPool) -> d
         "host": np.array([pool.host_names[worker] for worker in workers], dtype=object),
         "env_frames": np.array([r.env_frames for r in report.results]),
     }
+
+
+def _recorded(report: IntervalReport, pool: WorkerPool, wall_time: float) -> Iterator[EpisodeRecord]:
+    """The episodes the members recorded in the interval, tagged with the member's id and the interval."""
+    for r in report.results:
+        worker = pool.worker_of(r.slot)
+        for answer in r.recorded:
+            yield tagged_record(POLICY_ID, answer, worker, pool.host_names[worker], wall_time, int(report.ids[r.slot]),
+                                report.interval)
 
 
 class PBTProgram:
@@ -192,12 +213,13 @@ class PBTProgram:
         self.last = report
         if self.on_interval is not None:
             self.on_interval(report)
+        episodes = tuple(_recorded(report, pool, wall_time))
         frames = sum(r.env_frames for r in results)
         finite = report.scores[~np.isnan(report.scores)]
         metrics = {"best_return": float(finite.max()) if finite.size else math.nan,
                    "median_return": float(np.median(finite)) if finite.size else math.nan,
                    "copies": float(report.copies), "env_frames_per_second": frames / max(wall_time, 1e-9)}
-        return GenerationRecord(metrics, frames, rows)
+        return GenerationRecord(metrics, frames, rows, episodes=episodes)
 
     def _exploit(self, pool: WorkerPool, sources: np.ndarray) -> int:
         """Copy the weights of each source into the slot that takes them (all sources are read

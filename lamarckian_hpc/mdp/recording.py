@@ -63,6 +63,20 @@ class RecordedSteps:
     def nbytes(self) -> int:
         return sum(array.nbytes for array in (self.observations, self.actions, self.rewards, self.policy_versions))
 
+    def to_plain(self) -> dict[str, Any]:
+        """Its fields as plain data (a string, a boolean, numpy arrays): what a population worker's
+        answer carries to the process that writes the run file, over a pipe or through Ray."""
+        return {name: getattr(self, name) for name in RECORDED_FIELDS}
+
+    @classmethod
+    def from_plain(cls, fields: dict[str, Any]) -> RecordedSteps:
+        return cls(str(fields["agent_id"]), np.asarray(fields["observations"]), np.asarray(fields["actions"]),
+                   np.asarray(fields["rewards"], dtype=np.float32),
+                   np.asarray(fields["policy_versions"], dtype=np.int64), bool(fields["terminated"]))
+
+
+RECORDED_FIELDS = ("agent_id", "observations", "actions", "rewards", "policy_versions", "terminated")
+
 
 class EpisodeTape:
     """The steps of one recorded episode, appended by its training controller."""

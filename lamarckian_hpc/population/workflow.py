@@ -7,8 +7,9 @@ an interval, evaluate these genomes, train these policies from their parents' we
 workers answer them (`worker_pool`: in this process, forked, or Ray actors on any node), answers
 are collected as they finish, and the program is told them all and decides (PBT's exploit and
 explore, NSGA-II's selection). The workflow writes what the program reports to the run file (the
-population rows of the generation, its metrics, flushed together so that a generation is on disk
-whole or not at all) and saves one checkpoint beside it: the program's state, the members that
+population rows of the generation, its metrics and the episodes its members recorded, which the
+workers send with their answers, flushed together so that a generation is on disk whole or not at
+all) and saves one checkpoint beside it: the program's state, the members that
 live in the workers, the generation and the clock, after the last generation and after any
 generation once `storage.checkpoint_interval_seconds` passed (sooner where saving is cheap, see
 `Checkpointing`). `evolve --resume` loads it and goes on with the next generation.
@@ -25,6 +26,7 @@ import numpy as np
 
 from ..runtime.checkpoint import save_run_state
 from ..storage import RunWriter
+from ..storage.trajectories import EpisodeRecord
 from .worker_pool import HostFactory, Request, WorkerPool, make_pool
 
 
@@ -37,6 +39,8 @@ class GenerationRecord:
     rows: dict[str, np.ndarray] | None = None  # /population rows, one per individual
     line: str | None = None  # a progress line
     write: Callable[[Any], None] | None = None  # writes the program's own groups (its run writer's class)
+    #: recorded episodes of the generation, tagged with whose they are (`storage.trajectories`)
+    episodes: tuple[EpisodeRecord, ...] = ()
 
 
 class PopulationProgram(Protocol):
@@ -209,6 +213,8 @@ def run_population(program: PopulationProgram, runtime: PopulationRuntime, write
                     writer.append_population(record.rows)
                 if record.write is not None:
                     record.write(writer)
+                for episode in record.episodes:  # the run file is written here only: the workers send theirs
+                    writer.append_episode(episode)
                 writer.append_many(record.metrics, env_frames=record.env_frames, policy_version=generation,
                                    wall_time=wall_time)
                 writer.flush()  # before the checkpoint: the file holds every row the checkpoint covers

@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..config import ModelConfig, MultiAgentConfig, PPOConfig, RunConfig, RuntimeConfig
-from ..mdp import MDP, EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
+from ..mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
 from ..multiagent.global_state import GlobalStateMDP
 from ..multiagent.mapping import PolicyMapping, PolicyMappingFn, configured_mapping
 from ..multiagent.policies import MultiPolicyLearner, build_policy_models
@@ -54,7 +54,10 @@ def default_spaces(mdp: MDP) -> tuple[gym.Space, gym.Space]:
 class MultiAgentTrainer:
     def __init__(self, mdps: Sequence[MDP], config: MultiAgentConfig, ppo: PPOConfig, model: ModelConfig,
                  seed: int = 0, mapping_fn: PolicyMappingFn | None = None,
-                 spaces: tuple[gym.Space, gym.Space] | None = None, return_window: int = 20) -> None:
+                 spaces: tuple[gym.Space, gym.Space] | None = None, return_window: int = 20,
+                 record_every: int = 0) -> None:
+        """`record_every`: keep one trained agent's episode in every this many whole (its steps in
+        `EpisodeResult.recorded`), for a run file's `/trajectories`; 0 keeps none."""
         self.config, self.ppo = config, ppo
         trained = config.trained
         if mapping_fn is None:
@@ -75,7 +78,8 @@ class MultiAgentTrainer:
                                runtime=RuntimeConfig(mode="serial", device="cpu"))
         self.learner = MultiPolicyLearner(self.models, trained, run_config)
         self.experiences = {pid: ExperienceBuffer() for pid in trained}
-        self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences)
+        self.mapping = PolicyMapping(mapping_fn, config.policies, trained, self.experiences,
+                                     EpisodeSelector(record_every))
         # An MLP policy samples with its own torch-free copy (as actors do), which takes the torch
         # model's weights after every update and every `load_weights`; a CNN acts with the model.
         policies: dict[str, NumpyActorCriticPolicy | TorchPolicy] = {

@@ -23,8 +23,10 @@ from .run_file import RunWriter
 from .trajectories import EpisodeRecord, TrajectorySpec
 
 
-def _kept_episodes(old: RunReader, specs: Iterable[TrajectorySpec], through_env_frames: int | None):
-    """The old file's recorded episodes of the policies the new file records, up to the checkpoint."""
+def _kept_episodes(old: RunReader, specs: Iterable[TrajectorySpec], through_env_frames: int | None,
+                   through_generation: int):
+    """The old file's recorded episodes of the policies the new file records, up to the checkpoint
+    (a population run's: of its generations up to `through_generation`)."""
     recorded = set(old.trajectory_policies())
     for spec in specs:
         if spec.policy_id not in recorded:
@@ -33,11 +35,14 @@ def _kept_episodes(old: RunReader, specs: Iterable[TrajectorySpec], through_env_
         for row in range(len(index["episode"])):
             if through_env_frames is not None and index["env_frames"][row] > through_env_frames:
                 continue
-            steps = old.episode(int(index["episode"][row]), spec.policy_id, index)
+            if index["generation"][row] > through_generation:
+                continue
+            steps = old.episode_at(row, spec.policy_id, index)
             yield EpisodeRecord(spec.policy_id, str(steps["agent_id"][0]), steps["observations"], steps["actions"],
                                 steps["rewards"], steps["policy_version"], bool(steps["terminated"][-1]),
                                 int(index["episode"][row]), float(index["return"][row]), int(index["actor"][row]),
-                                str(index["host"][row]), int(index["env_frames"][row]), float(index["wall_time"][row]))
+                                str(index["host"][row]), int(index["env_frames"][row]), float(index["wall_time"][row]),
+                                int(index["member"][row]), int(index["generation"][row]), str(index["opponent"][row]))
 
 
 def continue_run_file(path: str | Path, metric_names: Iterable[str], through_version: int,
@@ -60,7 +65,8 @@ def continue_run_file(path: str | Path, metric_names: Iterable[str], through_ver
         config = old.config
         population = old.population()
         genome_names = old.genome_names()
-        episodes = list(_kept_episodes(old, writer_options.get("trajectories", ()), through_env_frames))
+        episodes = list(_kept_episodes(old, writer_options.get("trajectories", ()), through_env_frames,
+                                       through_version))
     names = list(dict.fromkeys([*old_series, *metric_names]))
     old_meta.update(meta or {})
     old_meta["resumes"] = int(old_meta.get("resumes", 0)) + 1

@@ -283,19 +283,34 @@ class RunReader:
         return read_episode_index(self._file, policy_id, check=self._bounded)
 
     def episode(self, episode: int, policy_id: str | None = None,
-                index: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Every step of recorded episode number `episode` (the run's episode count), as arrays:
+                index: dict[str, np.ndarray] | None = None, member: int | None = None) -> dict[str, np.ndarray]:
+        """Every step of recorded episode number `episode` (the run's episode count; in a population
+        run, `member`'s count: name the member when several recorded that number), as arrays:
         observations, actions, rewards, terminated, truncated, policy_version, episode, step, agent_id.
         A caller reading many episodes passes the index it read once (`episodes()`)."""
         policy_id = self._policy(policy_id)
         index = self._read_index(policy_id) if index is None else index
-        where = np.flatnonzero(index["episode"] == episode)
+        chosen = index["episode"] == episode
+        whose = f"episode {episode} of policy {policy_id!r}"
+        if member is not None:
+            chosen &= index["member"] == member
+            whose = f"episode {episode} of member {member} of policy {policy_id!r}"
+        where = np.flatnonzero(chosen)
         if not len(where):
             shown = ", ".join(str(number) for number in index["episode"][:10])
-            raise KeyError(f"episode {episode} of policy {policy_id!r} is not recorded in {self.path} "
+            raise KeyError(f"{whose} is not recorded in {self.path} "
                            f"({len(index['episode'])} are{': ' + shown if shown else ''}"
                            f"{', ...' if len(index['episode']) > 10 else ''})")
-        row = int(where[0])
+        members = sorted({int(index["member"][row]) for row in where})
+        if len(members) > 1:
+            raise KeyError(f"{whose} is recorded for members {members} in {self.path}: name one")
+        return self.episode_at(int(where[0]), policy_id, index)
+
+    def episode_at(self, row: int, policy_id: str | None = None,
+                   index: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Every step of the episode in row `row` of the index (as `episode` returns them)."""
+        policy_id = self._policy(policy_id)
+        index = self._read_index(policy_id) if index is None else index
         return self._read_steps(policy_id, int(index["first_row"][row]), int(index["length"][row]))
 
     def step_columns(self, names: tuple[str, ...], policy_id: str | None = None,

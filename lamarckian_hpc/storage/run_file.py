@@ -28,7 +28,9 @@ Layout:
 - ``/metrics/<name>/{wall_time, env_frames, policy_version, value}``: resizable chunked 1-D
   datasets (float64, int64, int64, float64) of equal length once a flush completes.
 - ``/status/closed``: int8, shape (1,).
-- ``/trajectories/<policy>/...``: recorded episodes, when the run records them (``trajectories``).
+- ``/trajectories/<policy>/...``: recorded episodes, when the run records them (``trajectories``):
+  a `train` run's, and a PBT, EMOGI or league run's, whose episode index also tags each episode with its
+  member, generation and opponent (``storage.trajectories`` describes the columns).
 
 A run file is created under a temporary name (``<name>.creating``), private to its owner from the
 moment it exists (no window in which another user of the cluster could open it), laid out, put in

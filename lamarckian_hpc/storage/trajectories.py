@@ -12,7 +12,16 @@ policy version that chose each action), without replaying the run. Layout, for e
   finished episodes when this one ended, from 0: the `episodes` metric's numbering), ``first_row``,
   ``length``, ``return`` (as the learner counted it), ``actor``, ``host``,
   ``policy_version_first``, ``policy_version_last``, ``env_frames`` and ``wall_time`` (the run's,
-  when the episode was written).
+  when the episode was written), and the tags that say whose episode it is in a population run:
+  ``member`` (the PBT member's id, as in ``/population``; the EMOGI policy's; the league
+  learner's slot), ``generation`` (the PBT interval, EMOGI or league generation, as
+  ``/population`` and the metrics count them) and ``opponent`` (UTF-8, at most OPPONENT_BYTES:
+  the league member the learner played). A tag a run has no use for is -1 (``""`` for the
+  opponent): a `train` run's episodes carry none. Files written before the tags existed read
+  back with these defaults.
+
+In a population run the numbers in ``episode`` count each member's own finished episodes (a PBT
+slot's, an EMOGI policy's, a league learner's), so an episode is named by its member and number.
 
 Like everything in an SWMR file, the datasets are created with the file (`create_trajectories`),
 so the policies and their observation and action shapes are known up front. Step rows are written
@@ -41,6 +50,9 @@ TRAJECTORIES_GROUP = "trajectories"
 EPISODES_GROUP = "episodes"
 AGENT_ID_BYTES = 64
 HOST_BYTES = 64
+OPPONENT_BYTES = 64
+#: The `member` and `generation` tag of an episode that has none (a `train` run's).
+NO_TAG = -1
 #: Target bytes of one chunk of a step dataset: a few episodes of CartPole, a few dozen image frames.
 CHUNK_BYTES = 1 << 20
 MAX_CHUNK_ROWS = 4096
@@ -81,6 +93,9 @@ class EpisodeRecord:
     host: str
     env_frames: int
     wall_time: float
+    member: int = NO_TAG  # whose episode, in a population run (see the module's docstring)
+    generation: int = NO_TAG
+    opponent: str = ""
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -113,7 +128,10 @@ EPISODE_COLUMNS: dict[str, np.dtype] = {
     "return": np.dtype(np.float64), "actor": np.dtype(np.int64), "host": _fixed_string(HOST_BYTES),
     "policy_version_first": np.dtype(np.int64), "policy_version_last": np.dtype(np.int64),
     "env_frames": np.dtype(np.int64), "wall_time": np.dtype(np.float64),
+    "member": np.dtype(np.int64), "generation": np.dtype(np.int64), "opponent": _fixed_string(OPPONENT_BYTES),
 }
+#: What a file written before the tags existed reads back for them.
+TAG_DEFAULTS: dict[str, object] = {"member": NO_TAG, "generation": NO_TAG, "opponent": ""}
 
 
 def _chunk_rows(inner: tuple[int, ...], dtype: np.dtype) -> int:
@@ -252,6 +270,9 @@ def _index_rows(records: list[EpisodeRecord], starts: np.ndarray) -> dict[str, n
         "policy_version_last": np.array([int(record.policy_versions[-1]) for record in records], dtype=np.int64),
         "env_frames": np.array([record.env_frames for record in records], dtype=np.int64),
         "wall_time": np.array([record.wall_time for record in records], dtype=np.float64),
+        "member": np.array([record.member for record in records], dtype=np.int64),
+        "generation": np.array([record.generation for record in records], dtype=np.int64),
+        "opponent": np.array([record.opponent.encode()[:OPPONENT_BYTES] for record in records]),
     }
 
 
@@ -278,7 +299,11 @@ def read_episode_index(file: h5py.File, policy_id: str,
         if check is not None:
             check(dataset, length)
     rows = {name: dataset[:length] for name, dataset in index.items()}
+    for name, default in TAG_DEFAULTS.items():  # a file from before the tags
+        if name not in rows:
+            rows[name] = np.full(length, default, dtype=object if isinstance(default, str) else np.int64)
     rows["host"] = _strings(rows["host"])
+    rows["opponent"] = _strings(rows["opponent"])
     step_datasets = [group[name] for name in group if name != EPISODES_GROUP]
     for dataset in step_datasets:
         dataset.refresh()
