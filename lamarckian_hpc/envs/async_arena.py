@@ -64,6 +64,10 @@ class ArenaCore:
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
+        # Who moves first within a tick, drawn anew every tick: in connection order, the first
+        # player would win every race to a coin, and two players chasing the same coins would
+        # split them by when they connected rather than by how they play.
+        self.order_rng = np.random.default_rng((self.seed, 2))
         self.coins = [self._free_cell() for _ in range(self.num_coins)]
 
     def _free_cell(self) -> tuple[int, int]:
@@ -97,7 +101,10 @@ class ArenaCore:
         self.clock += 1
         self.departed = {}
         acted: list[str] = []
-        for player in list(self.players.values()):
+        order = list(self.players.values())
+        if len(order) > 1:
+            self.order_rng.shuffle(order)  # type: ignore[arg-type]
+        for player in order:
             if (self.clock - player.joined_at) % player.period:
                 continue
             if player.pending is None:
