@@ -13,7 +13,8 @@ actor processes), then evaluates on the arena's real sampler, same episode seeds
 
     python benchmarks/async_arena_share.py [--frames 60000] [--episodes 64] [--periods 1 2 4 8] [--retrain]
 
-Prints Markdown tables and writes benchmarks/results/async_arena_share.json.
+Prints Markdown tables and writes benchmarks/results/async_arena_share.json (the page's tables:
+python -m lamarckian_hpc.analysis.benchmark_pages).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import platform
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -48,6 +51,16 @@ class UniformRandom:
     def __call__(self, observations: np.ndarray) -> PolicyOutput:
         actions = self.rng.integers(self.num_actions, size=len(observations))
         return PolicyOutput(actions, np.full(len(observations), -math.log(self.num_actions)))
+
+
+def period_of(config: RunConfig, player: str) -> int:
+    kwargs = config.env.kwargs
+    return kwargs["players"][player] if player in kwargs["players"] else kwargs["joins"][player].get("period", 1)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    return "\n".join(lines + ["| " + " | ".join(str(value) for value in row.values()) + " |" for row in rows])
 
 
 def with_slow_period(config: RunConfig, period: int) -> RunConfig:
@@ -121,32 +134,34 @@ def main() -> None:
     config = load_config(CONFIG, [f"stop.total_env_steps={args.frames}", f"seed={args.seed}"])
     weights, curve, seconds = train(config)
     trained, random = evaluate(config, weights, args.episodes), evaluate(config, None, args.episodes)
+    players = list(trained["mean_coins"])
+    policies = [{"policy": name, "mean coins per player per episode": row["mean_coins_per_player"],
+                 **{f"{player} (period {period_of(config, player)})": row["mean_coins"][player] for player in players}}
+                for name, row in (("trained", trained), ("uniformly random", random))]
     print(f"trained {args.frames} frames in {seconds:.1f} s; evaluation over {trained['episodes']} episodes\n")
-    print("| policy | mean coins per player per episode | " + " | ".join(trained["mean_coins"]) + " |")
-    print("|---|---|" + "---|" * len(trained["mean_coins"]))
-    for name, row in (("trained", trained), ("uniformly random", random)):
-        print(f"| {name} | {row['mean_coins_per_player']} | " + " | ".join(map(str, row["mean_coins"].values())) + " |")
+    print(markdown(policies))
 
     shares = []
     for period in args.periods:
         periodic = with_slow_period(config, period)
         period_weights = train(periodic)[0] if args.retrain else weights
-        shares.append({"slow_period": period, "trained": evaluate(periodic, period_weights, args.episodes),
-                       "random": evaluate(periodic, None, args.episodes)})
+        t, r = evaluate(periodic, period_weights, args.episodes), evaluate(periodic, None, args.episodes)
+        shares.append({"slow period": period, "trained: slow share": t["slow_share"],
+                       "trained: slow coins": t["mean_coins"]["slow"], "trained: fast coins": t["mean_coins"]["fast"],
+                       "random: slow share": r["slow_share"], "random: slow coins": r["mean_coins"]["slow"],
+                       "random: fast coins": r["mean_coins"]["fast"]})
     how = "a run trained per period" if args.retrain else "the one trained policy evaluated under each period"
     print(f"\nslow player's share of the coins ({how}):\n")
-    print("| slow period | trained: share | trained: slow / fast coins | random: share | random: slow / fast coins |")
-    print("|---|---|---|---|---|")
-    for row in shares:
-        t, r = row["trained"], row["random"]
-        print(f"| {row['slow_period']} | {t['slow_share']} | {t['mean_coins']['slow']} / {t['mean_coins']['fast']} "
-              f"| {r['slow_share']} | {r['mean_coins']['slow']} / {r['mean_coins']['fast']} |")
+    print(markdown(shares))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
         "config": str(CONFIG.relative_to(ROOT)), "frames": args.frames, "seed": args.seed,
-        "evaluation_seed": EVALUATION_SEED, "train_seconds": round(seconds, 1), "curve": curve,
-        "trained": trained, "random": random, "shares_by": "retrain" if args.retrain else "evaluation",
-        "shares": shares}, indent=1) + "\n")
+        "evaluation_seed": EVALUATION_SEED, "evaluation_episodes": trained["episodes"],
+        "train_seconds": round(seconds, 1), "shares_by": "retrain" if args.retrain else "evaluation",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "curve": [{"env frames": frames, "recent mean coins per player": coins} for frames, coins in curve],
+        "policies": policies, "shares": shares}, indent=1) + "\n")
     print(f"\nwrote {args.output}")
 
 

@@ -109,6 +109,9 @@ def test_a_module_without_make_mdp_is_named():
     config = load_config(CONFIG, ["env.id=mdp:lamarckian_hpc.envs.pong"])
     with pytest.raises(ValueError, match=r"env\.id: lamarckian_hpc\.envs\.pong has no make_mdp\(\)"):
         multiagent_spaces(config)
+    # The arena has no global state for a centralised critic to read.
+    with pytest.raises(ValueError, match=r"multiagent\.centralized_critic: AsyncArenaMDP provides no global_state"):
+        multiagent_spaces(load_config(CONFIG, ["multiagent.centralized_critic=true"]))
 
 
 def test_a_ray_run_records_fast_and_slow_players_one_joining_late_and_one_dropped(tmp_path, capsys):
