@@ -101,9 +101,8 @@ class ArenaCore:
         self.clock += 1
         self.departed = {}
         acted: list[str] = []
-        order = list(self.players.values())
-        if len(order) > 1:
-            self.order_rng.shuffle(order)  # type: ignore[arg-type]
+        players = list(self.players.values())
+        order = [players[i] for i in self.order_rng.permutation(len(players))] if len(players) > 1 else players
         for player in order:
             if (self.clock - player.joined_at) % player.period:
                 continue
