@@ -57,7 +57,7 @@ def test_every_kind_of_mapping_is_accepted(mapping):
     (["multiagent.policies=[a]", "runtime.mode=serial"], r"runtime\.mode: multiagent training from a config runs "
                                                          r"on actor processes \(ray\)"),
     (["multiagent.policies=[a]", "runtime.sampling=sync"], r"runtime\.sampling: multiagent training needs async"),
-    (["multiagent.policies=[a]", "env.max_episode_steps=10"], r"env\.max_episode_steps: not applied to PettingZoo"),
+    (["multiagent.policies=[a]", "env.max_episode_steps=10"], r"env\.max_episode_steps: not applied to multi-agent environments"),
     (["multiagent.policies=[a]", "env.id=CartPole-v1"], r"env\.id: multiagent training needs pettingzoo:<module>.* "
                                                         r"got 'CartPole-v1'"),
     (["multiagent.policies=[a]", "env.id=pettingzoo:mpe2/simple"], r"env\.id: multiagent training needs pettingzoo"),

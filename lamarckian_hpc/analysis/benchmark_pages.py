@@ -160,6 +160,12 @@ def _multiagent_vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["policies", "side", *columns.values()])
 
 
+def _every_fourth_row(data: dict[str, Any]) -> pd.DataFrame:
+    """A learning curve of one row per update, thinned for the page (the last row kept)."""
+    curve = data["curve"]
+    return pd.DataFrame(curve[::4] + ([curve[-1]] if (len(curve) - 1) % 4 else []))
+
+
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
@@ -185,6 +191,10 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),
     "multiagent_vs_rllib": _multiagent_vs_rllib,
     "fan_in.calibration": lambda data: pd.DataFrame([data["calibration"]]),
+    **{f"{stem}{view}": (lambda key: lambda data: pd.DataFrame(data[key]))(key)
+       for stem in ("async_arena_share", "async_arena_share_retrain")
+       for view, key in (("", "policies"), (".shares", "shares"))},
+    **{f"{stem}.curve": _every_fourth_row for stem in ("async_arena_share", "async_arena_share_retrain")},
 }
 
 

@@ -14,15 +14,22 @@ from .multiagent import MultiAgentConfig
 
 #: env.id prefix of a PettingZoo parallel environment: `pettingzoo:<module with parallel_env>`.
 PETTINGZOO_PREFIX = "pettingzoo:"
+#: env.id prefix of a native MDP of the asynchronous interface: `mdp:<module with make_mdp>`.
+NATIVE_MDP_PREFIX = "mdp:"
+MULTIAGENT_ENV_IDS = ("pettingzoo:<module> (a PettingZoo parallel environment, e.g. pettingzoo:mpe2.simple_spread_v3) "
+                      "or mdp:<module> (a native asynchronous MDP, e.g. mdp:lamarckian_hpc.envs.async_arena)")
 
 
 class EnvConfig(Section):
     id: str = Field("CartPole-v1", min_length=1, description=(
         "Gymnasium environment id, or pettingzoo:<module> for a PettingZoo parallel environment (the module's "
-        "parallel_env(**kwargs), e.g. pettingzoo:mpe2.simple_spread_v3; needs a multiagent section)."))
+        "parallel_env(**kwargs), e.g. pettingzoo:mpe2.simple_spread_v3), or mdp:<module> for a native "
+        "asynchronous MDP (the module's make_mdp(**kwargs), e.g. mdp:lamarckian_hpc.envs.async_arena); "
+        "the last two need a multiagent section)."))
     num_envs: int = Field(8, ge=1, le=4096, description="Environments stepped together in one process.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description=(
-        "Keyword arguments for gymnasium.make (or the PettingZoo module's parallel_env)."))
+        "Keyword arguments for gymnasium.make (or the PettingZoo module's parallel_env, or the MDP module's "
+        "make_mdp)."))
     max_episode_steps: int | None = Field(None, ge=1, description="Episode step limit (the env's own when unset).")
 
 
@@ -269,17 +276,17 @@ class RunConfig(RootSection):
     @model_validator(mode="after")
     def _multiagent_fits(self) -> RunConfig:
         """What a multi-agent run needs of the other sections; one clause naming the field at fault."""
-        pettingzoo = self.env.id.startswith(PETTINGZOO_PREFIX)
+        prefix = next((p for p in (PETTINGZOO_PREFIX, NATIVE_MDP_PREFIX) if self.env.id.startswith(p)), None)
         if self.multiagent is None:
-            if pettingzoo:
-                raise ValueError(f"env.id: {self.env.id!r} is a PettingZoo environment; it needs a multiagent "
-                                 "section (multiagent.policies, ...)")
+            if prefix is not None:
+                kind = "a PettingZoo environment" if prefix == PETTINGZOO_PREFIX else "a multi-agent MDP"
+                raise ValueError(f"env.id: {self.env.id!r} is {kind}; it needs a multiagent section "
+                                 "(multiagent.policies, ...)")
             return self
-        module = self.env.id.removeprefix(PETTINGZOO_PREFIX)
+        module = self.env.id.removeprefix(prefix or "")
         problems = []
-        if not pettingzoo or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
-            problems.append(f"env.id: multiagent training needs pettingzoo:<module> (a PettingZoo parallel "
-                            f"environment, e.g. pettingzoo:mpe2.simple_spread_v3), got {self.env.id!r}")
+        if prefix is None or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
+            problems.append(f"env.id: multiagent training needs {MULTIAGENT_ENV_IDS}, got {self.env.id!r}")
         if self.algorithm.name != "ppo":
             problems.append(f"algorithm.name: multiagent training runs ppo, got {self.algorithm.name!r}")
         if self.runtime.mode != "ray":
@@ -289,8 +296,8 @@ class RunConfig(RootSection):
             problems.append("runtime.sampling: multiagent training needs async (policies fill their batches at "
                             "their own pace, so no actor can wait for every one)")
         if self.env.max_episode_steps is not None:
-            problems.append("env.max_episode_steps: not applied to PettingZoo environments; set the env's own "
-                            "limit in env.kwargs (max_cycles for mpe2)")
+            problems.append("env.max_episode_steps: not applied to multi-agent environments; set the env's own "
+                            "limit in env.kwargs (max_cycles for mpe2, max_ticks for the arena)")
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -13,14 +13,20 @@ interface: it is always ready to tick, consumes only the actions of players whos
 and answers only those players, so a fast player's controller resumes every tick while a slow
 one's waits for its turn. `lag(player, ticks)` withholds a player's actions from the world for a
 while, as a network would, to make a player idle on purpose.
+
+`make_mdp(**kwargs)` is what `env.id: mdp:lamarckian_hpc.envs.async_arena` makes: the settings of
+`ArenaSettings` (players and their periods, who joins when, network lag and late actions per
+player, board, coins, idle timeout, episode length), checked with one line naming a bad one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..mdp import MDP, AgentId, StepOutcome
 
@@ -58,6 +64,10 @@ class ArenaCore:
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
+        # Who moves first within a tick, drawn anew every tick: in connection order, the first
+        # player would win every race to a coin, and two players chasing the same coins would
+        # split them by when they connected rather than by how they play.
+        self.order_rng = np.random.default_rng((self.seed, 2))
         self.coins = [self._free_cell() for _ in range(self.num_coins)]
 
     def _free_cell(self) -> tuple[int, int]:
@@ -91,7 +101,9 @@ class ArenaCore:
         self.clock += 1
         self.departed = {}
         acted: list[str] = []
-        for player in list(self.players.values()):
+        players = list(self.players.values())
+        order = [players[i] for i in self.order_rng.permutation(len(players))] if len(players) > 1 else players
+        for player in order:
             if (self.clock - player.joined_at) % player.period:
                 continue
             if player.pending is None:
@@ -124,16 +136,24 @@ class ArenaCore:
 
 class AsyncArenaMDP(MDP):
     """The arena behind the MDP interface. `players` maps names to periods at the episode's start;
-    `joins` maps world ticks to players that connect then; an episode lasts `max_ticks`."""
+    `joins` maps world ticks to players that connect then; an episode lasts `max_ticks`.
+    `join_lag` withholds a player's actions for that many world ticks after it connects (a slow
+    link; more than `idle_timeout` of its turns and it is dropped), and `late_probability` is the
+    chance that a player's action misses one of its turns (the player idles for that turn)."""
 
     agents_join_mid_episode = True
 
     def __init__(self, players: dict[str, int], joins: dict[int, dict[str, int]] | None = None,
-                 max_ticks: int = 200, idle_timeout: int = 50, seed: int = 0, **arena: int) -> None:
+                 max_ticks: int = 200, idle_timeout: int = 50, seed: int = 0,
+                 join_lag: dict[str, int] | None = None, late_probability: dict[str, float] | None = None,
+                 **arena: int) -> None:
         super().__init__()
         self.start_players, self.joins = dict(players), dict(joins or {})
         self.max_ticks, self.idle_timeout, self.arena, self.seed = max_ticks, idle_timeout, arena, seed
+        self.join_lag, self.late_probability = dict(join_lag or {}), dict(late_probability or {})
         self.core = ArenaCore(idle_timeout=idle_timeout, seed=seed, **arena)
+        self._late_rng = np.random.default_rng(seed)
+        self._episode_seeds: np.random.Generator | None = None  # seeds of the episodes reset without one
         self._lag: dict[str, int] = {}  # world tick until which a player's actions are withheld
         self._last: dict[str, np.ndarray] = {}
         # One object each (every player has the same spaces), so that seeding one seeds what later
@@ -141,12 +161,30 @@ class AsyncArenaMDP(MDP):
         self._observation_space = gym.spaces.Box(-1.0, 1.0, (OBSERVATION_SIZE,), np.float32)
         self._action_space = gym.spaces.Discrete(len(MOVES))
 
+    @property
+    def possible_agents(self) -> list[AgentId]:
+        """Every player an episode may have: those at the start, then those who join."""
+        return [*self.start_players, *(name for joining in self.joins.values() for name in joining)]
+
     def reset(self, seed: int | None = None) -> None:
-        self.core = ArenaCore(idle_timeout=self.idle_timeout, seed=self.seed if seed is None else seed, **self.arena)
-        for name, period in self.start_players.items():
-            self.core.connect(name, period)
+        """A new episode: a given seed makes it repeat; without one, the next seed of the stream the
+        last given seed (or the constructor's) started, so episodes differ as a Gymnasium env's do."""
+        if seed is not None or self._episode_seeds is None:
+            seed = self.seed if seed is None else seed
+            self._episode_seeds = np.random.default_rng(seed)
+        else:
+            seed = int(self._episode_seeds.integers(2**31))
+        self.core = ArenaCore(idle_timeout=self.idle_timeout, seed=seed, **self.arena)
+        self._late_rng = np.random.default_rng((seed, 1))
         self.pending_actions.clear()
         self._lag.clear()
+        for name, period in self.start_players.items():
+            self._connect(name, period)
+
+    def _connect(self, name: str, period: int) -> None:
+        self.core.connect(name, period)
+        if self.join_lag.get(name):
+            self.lag(name, self.join_lag[name])
 
     def agent_ids(self) -> list[AgentId]:
         return list(self.core.players)
@@ -172,6 +210,9 @@ class AsyncArenaMDP(MDP):
             if name in core.players and self._lag.get(name, -1) <= core.clock:
                 player = core.players[name]
                 if player.pending is None and core.due(player):
+                    late = self.late_probability.get(name, 0.0)
+                    if late and self._late_rng.random() < late:
+                        continue  # the action misses this turn; it stays pending for the next
                     core.submit(name, action)
         acted = core.advance()
         over = core.clock >= self.max_ticks
@@ -193,7 +234,7 @@ class AsyncArenaMDP(MDP):
             core.players.clear()
         else:
             for name, period in self.joins.get(core.clock, {}).items():
-                core.connect(name, period)
+                self._connect(name, period)
         for name in core.players:
             self._last[name] = core.observation(name)
         return outcomes
@@ -203,3 +244,85 @@ class AsyncArenaMDP(MDP):
 
     def action_space(self, agent_id: AgentId) -> gym.Space:
         return self._action_space
+
+
+class Joining(BaseModel):
+    """A player that connects mid-episode."""
+
+    model_config = ConfigDict(extra="forbid")
+    at: int = Field(ge=1, description="World tick at which the player connects.")
+    period: int = Field(1, ge=1, description="World ticks between the player's turns.")
+
+
+class ArenaSettings(BaseModel):
+    """`env.kwargs` of the arena (`env.id: mdp:lamarckian_hpc.envs.async_arena`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    players: dict[str, int] = Field(
+        default_factory=lambda: {"fast": 1, "slow": 4}, min_length=1,
+        description="Players at the episode's start and their periods (world ticks between their turns, >= 1).")
+    joins: dict[str, Joining] = Field(
+        default_factory=dict, description="Players that connect mid-episode: {name: {at: tick, period: ticks}}.")
+    lag: dict[str, int] = Field(
+        default_factory=dict, description="World ticks a player's actions are withheld after it connects "
+                                          "(a slow link; past idle_timeout of its turns it is dropped).")
+    late_probability: dict[str, float] = Field(
+        default_factory=dict, description="Chance in [0, 1) that a player's action misses one of its turns.")
+    num_coins: int = Field(6, ge=1, le=1000, description="Coins on the board (a collected one reappears elsewhere).")
+    width: int = Field(12, ge=2, le=1000, description="Board width in cells.")
+    height: int = Field(12, ge=2, le=1000, description="Board height in cells.")
+    idle_timeout: int = Field(50, ge=1, description="Missed turns in a row after which a player is dropped.")
+    max_ticks: int = Field(200, ge=1, description="World ticks per episode.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ArenaSettings:
+        for name, period in self.players.items():
+            if period < 1:
+                raise ValueError(f"players.{name}: period must be >= 1 world ticks, got {period}")
+        if clash := sorted(set(self.players) & set(self.joins)):
+            raise ValueError(f"joins: {clash} already play from the start (players)")
+        late_joins = sorted(name for name, joining in self.joins.items() if joining.at >= self.max_ticks)
+        if late_joins:
+            raise ValueError(f"joins: {late_joins} join at or after max_ticks={self.max_ticks}, so never play")
+        known = {*self.players, *self.joins}
+        for field_name in ("lag", "late_probability"):
+            if unknown := sorted(set(getattr(self, field_name)) - known):
+                raise ValueError(f"{field_name}: {unknown} are not players; players: {sorted(known)}")
+        for name, ticks in self.lag.items():
+            if ticks < 0:
+                raise ValueError(f"lag.{name}: must be >= 0 world ticks, got {ticks}")
+        for name, chance in self.late_probability.items():
+            if not 0 <= chance < 1:
+                raise ValueError(f"late_probability.{name}: must be in [0, 1), got {chance}")
+        return self
+
+
+def _one_line(error: ValidationError) -> str:
+    """The first problem of a validation error as `env.kwargs.<field>: <what is wrong>`."""
+    problem = error.errors()[0]
+    where = ".".join(str(part) for part in problem["loc"])
+    if problem["type"] == "extra_forbidden":
+        of_what, fields = ("the arena", ArenaSettings.model_fields) if len(problem["loc"]) == 1 else \
+            ("a joining player", Joining.model_fields)
+        return f"env.kwargs.{where}: not a setting of {of_what}; allowed: {', '.join(fields)}"
+    message = problem["msg"].removeprefix("Value error, ")
+    return f"env.kwargs.{where}: {message}" if where else f"env.kwargs.{message}"
+
+
+def arena_settings(**kwargs: Any) -> ArenaSettings:
+    """`env.kwargs` checked; ValueError with one line naming the bad setting."""
+    try:
+        return ArenaSettings(**kwargs)
+    except ValidationError as error:
+        raise ValueError(_one_line(error)) from None
+
+
+def make_mdp(**kwargs: Any) -> AsyncArenaMDP:
+    """The arena of `env.id: mdp:lamarckian_hpc.envs.async_arena`, from its `env.kwargs`."""
+    settings = arena_settings(**kwargs)
+    joins: dict[int, dict[str, int]] = {}
+    for name, joining in settings.joins.items():
+        joins.setdefault(joining.at, {})[name] = joining.period
+    return AsyncArenaMDP(settings.players, joins, settings.max_ticks, settings.idle_timeout,
+                         join_lag=settings.lag, late_probability=settings.late_probability,
+                         width=settings.width, height=settings.height, num_coins=settings.num_coins)

@@ -1,5 +1,5 @@
-"""The sampling side of a multi-agent run: PettingZoo environments, agents mapped to policies, one
-experience buffer per trained policy, in an actor process.
+"""The sampling side of a multi-agent run: PettingZoo environments or native MDPs, agents mapped to
+policies, one experience buffer per trained policy, in an actor process.
 
 It is `sampling.SamplingSide` with a policy dimension, so the actor loop drives both the same way:
 `sample` ticks until the trained policies together hold the steps asked for, `take_experience`
@@ -21,7 +21,7 @@ import numpy as np
 from ..comm import Message
 from ..comm.wire import MAX_ARRAYS
 from ..config import EnvConfig, RunConfig
-from ..config.train import PETTINGZOO_PREFIX
+from ..config.train import NATIVE_MDP_PREFIX, PETTINGZOO_PREFIX
 from ..mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
 from ..multiagent import GlobalStateMDP, ParallelEnvMDP, PolicyMapping, configured_mapping
 from .network_layout import actor_critic_layout
@@ -45,10 +45,35 @@ def make_parallel_env(env: EnvConfig) -> Any:
     return factory(**env.kwargs)
 
 
+def make_native_mdp(env: EnvConfig) -> MDP:
+    """`env.id` mdp:<module> made as `<module>.make_mdp(**env.kwargs)`: an MDP of the asynchronous
+    interface as it is, its own clock, turns and players that come and go included (a PettingZoo
+    parallel environment steps every agent at once, so it cannot say that)."""
+    module_name = env.id.removeprefix(NATIVE_MDP_PREFIX)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"env.id: cannot import {module_name!r}: {error}") from None
+    factory = getattr(module, "make_mdp", None)
+    if not callable(factory):
+        raise ValueError(f"env.id: {module_name} has no make_mdp(); an mdp:<module> environment module is needed")
+    mdp = factory(**env.kwargs)
+    if not isinstance(mdp, MDP):
+        raise ValueError(f"env.id: {module_name}.make_mdp() returned a {type(mdp).__name__}, not an MDP")
+    return mdp
+
+
+def make_multiagent_mdp(env: EnvConfig) -> MDP:
+    """One environment of a multi-agent run as an MDP: native, or a PettingZoo one adapted."""
+    if env.id.startswith(NATIVE_MDP_PREFIX):
+        return make_native_mdp(env)
+    return ParallelEnvMDP(make_parallel_env(env))
+
+
 def make_multiagent_mdps(config: RunConfig) -> list[MDP]:
-    """`env.num_envs` adapted environments, widened with the global state for a centralised critic."""
+    """`env.num_envs` environments, widened with the global state for a centralised critic."""
     assert config.multiagent is not None
-    mdps: list[MDP] = [ParallelEnvMDP(make_parallel_env(config.env)) for _ in range(config.env.num_envs)]
+    mdps: list[MDP] = [make_multiagent_mdp(config.env) for _ in range(config.env.num_envs)]
     return [GlobalStateMDP(mdp) for mdp in mdps] if config.multiagent.centralized_critic else mdps
 
 
@@ -80,11 +105,11 @@ def multiagent_spaces(config: RunConfig) -> MultiAgentSpaces:
     the first (one network per policy, fed one batch per tick), and a fixed mapping must bind every
     agent the environment may have."""
     assert config.multiagent is not None
-    env = make_parallel_env(config.env)
+    mdp = make_multiagent_mdp(config.env)
     try:
-        mdp = ParallelEnvMDP(env)
         mdp.reset(seed=config.seed)
-        agents = tuple(str(agent) for agent in getattr(env, "possible_agents", mdp.agent_ids()))
+        possible = getattr(mdp, "env", mdp)  # a PettingZoo env's own list, or the native MDP's
+        agents = tuple(str(agent) for agent in getattr(possible, "possible_agents", mdp.agent_ids()))
         first = mdp.agent_ids()[0]
         shape = np.asarray(mdp.observation(first), dtype=np.float32).shape
         action_space = mdp.action_space(first)
@@ -94,7 +119,7 @@ def multiagent_spaces(config: RunConfig) -> MultiAgentSpaces:
                                  "multiagent run must share observation and action spaces")
         state_size = GlobalStateMDP(mdp).state_size if config.multiagent.centralized_critic else 0
     finally:
-        env.close()
+        mdp.close()
     mapping = config.multiagent.mapping
     if isinstance(mapping, dict) and (unbound := sorted(set(agents) - set(mapping))):
         raise ValueError(f"multiagent.mapping: agents {unbound} of {config.env.id} have no policy in the map")
