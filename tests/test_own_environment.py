@@ -67,11 +67,12 @@ def console_script() -> str:
     return script
 
 
-def run_command(folder: Path, command: list[str], *overrides: str) -> subprocess.CompletedProcess[str]:
-    """`lamarckian-hpc COMMAND corridor.yaml` with `folder` as the current folder, which is on no
+def run_command(folder: Path, command: list[str], *overrides: str,
+                config: str = "corridor.yaml") -> subprocess.CompletedProcess[str]:
+    """`lamarckian-hpc COMMAND CONFIG` with `folder` as the current folder, which is on no
     path of the process's own (PYTHONPATH names only the repository, for the package)."""
     env = {**os.environ, "PYTHONPATH": str(REPOSITORY_ROOT)}
-    return subprocess.run([console_script(), *command, "corridor.yaml", f"storage.directory={folder / 'runs'}",
+    return subprocess.run([console_script(), *command, config, f"storage.directory={folder / 'runs'}",
                            *overrides], cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
 
 
