@@ -15,7 +15,7 @@ import torch
 
 from lamarckian_hpc import library
 from lamarckian_hpc.cli import main
-from lamarckian_hpc.config import load_config, RunConfig
+from lamarckian_hpc.config import RunConfig, load_config
 from lamarckian_hpc.runtime.trained_policy import load_trained_policy
 from lamarckian_hpc.storage import RunWriter, open_run
 

@@ -133,9 +133,14 @@ def export_onnx(trained: TrainedPolicy, path: str | Path, run_name: str = "") ->
     # The exporter reports its passes on stdout, and logs that torchvision's operators are not registered.
     with contextlib.redirect_stdout(io.StringIO()), _quiet_logger("torch.onnx"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, (example_observations(trained.observation_space),), str(path), dynamo=True,
-                          input_names=[INPUT_NAME], output_names=list(names), dynamic_shapes=({0: batch},),
-                          external_data=False, verbose=False)
+        try:
+            torch.onnx.export(module, (example_observations(trained.observation_space),), str(path), dynamo=True,
+                              input_names=[INPUT_NAME], output_names=list(names), dynamic_shapes=({0: batch},),
+                              external_data=False, verbose=False)
+        except torch.onnx.OnnxExporterError as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ExportError(f"error: torch cannot export the policy of {run_name or 'the run'} to ONNX: "
+                              f"{reason}; --torchscript may") from None
     graph = onnx.load(str(path))
     batch_dimension = graph.graph.input[0].type.tensor_type.shape.dim[0]
     if not batch_dimension.dim_param:  # torch.export fixed the batch size: a branch on it in the network
