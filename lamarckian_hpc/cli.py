@@ -165,28 +165,81 @@ def report_command(args: argparse.Namespace) -> int:
 
 def export_command(args: argparse.Namespace) -> int:
     """Each run's metrics as TensorBoard event files (`--tensorboard DIR`) and CSV (`--csv DIR`),
-    under DIR/<run name>/; see lamarckian_hpc.analysis.export for the layout."""
-    if args.tensorboard is None and args.csv is None:
-        return _fail("error: export needs --tensorboard DIR, --csv DIR or both")
+    under DIR/<run name>/ (see lamarckian_hpc.analysis.export); its trained policy as ONNX and
+    TorchScript (`--onnx DIR`, `--torchscript DIR`: DIR/<run name>/policy.onnx and policy.pt,
+    checked against torch on the run's recorded observations); its recorded episodes as a Minari
+    dataset (`--minari DATASET_ID`, one run)."""
+    metrics = args.tensorboard is not None or args.csv is not None
+    policy = args.onnx is not None or args.torchscript is not None
+    if not (metrics or policy or args.minari is not None):
+        return _fail("error: export needs at least one of --tensorboard DIR, --csv DIR, --onnx DIR, "
+                     "--torchscript DIR, --minari DATASET_ID")
+    if len(args.runs) > 1 and (args.minari is not None or args.checkpoint is not None):
+        return _fail("error: --minari and --checkpoint take one run file, got " + str(len(args.runs)))
+    if args.checkpoint is not None and not policy:
+        return _fail("error: --checkpoint chooses the weights of --onnx or --torchscript; give one of them")
+    for index, name in enumerate(args.runs, start=1):
+        path = Path(name)
+        if len(args.runs) > 1:
+            print(f"[{index}/{len(args.runs)}] exporting {path}", file=sys.stderr, flush=True)
+        status = (_export_metrics(path, args) if metrics else 0) or (_export_policy(path, args) if policy else 0) \
+            or (_export_minari(path, args.minari) if args.minari is not None else 0)
+        if status:
+            return status
+    return 0
+
+
+def _export_metrics(path: Path, args: argparse.Namespace) -> int:
     try:  # pandas (the analysis extra, part of the export extra)
         from .analysis import RunFileError, load_run
         from .analysis.export import TensorBoardMissing, export_csv, export_tensorboard
     except ImportError as error:
         return _fail(f"error: export needs the export extra ({error.name} is missing): "
                      "pip install -c constraints.txt -e '.[export]'")
-    for index, name in enumerate(args.runs, start=1):
-        path = Path(name)
-        if len(args.runs) > 1:
-            print(f"[{index}/{len(args.runs)}] exporting {path}", file=sys.stderr, flush=True)
-        try:
-            run = load_run(path)
-            if args.tensorboard is not None:
-                print(export_tensorboard(run, args.tensorboard))
-        except (RunFileError, TensorBoardMissing) as error:
-            return _fail(str(error))
-        if args.csv is not None:
-            written = export_csv(run, args.csv)
-            print(written[0].parent if written else f"{path}: no metric rows to export")
+    try:
+        run = load_run(path)
+        if args.tensorboard is not None:
+            print(export_tensorboard(run, args.tensorboard))
+    except (RunFileError, TensorBoardMissing) as error:
+        return _fail(str(error))
+    if args.csv is not None:
+        written = export_csv(run, args.csv)
+        print(written[0].parent if written else f"{path}: no metric rows to export")
+    return 0
+
+
+def _export_policy(path: Path, args: argparse.Namespace) -> int:
+    """The run's greedy policy as ONNX and/or TorchScript, each file then run on the run's
+    recorded observations (or observations drawn from its space) beside torch: the line on stderr
+    says how far apart they are."""
+    from .runtime.policy_export import ExportError, check_exports, check_observations, export_onnx, export_torchscript
+    from .runtime.trained_policy import TrainedPolicyError, load_trained_policy
+
+    try:
+        trained = load_trained_policy(path, args.checkpoint)
+        onnx_path = export_onnx(trained, args.onnx / path.stem / "policy.onnx", path.stem) \
+            if args.onnx is not None else None
+        torchscript_path = export_torchscript(trained, args.torchscript / path.stem / "policy.pt") \
+            if args.torchscript is not None else None
+        observations, source = check_observations(path, trained.observation_space)
+        checks = check_exports(trained, observations, onnx_path, torchscript_path)
+    except (TrainedPolicyError, ExportError) as error:
+        return _fail(str(error))
+    for check in checks:
+        print(f"{check.summary()} ({source})", file=sys.stderr)
+        print(check.file)
+    return 0
+
+
+def _export_minari(path: Path, dataset_id: str) -> int:
+    from .runtime.minari_export import MinariExportError, export_minari
+
+    try:
+        exported = export_minari(path, dataset_id)
+    except MinariExportError as error:
+        return _fail(str(error))
+    print(exported.summary(), file=sys.stderr)
+    print(exported.path)
     return 0
 
 
@@ -241,11 +294,22 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", metavar="DIR", help="where report.md and figures/ go (default: DIR/report, "
                         "or RUN-report beside a run file)")
     report.set_defaults(handler=report_command)
-    export = commands.add_parser("export", help="a run's metrics as TensorBoard event files and CSV")
+    export = commands.add_parser("export", help="a run's metrics (TensorBoard, CSV), trained policy (ONNX, "
+                                 "TorchScript) or recorded episodes (Minari) for use outside")
     export.add_argument("runs", nargs="+", metavar="RUN.h5", help="run files (complete, still growing, or killed)")
     export.add_argument("--tensorboard", type=Path, metavar="DIR",
                         help="write DIR/<run>/events.out.tfevents.* (step: env frames); needs the export extra")
     export.add_argument("--csv", type=Path, metavar="DIR", help="write DIR/<run>/<metric>.csv, one file per metric")
+    export.add_argument("--onnx", type=Path, metavar="DIR",
+                        help="write the trained greedy policy to DIR/<run>/policy.onnx (needs the export extra)")
+    export.add_argument("--torchscript", type=Path, metavar="DIR",
+                        help="write the trained greedy policy to DIR/<run>/policy.pt (torch.jit.load)")
+    export.add_argument("--checkpoint", type=Path, metavar="FILE.ckpt",
+                        help="the weights to export (default: <run>.ckpt beside the run file)")
+    export.add_argument("--minari", metavar="DATASET_ID",
+                        help="write the run's recorded episodes as Minari dataset DATASET_ID (e.g. "
+                        "lamarckian/cartpole-ppo-v0) under $MINARI_DATASETS_PATH (default ~/.minari/datasets); "
+                        "single-agent training runs")
     export.set_defaults(handler=export_command)
     replay = commands.add_parser("replay", help="a recorded episode of a run as an animated GIF")
     replay.add_argument("run", metavar="RUN.h5", help="a run file that records episodes (storage.trajectories)")

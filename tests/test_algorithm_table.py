@@ -11,7 +11,7 @@ from lamarckian_hpc.config.evolve import EVOLVE_ALGORITHMS
 from lamarckian_hpc.population.evolve_components import EC_ALGORITHMS, make_algorithm, make_problem
 from lamarckian_hpc.runtime.algorithms import RL_ALGORITHMS, load
 
-PARTS = ("learner", "model", "torch_policy", "numpy_policy", "actor_gradients")
+PARTS = ("learner", "model", "torch_policy", "numpy_policy", "actor_gradients", "greedy")
 EC_PROBLEMS = {"nsga2": "zdt1", "ga": "rastrigin", "es": "sphere", "cmaes": "sphere"}
 
 

@@ -270,7 +270,7 @@ def test_export_writes_tensorboard_events_and_csv_of_the_metric_rows(ppo_path: P
 
 
 def test_export_errors_are_one_line(ppo_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    for arguments, message in (([str(ppo_path)], "export needs --tensorboard DIR, --csv DIR or both"),
+    for arguments, message in (([str(ppo_path)], "export needs at least one of --tensorboard DIR, --csv DIR, --onnx DIR"),
                                ([str(tmp_path / "missing.h5"), "--csv", str(tmp_path)], "no such run file"),
                                ([str(ROOT / "README.md"), "--csv", str(tmp_path)], "is not a readable run file")):
         assert main(["export", *arguments]) == 2

@@ -41,7 +41,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "cluster": {"config", "library", "run_result", "runtime", "storage"},
     "progress": {"runtime"},
     "cli_results": {"games", "run_result"},
-    "cli": {"analysis", "cli_results", "cluster", "config", "library", "progress", "run_result", "storage"},
+    "cli": {"analysis", "cli_results", "cluster", "config", "library", "progress", "run_result", "runtime", "storage"},
     "docs_reference": {"cluster", "config"},
     "__main__": {"cli"},
 }

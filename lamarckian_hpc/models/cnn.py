@@ -50,6 +50,8 @@ class ConvEncoder(nn.Module):
             flat = self.convolutions(torch.zeros(1, *self._to_channels_first_shape(observation_shape))).shape[1]
         self.head = nn.Sequential(layer_init(nn.Linear(flat, feature_size)), ACTIVATIONS[activation]())
         self.output_size = feature_size
+        #: Rows per pass on a CPU; None: every batch in one pass (an exported graph, whose batch size is free).
+        self.cpu_chunk_rows: int | None = CPU_CHUNK_ROWS
 
     def _to_channels_first_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (shape[2], shape[0], shape[1]) if self.channels_last else shape
@@ -57,8 +59,8 @@ class ConvEncoder(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.channels_last:
             images = images.permute(0, 3, 1, 2)
-        if images.device.type == "cpu" and len(images) > CPU_CHUNK_ROWS:
-            return torch.cat([self._encode(chunk) for chunk in images.split(CPU_CHUNK_ROWS)])
+        if self.cpu_chunk_rows and images.device.type == "cpu" and len(images) > self.cpu_chunk_rows:
+            return torch.cat([self._encode(chunk) for chunk in images.split(self.cpu_chunk_rows)])
         return self._encode(images)
 
     def _encode(self, images: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 An entry says everything that differs between algorithms to the processes of a run: its config
 model, its learner, the network its actors sample with (and broadcast), the policy an actor
-samples with, with and without torch, whether actors compute gradients instead of sending
+samples with, with and without torch, the deterministic policy `export` writes, whether actors compute gradients instead of sending
 experience, whether it runs serially, and the metrics its learner reports. The trainers, the
 actors and the run file ask the entry; nothing else tells algorithms apart. Adding an algorithm
 is its maths and learner in `rl/`, its config model in `config/train.py`, and one entry here.
@@ -38,6 +38,7 @@ TRAINING_METRICS: tuple[str, ...] = (
 _ACTOR_CRITIC = "lamarckian_hpc.models.actor_critic:ActorCritic"
 _ACTOR_CRITIC_NUMPY = "lamarckian_hpc.runtime.numpy_policy:actor_critic_policy"
 _ACTOR_CRITIC_TORCH = "lamarckian_hpc.runtime.inference:actor_critic_policy"
+_ACTOR_CRITIC_GREEDY = "lamarckian_hpc.models.greedy:ActorCriticGreedy"
 _ACTOR_CRITIC_LOSSES = ("loss_policy", "loss_value", "entropy")
 
 
@@ -54,6 +55,9 @@ class RLAlgorithm:
     torch_policy: str
     #: Metrics the learner reports beyond TRAINING_METRICS.
     metrics: tuple[str, ...]
+    #: (torch network) -> the module `export` writes: observations -> (greedy actions, outputs)
+    #: (`models/greedy.py`).
+    greedy: str
     #: (RunConfig, observation space, action space, seed) -> a torch-free sampler policy; None:
     #: actors sample with torch.
     numpy_policy: str | None = None
@@ -80,20 +84,23 @@ def load(entry_point: str) -> Any:
 
 RL_ALGORITHMS: dict[str, RLAlgorithm] = {entry.name: entry for entry in (
     RLAlgorithm("ppo", PPOConfig, learner="lamarckian_hpc.rl.learner:PPOLearner", model=_ACTOR_CRITIC,
-                numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH,
+                numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH, greedy=_ACTOR_CRITIC_GREEDY,
                 metrics=(*_ACTOR_CRITIC_LOSSES, "approx_kl", "clip_fraction")),
     RLAlgorithm("impala", ImpalaConfig, learner="lamarckian_hpc.rl.learner:ImpalaLearner", model=_ACTOR_CRITIC,
-                numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH, metrics=_ACTOR_CRITIC_LOSSES),
+                numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH, greedy=_ACTOR_CRITIC_GREEDY,
+                metrics=_ACTOR_CRITIC_LOSSES),
     RLAlgorithm("a3c", A3CConfig, learner="lamarckian_hpc.rl.learner:A3CLearner", model=_ACTOR_CRITIC,
-                torch_policy=_ACTOR_CRITIC_TORCH, metrics=_ACTOR_CRITIC_LOSSES,
+                torch_policy=_ACTOR_CRITIC_TORCH, greedy=_ACTOR_CRITIC_GREEDY, metrics=_ACTOR_CRITIC_LOSSES,
                 actor_gradients="lamarckian_hpc.rl.a3c:a3c_gradients", serial=False),
     RLAlgorithm("dqn", DQNConfig, learner="lamarckian_hpc.rl.learner:DQNLearner",
                 model="lamarckian_hpc.models.q_network:QNetwork",
                 numpy_policy="lamarckian_hpc.runtime.numpy_policy:epsilon_greedy_policy",
                 torch_policy="lamarckian_hpc.runtime.inference:epsilon_greedy_policy",
+                greedy="lamarckian_hpc.models.greedy:QGreedy",
                 metrics=("loss_value", "epsilon", "replay_size")),
     RLAlgorithm("sac", SACConfig, learner="lamarckian_hpc.rl.sac_learner:SACLearner",
                 model="lamarckian_hpc.rl.sac:SquashedGaussianActor", torch_policy="lamarckian_hpc.rl.sac:sac_policy",
+                greedy="lamarckian_hpc.models.greedy:SquashedGaussianGreedy",
                 metrics=("loss_value", "loss_policy", "entropy", "alpha", "epsilon", "replay_size")),
 )}
 assert {name: entry.config for name, entry in RL_ALGORITHMS.items()} == ALGORITHMS, \
