@@ -15,7 +15,7 @@ batch, epochs and minibatches):
 - `pong-table3`, `pong-nature`: `configs/ppo_pong_image.yaml`, the CNN stacks on 4x84x84 uint8 frames.
 
     python benchmarks/learner_ceiling.py [--workloads ...] [--algorithms ppo impala] [--threads 1 2]
-                                         [--updates 5] [--label after] [--output FILE]
+                                         [--updates 5] [--cnn-batch-size 2048] [--label after] [--output FILE]
 
 Prints a Markdown table (env steps trained per second, and per core) and adds its rows, under
 `--label`, to benchmarks/results/learner_ceiling.json, so that a table before a change and one after
@@ -67,12 +67,17 @@ SHARED_SETTINGS = ("batch_size", "num_epochs", "num_minibatches", "learning_rate
                    "entropy_weight", "max_grad_norm", "reward_scale", "policy_weight")
 
 
-def workload_config(workload: Workload, algorithm: str, threads: int, device: str) -> RunConfig:
-    """The workload's config, its algorithm switched to `algorithm` with the same batch and passes."""
+def workload_config(workload: Workload, algorithm: str, threads: int, device: str,
+                    batch_size: int | None = None) -> RunConfig:
+    """The workload's config, its algorithm switched to `algorithm` with the same batch and passes
+    (`batch_size`, when given, keeps the minibatch size: a smaller batch is fewer minibatches)."""
     tree = read_config_file(ROOT / "configs" / workload.config)
     section = tree["algorithm"]
     if algorithm != section.get("name", "ppo"):
         section = {key: value for key, value in section.items() if key in SHARED_SETTINGS} | {"name": algorithm}
+    if batch_size is not None:
+        minibatch = section["batch_size"] // section.get("num_minibatches", 4)
+        section = {**section, "batch_size": batch_size, "num_minibatches": max(1, batch_size // minibatch)}
     tree["algorithm"] = section
     tree["model"] = {**tree.get("model", {}), **dict(workload.overrides)}
     tree["runtime"] = {"mode": "serial", "torch_threads": threads, "device": device}
@@ -133,6 +138,9 @@ def main() -> None:
                         help="torch threads of the learner; per-core figures divide by this")
     parser.add_argument("--device", default="cpu", help="runtime.device of the learner (cpu, cuda, auto)")
     parser.add_argument("--updates", type=int, default=5, help="timed updates per row (after one warm-up)")
+    parser.add_argument("--cnn-batch-size", type=int,
+                        help="the image workloads' batch (default: the config's 8,192); the same minibatches, fewer "
+                             "of them, so the figure per step is the same in less time")
     parser.add_argument("--label", default="now", help="the name these rows are kept under in the JSON file")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -143,8 +151,9 @@ def main() -> None:
         workload = WORKLOADS[name]
         for algorithm in args.algorithms:
             for threads in sorted(set(args.threads)):
-                row = {"workload": name, **time_learner(workload_config(workload, algorithm, threads, args.device),
-                                                        workload, args.updates)}
+                batch = args.cnn_batch_size if workload.observation_space.dtype == np.uint8 else None
+                config = workload_config(workload, algorithm, threads, args.device, batch)
+                row = {"workload": name, **time_learner(config, workload, args.updates)}
                 rows.append(row)
                 print(f"| {name} | {row['algorithm']} | {row['device']} | {threads} | "
                       f"{row['batch']:,} x {row['epochs']} | {row['update_seconds']:.3f} | "
