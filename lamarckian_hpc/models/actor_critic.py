@@ -70,6 +70,10 @@ class ActorCritic(nn.Module):
         """Sample actions and their log-probabilities."""
         return self.head.sample(self.trunk(self.own(observations)))
 
+    def greedy(self, observations: torch.Tensor) -> torch.Tensor:
+        """The most probable actions (discrete) or the mean ones (continuous): to evaluate with."""
+        return self.head.mode(self.trunk(self.own(observations)))
+
     def value(self, observations: torch.Tensor) -> torch.Tensor:
         features = self.trunk(observations) if self.critic_trunk is None else self.critic_trunk(observations)
         return self.critic(features).squeeze(-1)

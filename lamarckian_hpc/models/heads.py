@@ -29,6 +29,10 @@ class CategoricalHead(nn.Module):
         actions = torch.multinomial(log_probs.exp(), 1)
         return actions.squeeze(-1), log_probs.gather(-1, actions).squeeze(-1)
 
+    def mode(self, features: torch.Tensor) -> torch.Tensor:
+        """The most probable action (a trained policy's greedy choice)."""
+        return self.logits(features).argmax(-1)
+
     def log_prob_entropy(self, features: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         log_probs = torch.log_softmax(self.logits(features), dim=-1)
         chosen = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -52,6 +56,10 @@ class GaussianHead(nn.Module):
         mean = self.mean(features)
         actions = mean + torch.randn_like(mean) * self.log_std.exp()
         return actions, self._log_prob(mean, actions)
+
+    def mode(self, features: torch.Tensor) -> torch.Tensor:
+        """The mean action (a trained policy's greedy choice)."""
+        return self.mean(features)
 
     def log_prob_entropy(self, features: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.mean(features)

@@ -24,3 +24,7 @@ class QNetwork(nn.Module):
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk(observations))
+
+    def greedy(self, observations: torch.Tensor) -> torch.Tensor:
+        """The actions of highest value: to evaluate with (a Q-network has no distribution to sample)."""
+        return self.forward(observations).argmax(-1)

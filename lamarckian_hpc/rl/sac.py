@@ -99,6 +99,10 @@ class SquashedGaussianActor(nn.Module):
         mean, _ = self.distribution(observations)
         return torch.tanh(mean) * self.action_scale + self.action_bias
 
+    def greedy(self, observations: Tensor) -> Tensor:
+        """`ActorCritic.greedy`'s interface: the deterministic action."""
+        return self.deterministic(observations)
+
 
 class _StackedLinear(nn.Module):
     """`count` independent linear layers applied to `count` stacked inputs in one batched product."""

@@ -15,15 +15,18 @@ from .observers import TrainResult, UpdateReport
 from .sampling import recorded_every
 
 
-def trajectory_specs(config: RunConfig, spaces: tuple[Any, Any], policy_id: str) -> list[TrajectorySpec]:
-    """The run file's trajectory datasets for `policy_id`; none when the run records no episodes."""
-    if recorded_every(config) == 0:
-        return []
+def trajectory_spec(spaces: tuple[Any, Any], policy_id: str) -> TrajectorySpec:
+    """The trajectory datasets of `policy_id` acting in these (observation, action) spaces."""
     observation_space, action_space = spaces
     discrete = np.issubdtype(action_space.dtype, np.integer)
-    return [TrajectorySpec(policy_id, tuple(observation_space.shape),
-                           "uint8" if observation_space.dtype == np.uint8 else "float32",
-                           tuple(action_space.shape or ()), "int64" if discrete else "float32")]
+    return TrajectorySpec(policy_id, tuple(observation_space.shape),
+                          "uint8" if observation_space.dtype == np.uint8 else "float32",
+                          tuple(action_space.shape or ()), "int64" if discrete else "float32")
+
+
+def trajectory_specs(config: RunConfig, spaces: tuple[Any, Any], policy_id: str) -> list[TrajectorySpec]:
+    """The run file's trajectory datasets for `policy_id`; none when the run records no episodes."""
+    return [] if recorded_every(config) == 0 else [trajectory_spec(spaces, policy_id)]
 
 
 def trajectory_writer_options(config: RunConfig, spaces: tuple[Any, Any], *policy_ids: str) -> dict[str, Any]:

@@ -1,0 +1,138 @@
+"""`lamarckian-hpc evaluate`: a trained policy plays N episodes of its run's environment, so that a
+run is judged by what its policy does now, not by the returns it saw while it was still learning.
+
+Episode k starts from `env.reset(seed=seed + k)`, and sampled actions (`sample`) draw from torch's
+generator seeded with `seed`, so an evaluation is repeatable. The mean return comes with a 95%
+confidence interval from Student's t distribution (`confidence_interval`): the episodes are
+independent draws, and their number is usually small. Played episodes can be written to an HDF5
+file in the run file's own layout (`/config`, `/trajectories/main/`, and one `episode_return`
+metric row per episode), so that `replay`, `inspect` and the analysis read it as they read a run.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..mdp import make_gym_env
+from ..storage import RunWriter
+from ..storage.trajectories import EpisodeRecord
+from .recording import trajectory_spec
+from .sampling import POLICY_ID
+from .trained_policy import TrainedPolicy
+
+AGENT_ID = "agent_0"
+#: The one metric of an evaluation's file: each episode's return, a row per episode.
+EVALUATION_METRIC = "episode_return"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A trained policy's evaluation: the episodes it played from which checkpoint, and their mean
+    return with the half-width of its 95% confidence interval (None for one episode)."""
+
+    run: Path
+    checkpoint: Path
+    policy_version: int
+    env_id: str
+    seed: int
+    sampled: bool        # actions drawn from the policy's distribution (False: greedy)
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+    mean_return: float
+    half_width: float | None
+    record: Path | None  # the HDF5 file the episodes were written to
+
+
+@dataclass
+class PlayedEpisodes:
+    """What the policy did: every episode's return and length, and the steps of those kept."""
+
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    records: list[EpisodeRecord] = field(default_factory=list)
+
+
+def confidence_interval(returns: np.ndarray, level: float = 0.95) -> float | None:
+    """Half-width of the `level` confidence interval of the mean of `returns`: t(level, n-1) * s / sqrt(n)
+    with s the sample standard deviation; None for fewer than 2 episodes."""
+    from scipy import stats
+
+    values = np.asarray(returns, dtype=np.float64)
+    if len(values) < 2:
+        return None
+    quantile = stats.t.ppf(0.5 + level / 2.0, len(values) - 1)
+    return float(quantile * values.std(ddof=1) / np.sqrt(len(values)))
+
+
+def play_episodes(policy: TrainedPolicy, episodes: int, seed: int, *, sample: bool = False,
+                  keep_steps: bool = False) -> PlayedEpisodes:
+    """Play `episodes` episodes of the run's environment (its id, kwargs and step limit) with
+    `policy`; `keep_steps` keeps every step (observation acted on, action, reward) as an EpisodeRecord."""
+    import torch
+
+    config = policy.config
+    env = make_gym_env(config.env.id, config.env.kwargs, config.env.max_episode_steps)
+    low = getattr(env.action_space, "low", None)
+    high = getattr(env.action_space, "high", None)
+    torch.manual_seed(seed)
+    played, frames, start = PlayedEpisodes(), 0, time.monotonic()
+    try:
+        for number in range(episodes):
+            observation, _ = env.reset(seed=seed + number)
+            observations, actions, rewards = [], [], []
+            terminated = truncated = False
+            while not (terminated or truncated):
+                action = policy.act(observation[None], sample)[0]
+                if low is not None:  # as the training environments do (`mdp.GymMDP`)
+                    action = np.minimum(np.maximum(action, low), high)
+                if keep_steps:
+                    observations.append(np.asarray(observation))
+                    actions.append(np.asarray(action))
+                observation, reward, terminated, truncated, _ = env.step(action)
+                rewards.append(float(reward))
+            frames += len(rewards)
+            played.returns.append(float(np.sum(rewards)))
+            played.lengths.append(len(rewards))
+            if keep_steps:
+                played.records.append(EpisodeRecord(
+                    POLICY_ID, AGENT_ID, np.stack(observations), np.stack(actions), np.asarray(rewards, np.float32),
+                    np.full(len(rewards), policy.policy_version, np.int64), bool(terminated), number,
+                    played.returns[-1], 0, socket.gethostname(), frames, time.monotonic() - start))
+    finally:
+        env.close()
+    return played
+
+
+def write_episodes(path: str | Path, policy: TrainedPolicy, played: PlayedEpisodes, meta: dict) -> Path:
+    """The played episodes as a run file: the run's config, `/trajectories/main/` and one
+    `episode_return` row per episode (x: env frames so far)."""
+    spec = trajectory_spec((policy.observation_space, policy.action_space), POLICY_ID)
+    path = Path(path)
+    with RunWriter(path, policy.config.to_json_dict(), (EVALUATION_METRIC,), meta, trajectories=[spec],
+                   min_free_bytes=0) as writer:
+        for record in played.records:
+            writer.append(EVALUATION_METRIC, record.episode_return, env_frames=record.env_frames,
+                          policy_version=policy.policy_version, wall_time=record.wall_time)
+            writer.append_episode(record)
+    return path
+
+
+def evaluate_policy(policy: TrainedPolicy, run_path: Path, episodes: int, seed: int, *, sample: bool = False,
+                    record: str | Path | None = None) -> Evaluation:
+    """Play and summarise: the mean return, its 95% confidence interval, the episodes' lengths, and
+    the file the episodes went to (`record`)."""
+    played = play_episodes(policy, episodes, seed, sample=sample, keep_steps=record is not None)
+    returns = np.asarray(played.returns)
+    written = None
+    if record is not None:
+        meta = {"evaluated_run": str(run_path), "checkpoint": str(policy.checkpoint), "seed": seed,
+                "sampled_actions": sample}
+        written = write_episodes(record, policy, played, meta)
+    return Evaluation(run_path, policy.checkpoint, policy.policy_version, policy.config.env.id, seed, sample,
+                      tuple(played.returns), tuple(played.lengths), float(returns.mean()),
+                      confidence_interval(returns), written)

@@ -1,0 +1,112 @@
+"""`lamarckian-hpc evaluate`: a tiny CartPole run trained here (serial, a few thousand frames) is
+played from its checkpoint; the printed returns are those of the same greedy policy played by
+hand with the same seeds, the interval is Student's t one, and --gif and --record write what
+`replay` and the trajectory analysis read."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+from scipy import stats
+
+from lamarckian_hpc import library
+from lamarckian_hpc.cli import main
+from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint
+from lamarckian_hpc.runtime.trained_policy import load_trained_policy
+from lamarckian_hpc.storage import open_run
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["runtime.mode=serial", "env.num_envs=4", "stop.total_env_steps=2048", "stop.target_return=null",
+        "storage.trajectories.every_episodes=0"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("evaluate")
+    return library.run(ROOT / "configs" / "ppo_cartpole.yaml",
+                       [*TINY, f"storage.directory={folder}", "storage.run_name=tiny"]).path
+
+
+def _evaluate(capsys: pytest.CaptureFixture, *arguments: str) -> dict:
+    assert main(["evaluate", *arguments, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _by_hand(run: Path, episodes: int, seed: int) -> list[float]:
+    """The checkpoint's network, its most probable action at every step, episode k reset with seed + k."""
+    model = load_trained_policy(run).model
+    env = gym.make("CartPole-v1")
+    returns = []
+    for k in range(episodes):
+        observation, _ = env.reset(seed=seed + k)
+        total, done = 0.0, False
+        while not done:
+            with torch.no_grad():
+                logits = model.head.logits(model.trunk(torch.as_tensor(observation[None])))
+            observation, reward, terminated, truncated, _ = env.step(int(logits.argmax()))
+            total, done = total + reward, terminated or truncated
+        returns.append(total)
+    return returns
+
+
+def test_greedy_returns_are_the_policys_own(run: Path, capsys: pytest.CaptureFixture) -> None:
+    printed = _evaluate(capsys, str(run), "--episodes", "6", "--seed", "11")
+    assert printed["returns"] == _by_hand(run, 6, 11)
+    assert printed["mean_return"] == pytest.approx(np.mean(printed["returns"]))
+    assert printed["policy_version"] == load_checkpoint(checkpoint_path(run)).policy_version == 4
+    assert _evaluate(capsys, str(run), "--episodes", "6", "--seed", "11")["returns"] == printed["returns"]
+
+
+def test_the_interval_is_students_t(run: Path, capsys: pytest.CaptureFixture) -> None:
+    printed = {n: _evaluate(capsys, str(run), "--episodes", str(n), "--sample", "--seed", "3") for n in (5, 40)}
+    for n, result in printed.items():
+        returns = np.asarray(result["returns"])
+        assert len(returns) == n and returns.std() > 0
+        expected = stats.t.ppf(0.975, n - 1) * returns.std(ddof=1) / np.sqrt(n)
+        assert result["half_width_95"] == pytest.approx(expected) and expected > 0
+    assert printed[40]["half_width_95"] < printed[5]["half_width_95"]
+
+
+def test_the_table_shows_mean_and_interval(run: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["evaluate", str(run), "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "mean return" in out and "95% CI" in out and "greedy actions" in out
+
+
+def test_gif_and_record(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    gif, record = tmp_path / "first.gif", tmp_path / "episodes.h5"
+    printed = _evaluate(capsys, str(run), "--episodes", "4", "--gif", str(gif), "--record", str(record))
+    with Image.open(gif) as picture:
+        assert picture.format == "GIF" and picture.n_frames == printed["lengths"][0] > 1
+    with open_run(record) as reader:
+        index = reader.episodes("main")
+        assert list(index["episode"]) == [0, 1, 2, 3]
+        assert list(index["return"]) == printed["returns"] and list(index["length"]) == printed["lengths"]
+        assert reader.config["env"]["id"] == "CartPole-v1"
+    out = tmp_path / "analysis"
+    spec = importlib.util.spec_from_file_location("trajectories_script", ROOT / "analysis" / "trajectories.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(record), "--out", str(out)]) == 0
+    table = pd.read_csv(out / "trajectories.csv")
+    assert table["episodes"].tolist() == [4] and table["steps"].tolist() == [sum(printed["lengths"])]
+
+
+def test_mistakes_are_one_line(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bare = tmp_path / "bare.h5"
+    bare.write_bytes(run.read_bytes())  # the run file without its checkpoints
+    assert main(["evaluate", str(bare)]) == 2
+    assert capsys.readouterr().err == (f"error: no checkpoint at {bare.with_suffix('.ckpt')}: the run saved none "
+                                       "(storage.checkpoint_interval_seconds)\n")
+    assert main(["evaluate", str(run), "--checkpoint", "best", "--episodes", "0"]) == 2
+    assert capsys.readouterr().err == "error: --episodes must be at least 1, got 0\n"
+    assert main(["evaluate", str(tmp_path / "none.h5")]) == 2
+    assert capsys.readouterr().err == f"error: no such run file: {tmp_path / 'none.h5'}\n"
