@@ -214,15 +214,17 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     if args.gif is not None:
         try:  # Pillow (with matplotlib, the analysis extra)
-            from .analysis.replay import ReplayError, replay_episode
+            from .analysis.replay import MAX_FPS, ReplayError, replay_episode
         except ImportError as error:
             return _fail(f"error: --gif needs the analysis extra ({error.name} is missing): "
                          "pip install -c constraints.txt -e '.[analysis]'")
+        if not 1 <= args.fps <= MAX_FPS:
+            return _fail(f"error: --fps must be between 1 and {MAX_FPS}")
     with tempfile.TemporaryDirectory(prefix="lamarckian-evaluate-") as scratch:
         record = args.record if args.record is not None or args.gif is None else Path(scratch) / "episodes.h5"
         try:
             evaluation = evaluate(args.run, args.checkpoint, args.episodes, args.seed, sample=args.sample,
-                                  record=record)
+                                  record=record, member=args.member)
         except RunFailed as error:
             print(error, file=sys.stderr)
             return error.exit_status
@@ -297,11 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the GIF goes (default: <run>-<policy>-episode<K>.gif here)")
     replay.add_argument("--fps", type=int, default=30, metavar="N", help="frames (steps) per second (default: 30)")
     replay.set_defaults(handler=replay_command)
-    evaluate = commands.add_parser("evaluate", help="play a training run's policy from its checkpoint: mean return "
-                                   "with a 95%% confidence interval")
-    evaluate.add_argument("run", metavar="RUN.h5", help="a training run's file (its checkpoints lie beside it)")
+    evaluate = commands.add_parser("evaluate", help="play a training run's policy (or a PBT member's) from its "
+                                   "checkpoint: mean return with a 95%% confidence interval")
+    evaluate.add_argument("run", metavar="RUN.h5", help="a training (or PBT) run's file; its checkpoints lie beside it")
     evaluate.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
                           help="the newest checkpoint (last, the default), the best kept one (best) or a file")
+    evaluate.add_argument("--member", type=int, metavar="ID",
+                          help="a PBT run: play member ID (an id the run printed or recorded in /population) as "
+                               "its last saved interval left it")
     evaluate.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to play (default: 10)")
     evaluate.add_argument("--seed", type=int, default=0, metavar="S",
                           help="episode k starts from env.reset(seed=S+k); sampled actions draw from torch "

@@ -182,10 +182,11 @@ def run(config: ConfigSource = None, overrides: Sequence[str] = (), output: str 
 
 
 def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 10, seed: int = 0, *,
-             sample: bool = False, record: str | Path | None = None) -> Any:
-    """Play the policy of training run `run` from `checkpoint` (last, best or a file) for `episodes`
-    episodes (`runtime.evaluation`: greedy unless `sample`; episode k seeded `seed + k`; the played
-    episodes written to `record`); RunFailed with one line when there is nothing to play."""
+             sample: bool = False, record: str | Path | None = None, member: int | None = None) -> Any:
+    """Play the policy of training run `run` from `checkpoint` (last, best or a file), or of member
+    `member` of a PBT run, for `episodes` episodes (`runtime.evaluation`: greedy unless `sample`;
+    episode k seeded `seed + k`; the played episodes written to `record`); RunFailed with one line
+    when there is nothing to play."""
     from .runtime.evaluation import evaluate_policy
     from .runtime.trained_policy import TrainedPolicyError, load_trained_policy
     from .storage import StorageFullError
@@ -194,8 +195,16 @@ def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 1
         raise RunFailed(f"error: --episodes must be at least 1, got {episodes}", CANNOT_START)
     if record is not None and Path(record).exists():
         raise RunFailed(f"error: {record} exists; choose another file to record the episodes in", CANNOT_START)
+    if member is not None and str(checkpoint) != "last":
+        raise RunFailed("error: --member plays a PBT member as the run last saved it; --checkpoint applies to "
+                        "training runs", CANNOT_START)
     try:
-        policy = load_trained_policy(run, checkpoint)
+        if member is not None:
+            from .evorl.trained_members import load_pbt_member
+
+            policy = load_pbt_member(run, member)
+        else:
+            policy = load_trained_policy(run, checkpoint)
     except TrainedPolicyError as error:
         raise RunFailed(f"error: {error}", CANNOT_START) from None
     try:

@@ -96,3 +96,12 @@ def test_checkpoint_choice_mistakes_are_one_line(trained, tmp_path, capsys) -> N
 def test_keep_last_checkpoints_is_validated() -> None:
     with pytest.raises(ConfigError, match="keep_last_checkpoints"):
         library.prepare(ROOT / "configs" / "ppo_cartpole.yaml", ["storage.keep_last_checkpoints=0"])
+
+
+def test_by_default_only_the_newest_and_the_best(tmp_path) -> None:
+    defaults = [option for option in TINY if not option.startswith(("storage.keep_last", "stop.total_env_steps"))]
+    result = library.run(ROOT / "configs" / "ppo_cartpole.yaml",
+                         [*defaults, "stop.total_env_steps=2048", f"storage.directory={tmp_path}", "storage.run_name=d"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["d.checkpoints", "d.ckpt", "d.h5"]
+    assert [path.name for path in (tmp_path / "d.checkpoints").iterdir()] == ["best.ckpt"]
+    assert checkpoint_score(load_checkpoint(best_checkpoint_path(result.path))) is not None

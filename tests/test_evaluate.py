@@ -19,7 +19,8 @@ from scipy import stats
 
 from lamarckian_hpc import library
 from lamarckian_hpc.cli import main
-from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint
+from lamarckian_hpc.evorl.trained_members import load_pbt_member
+from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint, load_run_state
 from lamarckian_hpc.runtime.trained_policy import load_trained_policy
 from lamarckian_hpc.storage import open_run
 
@@ -40,9 +41,9 @@ def _evaluate(capsys: pytest.CaptureFixture, *arguments: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _by_hand(run: Path, episodes: int, seed: int) -> list[float]:
+def _by_hand(run: Path, episodes: int, seed: int, model: torch.nn.Module | None = None) -> list[float]:
     """The checkpoint's network, its most probable action at every step, episode k reset with seed + k."""
-    model = load_trained_policy(run).model
+    model = model if model is not None else load_trained_policy(run).model
     env = gym.make("CartPole-v1")
     returns = []
     for k in range(episodes):
@@ -110,3 +111,25 @@ def test_mistakes_are_one_line(run: Path, tmp_path: Path, capsys: pytest.Capture
     assert capsys.readouterr().err == "error: --episodes must be at least 1, got 0\n"
     assert main(["evaluate", str(tmp_path / "none.h5")]) == 2
     assert capsys.readouterr().err == f"error: no such run file: {tmp_path / 'none.h5'}\n"
+
+
+def test_a_pbt_member(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    result = library.run(ROOT / "configs" / "pbt_ppo_cartpole.yaml",
+                         ["env.num_envs=4", "ppo.batch_size=256", "ppo.num_epochs=2", "model.policy_hidden_sizes=[16]",
+                          "algorithm.interval_env_frames=512", "stop.target_return=null", "runtime.mode=serial",
+                          "stop.total_env_frames=4096", f"storage.directory={tmp_path}", "storage.run_name=pbt"])
+    best = result.summary.best_id
+    state = load_run_state(checkpoint_path(result.path), "pbt")
+    slot = [int(value) for value in state["program"]["pbt"]["ids"]].index(best)
+    member = state["members"][slot]
+    policy = load_pbt_member(result.path, best)
+    for name, tensor in policy.model.state_dict().items():
+        np.testing.assert_array_equal(tensor.numpy(), member["arrays"][f"model/{name}"])
+    printed = _evaluate(capsys, str(result.path), "--member", str(best), "--episodes", "3", "--seed", "5")
+    assert printed["returns"] == _by_hand(result.path, 3, 5, policy.model)
+    assert printed["policy_version"] == member["version"]
+    missing = max(int(value) for value in state["program"]["pbt"]["ids"]) + 100
+    assert main(["evaluate", str(result.path), "--member", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: member {missing} is not in the population {result.path} saved")
+    assert main(["evaluate", str(result.path)]) == 2
+    assert "is a pbt run, not a training run" in capsys.readouterr().err

@@ -310,15 +310,14 @@ class Checkpointer:
         """The newest `keep_last` as versioned links, the best one as `best.ckpt`."""
         score = checkpoint_score(checkpoint)
         better = self.keep_best and score is not None and (self.best_score is None or score > self.best_score)
-        if self.keep_last == 1 and not better:
-            return
         folder = checkpoints_folder(self.run_path)
-        folder.mkdir(mode=0o700, exist_ok=True)
+        if self.keep_last > 1 or better:
+            folder.mkdir(mode=0o700, exist_ok=True)
         if self.keep_last > 1:
             _place_copy(self.path, folder / f"v{checkpoint.policy_version}.ckpt")
-            kept = versioned_checkpoints(self.run_path)
-            for version in list(kept)[:-self.keep_last]:
-                kept[version].unlink()
+        kept = list(versioned_checkpoints(self.run_path).values())  # with k = 1, <run>.ckpt alone
+        for path in kept[:max(0, len(kept) - self.keep_last) if self.keep_last > 1 else len(kept)]:
+            path.unlink()
         if better:
             _place_copy(self.path, best_checkpoint_path(self.run_path))
             self.best_score = score

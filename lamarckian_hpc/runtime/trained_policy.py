@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -58,8 +58,8 @@ class TrainedPolicy:
         return actions.numpy()
 
 
-def _run_config(run_path: Path) -> RunConfig:
-    """The config a training run stored, validated; a TrainedPolicyError for any other file."""
+def stored_config(run_path: Path) -> dict[str, Any]:
+    """The config tree a run file stored; a TrainedPolicyError for a missing or unreadable file."""
     if not run_path.is_file():
         raise TrainedPolicyError(f"no such run file: {run_path}")
     try:
@@ -69,10 +69,16 @@ def _run_config(run_path: Path) -> RunConfig:
         raise TrainedPolicyError(str(error)) from None
     except (OSError, KeyError, ValueError) as error:
         raise TrainedPolicyError(f"{run_path} is not a readable run file: {error}") from None
-    name = tree.get("algorithm", {}).get("name") if isinstance(tree, dict) else None
+    return tree if isinstance(tree, dict) else {}
+
+
+def _run_config(run_path: Path) -> RunConfig:
+    """The config a training run stored, validated; a TrainedPolicyError for any other file."""
+    tree = stored_config(run_path)
+    name = tree.get("algorithm", {}).get("name")
     if name not in RL_ALGORITHMS:
         raise TrainedPolicyError(f"{run_path} is a {name or 'unknown'} run, not a training run: its policies are "
-                                 "not in a training checkpoint")
+                                 "not in a training checkpoint (a PBT member: --member ID)")
     if tree.get("multiagent") is not None:
         raise TrainedPolicyError(f"{run_path} trains several policies (multiagent); only single-policy training "
                                  "runs can be loaded")
@@ -91,11 +97,23 @@ def load_trained_policy(run_path: str | Path, checkpoint: str | Path = "last") -
     try:
         path = resolve_checkpoint(run_path, checkpoint)
         saved = load_checkpoint(path)
+    except ValueError as error:
+        raise TrainedPolicyError(str(error).splitlines()[0]) from None
+    return policy_from_weights(config, saved.learner["model"], saved.policy_version, path)
+
+
+def policy_from_weights(config: RunConfig, weights: Mapping[str, Any], policy_version: int,
+                        source: Path) -> TrainedPolicy:
+    """The network of `config`'s algorithm with `weights` (tensors or arrays named as its
+    state_dict): how a policy kept elsewhere (a PBT member's state) becomes a TrainedPolicy."""
+    import torch
+
+    try:
         observation_space, action_space = spaces_of(config)
         model = build_model(config, observation_space, action_space)
-        model.load_state_dict(saved.learner["model"])
+        model.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()})
     except (ValueError, KeyError, RuntimeError) as error:  # load_state_dict: RuntimeError for other shapes
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise TrainedPolicyError(reason) from None
+        raise TrainedPolicyError(f"{source}: {reason}") from None
     model.eval()
-    return TrainedPolicy(config, model, observation_space, action_space, saved.policy_version, path)
+    return TrainedPolicy(config, model, observation_space, action_space, int(policy_version), Path(source))
