@@ -204,8 +204,9 @@ def replay_command(args: argparse.Namespace) -> int:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    """A training run's policy played for --episodes episodes; see lamarckian_hpc.runtime.evaluation.
-    The GIF is drawn by `replay` from the recorded episodes (a temporary file without --record)."""
+    """A training run's policy (or a PBT member's, a league learner's) played for --episodes episodes;
+    see lamarckian_hpc.runtime.evaluation. The GIF is drawn by `replay` from the recorded episodes (a
+    temporary file without --record)."""
     import tempfile
 
     from .cli_results import print_evaluation
@@ -224,7 +225,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         record = args.record if args.record is not None or args.gif is None else Path(scratch) / "episodes.h5"
         try:
             evaluation = evaluate(args.run, args.checkpoint, args.episodes, args.seed, sample=args.sample,
-                                  record=record, member=args.member)
+                                  record=record, member=args.member, learner=args.learner)
         except RunFailed as error:
             print(error, file=sys.stderr)
             return error.exit_status
@@ -233,7 +234,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
                               "policy_version": evaluation.policy_version, "seed": evaluation.seed,
                               "sampled": evaluation.sampled, "returns": list(evaluation.returns),
                               "lengths": list(evaluation.lengths), "mean_return": evaluation.mean_return,
-                              "half_width_95": evaluation.half_width}))
+                              "half_width_95": evaluation.half_width, "opponent": evaluation.opponent,
+                              "wins_draws_losses": list(evaluation.wins_draws_losses)}))
         else:
             print_evaluation(evaluation)
         if args.gif is not None:
@@ -299,14 +301,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the GIF goes (default: <run>-<policy>-episode<K>.gif here)")
     replay.add_argument("--fps", type=int, default=30, metavar="N", help="frames (steps) per second (default: 30)")
     replay.set_defaults(handler=replay_command)
-    evaluate = commands.add_parser("evaluate", help="play a training run's policy (or a PBT member's) from its "
-                                   "checkpoint: mean return with a 95%% confidence interval")
-    evaluate.add_argument("run", metavar="RUN.h5", help="a training (or PBT) run's file; its checkpoints lie beside it")
+    evaluate = commands.add_parser("evaluate", help="play a training run's policy (or a PBT member's, a league "
+                                   "learner's) from its checkpoint: mean return with a 95%% confidence interval")
+    evaluate.add_argument("run", metavar="RUN.h5", help="a training, PBT or league run's file (its checkpoints lie "
+                          "beside it)")
     evaluate.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
                           help="the newest checkpoint (last, the default), the best kept one (best) or a file")
     evaluate.add_argument("--member", type=int, metavar="ID",
                           help="a PBT run: play member ID (an id the run printed or recorded in /population) as "
                                "its last saved interval left it")
+    evaluate.add_argument("--learner", metavar="NAME",
+                          help="a league run: play learner NAME (main_0, main_exploiter_0, league_exploiter_0, ...) "
+                               "against the scripted Pong player, as its last saved generation left it")
     evaluate.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to play (default: 10)")
     evaluate.add_argument("--seed", type=int, default=0, metavar="S",
                           help="episode k starts from env.reset(seed=S+k); sampled actions draw from torch "

@@ -135,6 +135,10 @@ def print_evaluation(evaluation: Any) -> None:
         table.add_row("mean return", f"{evaluation.mean_return:.6g} ± {evaluation.half_width:.3g} "
                                      f"(95% CI {low:.6g} to {high:.6g})")
     table.add_row("min / max return", f"{min(returns):.6g} / {max(returns):.6g}")
+    if evaluation.opponent is not None:
+        wins, draws, losses = evaluation.wins_draws_losses
+        table.add_row("win rate", f"{wins / len(returns):.2f} against {evaluation.opponent}: {wins} won, "
+                                  f"{draws} drawn, {losses} lost")
     table.add_row("mean length", f"{sum(evaluation.lengths) / len(evaluation.lengths):.1f} steps")
     Console().print(table)
 

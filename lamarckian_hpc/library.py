@@ -182,9 +182,10 @@ def run(config: ConfigSource = None, overrides: Sequence[str] = (), output: str 
 
 
 def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 10, seed: int = 0, *,
-             sample: bool = False, record: str | Path | None = None, member: int | None = None) -> Any:
-    """Play the policy of training run `run` from `checkpoint` (last, best or a file), or of member
-    `member` of a PBT run, for `episodes` episodes (`runtime.evaluation`: greedy unless `sample`;
+             sample: bool = False, record: str | Path | None = None, member: int | None = None,
+             learner: str | None = None) -> Any:
+    """Play the policy of training run `run` from `checkpoint` (last, best or a file), of member
+    `member` of a PBT run, or of league learner `learner` against the scripted player, for `episodes` episodes (`runtime.evaluation`: greedy unless `sample`;
     episode k seeded `seed + k`; the played episodes written to `record`); RunFailed with one line
     when there is nothing to play."""
     from .runtime.evaluation import evaluate_policy
@@ -195,19 +196,26 @@ def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 1
         raise RunFailed(f"error: --episodes must be at least 1, got {episodes}", CANNOT_START)
     if record is not None and Path(record).exists():
         raise RunFailed(f"error: {record} exists; choose another file to record the episodes in", CANNOT_START)
-    if member is not None and str(checkpoint) != "last":
-        raise RunFailed("error: --member plays a PBT member as the run last saved it; --checkpoint applies to "
-                        "training runs", CANNOT_START)
+    if (member is not None or learner is not None) and str(checkpoint) != "last":
+        raise RunFailed("error: --member and --learner play a population as the run last saved it; --checkpoint "
+                        "applies to training runs", CANNOT_START)
+    if member is not None and learner is not None:
+        raise RunFailed("error: give --member (a PBT run) or --learner (a league run), not both", CANNOT_START)
+    opponent = None
     try:
         if member is not None:
             from .evorl.trained_members import load_pbt_member
 
             policy = load_pbt_member(run, member)
+        elif learner is not None:
+            from .evorl.trained_members import load_league_learner
+
+            policy, opponent = load_league_learner(run, learner)
         else:
             policy = load_trained_policy(run, checkpoint)
     except TrainedPolicyError as error:
         raise RunFailed(f"error: {error}", CANNOT_START) from None
     try:
-        return evaluate_policy(policy, Path(run), episodes, seed, sample=sample, record=record)
+        return evaluate_policy(policy, Path(run), episodes, seed, sample=sample, record=record, opponent=opponent)
     except StorageFullError as error:
         raise RunFailed(f"error: {error}", FAILED) from None

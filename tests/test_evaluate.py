@@ -19,8 +19,11 @@ from scipy import stats
 
 from lamarckian_hpc import library
 from lamarckian_hpc.cli import main
+from lamarckian_hpc.config import RunConfig
 from lamarckian_hpc.evorl.trained_members import load_pbt_member
 from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint, load_run_state
+from lamarckian_hpc.runtime.algorithms import build_model
+from lamarckian_hpc.runtime.sampling import spaces_of
 from lamarckian_hpc.runtime.trained_policy import load_trained_policy
 from lamarckian_hpc.storage import open_run
 
@@ -41,10 +44,11 @@ def _evaluate(capsys: pytest.CaptureFixture, *arguments: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _by_hand(run: Path, episodes: int, seed: int, model: torch.nn.Module | None = None) -> list[float]:
+def _by_hand(run: Path, episodes: int, seed: int, model: torch.nn.Module | None = None,
+             env: gym.Env | None = None) -> list[float]:
     """The checkpoint's network, its most probable action at every step, episode k reset with seed + k."""
     model = model if model is not None else load_trained_policy(run).model
-    env = gym.make("CartPole-v1")
+    env = env if env is not None else gym.make("CartPole-v1")
     returns = []
     for k in range(episodes):
         observation, _ = env.reset(seed=seed + k)
@@ -133,3 +137,25 @@ def test_a_pbt_member(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert capsys.readouterr().err.startswith(f"error: member {missing} is not in the population {result.path} saved")
     assert main(["evaluate", str(result.path)]) == 2
     assert "is a pbt run, not a training run" in capsys.readouterr().err
+
+
+def test_a_league_learner_against_the_scripted_player(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    result = library.run(ROOT / "configs" / "league_pong.yaml",
+                         ["env.num_envs=2", "ppo.batch_size=128", "ppo.num_epochs=1", "model.policy_hidden_sizes=[16]",
+                          "algorithm.scripted_evaluation_interval=2", "algorithm.scripted_evaluation_episodes=1",
+                          "runtime.mode=serial", "algorithm.generations=2", f"storage.directory={tmp_path}",
+                          "storage.run_name=league"])
+    state = load_run_state(checkpoint_path(result.path), "league")
+    printed = _evaluate(capsys, str(result.path), "--learner", "main_exploiter_0", "--episodes", "3", "--seed", "2")
+    # the learner's weights, played by hand on the scripted player's env
+    model = build_model(RunConfig(env={"id": "lamarckian/Pong-v0"}, model=result.config.model,
+                                  algorithm=result.config.ppo), *spaces_of(RunConfig(env={"id": "lamarckian/Pong-v0"})))
+    model.load_state_dict({name: torch.as_tensor(array) for name, array in state["members"][1]["weights"].items()})
+    skill = result.config.algorithm.scripted_opponent_skill
+    assert printed["returns"] == _by_hand(result.path, 3, 2, model, gym.make("lamarckian/Pong-v0", opponent_skill=skill))
+    returns = np.asarray(printed["returns"])
+    assert printed["wins_draws_losses"] == [int((returns > 0).sum()), int((returns == 0).sum()), int((returns < 0).sum())]
+    assert printed["opponent"] == f"the scripted Pong player (skill {skill:g})"
+    assert main(["evaluate", str(result.path), "--learner", "main_9"]) == 2
+    assert capsys.readouterr().err == (f"error: {result.path} has no learner 'main_9' (learners: main_0, "
+                                       "main_exploiter_0, league_exploiter_0)\n")

@@ -46,6 +46,14 @@ class Evaluation:
     mean_return: float
     half_width: float | None
     record: Path | None  # the HDF5 file the episodes were written to
+    #: The other player of a two-player game (None: a single-agent environment); an episode is a
+    #: game, won with a positive return (more points won than lost), drawn with 0.
+    opponent: str | None = None
+
+    @property
+    def wins_draws_losses(self) -> tuple[int, int, int]:
+        returns = np.asarray(self.returns)
+        return int((returns > 0).sum()), int((returns == 0).sum()), int((returns < 0).sum())
 
 
 @dataclass
@@ -123,9 +131,10 @@ def write_episodes(path: str | Path, policy: TrainedPolicy, played: PlayedEpisod
 
 
 def evaluate_policy(policy: TrainedPolicy, run_path: Path, episodes: int, seed: int, *, sample: bool = False,
-                    record: str | Path | None = None) -> Evaluation:
+                    record: str | Path | None = None, opponent: str | None = None) -> Evaluation:
     """Play and summarise: the mean return, its 95% confidence interval, the episodes' lengths, and
-    the file the episodes went to (`record`)."""
+    the file the episodes went to (`record`); `opponent` names the other player of a game whose
+    environment plays it (the scripted Pong player)."""
     played = play_episodes(policy, episodes, seed, sample=sample, keep_steps=record is not None)
     returns = np.asarray(played.returns)
     written = None
@@ -135,4 +144,4 @@ def evaluate_policy(policy: TrainedPolicy, run_path: Path, episodes: int, seed: 
         written = write_episodes(record, policy, played, meta)
     return Evaluation(run_path, policy.checkpoint, policy.policy_version, policy.config.env.id, seed, sample,
                       tuple(played.returns), tuple(played.lengths), float(returns.mean()),
-                      confidence_interval(returns), written)
+                      confidence_interval(returns), written, opponent)
