@@ -225,7 +225,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
         record = args.record if args.record is not None or args.gif is None else Path(scratch) / "episodes.h5"
         try:
             evaluation = evaluate(args.run, args.checkpoint, args.episodes, args.seed, sample=args.sample,
-                                  record=record, member=args.member, learner=args.learner)
+                                  record=record, member=args.member, learner=args.learner,
+                                  opponent=args.opponent)
         except RunFailed as error:
             print(error, file=sys.stderr)
             return error.exit_status
@@ -313,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--learner", metavar="NAME",
                           help="a league run: play learner NAME (main_0, main_exploiter_0, league_exploiter_0, ...) "
                                "against the scripted Pong player, as its last saved generation left it")
+    evaluate.add_argument("--opponent", metavar="NAME",
+                          help="with --learner: play the league's game against learner NAME (greedy, from the other "
+                               "seat) instead of the scripted player")
     evaluate.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to play (default: 10)")
     evaluate.add_argument("--seed", type=int, default=0, metavar="S",
                           help="episode k starts from env.reset(seed=S+k); sampled actions draw from torch "

@@ -183,9 +183,10 @@ def run(config: ConfigSource = None, overrides: Sequence[str] = (), output: str 
 
 def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 10, seed: int = 0, *,
              sample: bool = False, record: str | Path | None = None, member: int | None = None,
-             learner: str | None = None) -> Any:
+             learner: str | None = None, opponent: str | None = None) -> Any:
     """Play the policy of training run `run` from `checkpoint` (last, best or a file), of member
-    `member` of a PBT run, or of league learner `learner` against the scripted player, for `episodes` episodes (`runtime.evaluation`: greedy unless `sample`;
+    `member` of a PBT run, or of league learner `learner` against the scripted player (or against
+    learner `opponent`), for `episodes` episodes (`runtime.evaluation`: greedy unless `sample`;
     episode k seeded `seed + k`; the played episodes written to `record`); RunFailed with one line
     when there is nothing to play."""
     from .runtime.evaluation import evaluate_policy
@@ -201,7 +202,10 @@ def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 1
                         "applies to training runs", CANNOT_START)
     if member is not None and learner is not None:
         raise RunFailed("error: give --member (a PBT run) or --learner (a league run), not both", CANNOT_START)
-    opponent = None
+    if opponent is not None and learner is None:
+        raise RunFailed("error: --opponent names the league learner that plays against --learner; give --learner",
+                        CANNOT_START)
+    make_env, against = None, None
     try:
         if member is not None:
             from .evorl.trained_members import load_pbt_member
@@ -210,12 +214,13 @@ def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 1
         elif learner is not None:
             from .evorl.trained_members import load_league_learner
 
-            policy, opponent = load_league_learner(run, learner)
+            policy, against, make_env = load_league_learner(run, learner, opponent)
         else:
             policy = load_trained_policy(run, checkpoint)
     except TrainedPolicyError as error:
         raise RunFailed(f"error: {error}", CANNOT_START) from None
     try:
-        return evaluate_policy(policy, Path(run), episodes, seed, sample=sample, record=record, opponent=opponent)
+        return evaluate_policy(policy, Path(run), episodes, seed, sample=sample, record=record, opponent=against,
+                               make_env=make_env)
     except StorageFullError as error:
         raise RunFailed(f"error: {error}", FAILED) from None

@@ -20,6 +20,7 @@ from scipy import stats
 from lamarckian_hpc import library
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import RunConfig
+from lamarckian_hpc.envs.pong_two_player import PongTwoPlayer
 from lamarckian_hpc.evorl.trained_members import load_pbt_member
 from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint, load_run_state
 from lamarckian_hpc.runtime.algorithms import build_model
@@ -139,7 +140,7 @@ def test_a_pbt_member(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert "is a pbt run, not a training run" in capsys.readouterr().err
 
 
-def test_a_league_learner_against_the_scripted_player(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_league_learner_against_the_scripted_player_and_another_learner(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     result = library.run(ROOT / "configs" / "league_pong.yaml",
                          ["env.num_envs=2", "ppo.batch_size=128", "ppo.num_epochs=1", "model.policy_hidden_sizes=[16]",
                           "algorithm.scripted_evaluation_interval=2", "algorithm.scripted_evaluation_episodes=1",
@@ -156,6 +157,26 @@ def test_a_league_learner_against_the_scripted_player(tmp_path: Path, capsys: py
     returns = np.asarray(printed["returns"])
     assert printed["wins_draws_losses"] == [int((returns > 0).sum()), int((returns == 0).sum()), int((returns < 0).sum())]
     assert printed["opponent"] == f"the scripted Pong player (skill {skill:g})"
+
+    # against another learner, in the league's own game: the learner's seat (right) against main_0's (left)
+    main_model = build_model(RunConfig(env={"id": "lamarckian/Pong-v0"}, model=result.config.model,
+                                       algorithm=result.config.ppo), *spaces_of(RunConfig(env={"id": "lamarckian/Pong-v0"})))
+    main_model.load_state_dict({name: torch.as_tensor(array) for name, array in state["members"][0]["weights"].items()})
+    game = PongTwoPlayer()
+    by_hand = []
+    for k in range(3):
+        observations, _ = game.reset(seed=2 + k)
+        total = 0.0
+        while game.agents:
+            with torch.no_grad():
+                actions = {seat: int(net.head.logits(net.trunk(torch.as_tensor(observations[seat][None]))).argmax())
+                           for seat, net in (("right", model), ("left", main_model))}
+            observations, rewards, _, _, _ = game.step(actions)
+            total += rewards["right"]
+        by_hand.append(total)
+    match = _evaluate(capsys, str(result.path), "--learner", "main_exploiter_0", "--opponent", "main_0",
+                      "--episodes", "3", "--seed", "2")
+    assert match["returns"] == by_hand and match["opponent"] == "learner main_0 (greedy)"
     assert main(["evaluate", str(result.path), "--learner", "main_9"]) == 2
     assert capsys.readouterr().err == (f"error: {result.path} has no learner 'main_9' (learners: main_0, "
                                        "main_exploiter_0, league_exploiter_0)\n")

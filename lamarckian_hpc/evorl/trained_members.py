@@ -7,17 +7,21 @@
 - a league learner (`--learner NAME`: main_0, main_exploiter_0, ...), as the league's last saved
   generation left it, playing one side of vector Pong against the scripted player
   (`lamarckian/Pong-v0` with the league's `algorithm.scripted_opponent_skill`), the opponent the
-  league's own `main_score_vs_scripted` is measured against.
+  league's own `main_score_vs_scripted` is measured against, or in the league's game against
+  another of its learners (`--opponent NAME`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from ..config import PBTConfig, RunConfig, apply_overrides
 from ..config.league_run import LeagueRunConfig
 from ..config.train import EnvConfig
 from ..runtime.checkpoint import checkpoint_path, load_run_state
+from ..runtime.evaluation import AgainstPolicy
+from ..runtime.multiagent_sampling import make_parallel_env
 from ..runtime.trained_policy import TrainedPolicy, TrainedPolicyError, policy_from_weights, stored_config
 from .member import MODEL_PREFIX, member_run_config
 from .league_ppo import CHECKPOINT_KIND as LEAGUE_KIND
@@ -53,9 +57,12 @@ def load_pbt_member(run_path: str | Path, member_id: int) -> TrainedPolicy:
                                checkpoint_path(run_path))
 
 
-def load_league_learner(run_path: str | Path, name: str) -> tuple[TrainedPolicy, str]:
+def load_league_learner(run_path: str | Path, name: str, opponent: str | None = None
+                        ) -> tuple[TrainedPolicy, str, Callable[[], AgainstPolicy] | None]:
     """League learner `name` of the league run at `run_path` as its last saved generation left it,
-    set to play vector Pong against the scripted player; with a line naming that opponent.
+    set to play vector Pong against the scripted player (`opponent` None), or in the league's own
+    game from its learner seat against learner `opponent` (greedy, from the other seat); with a
+    line naming the opponent, and the maker of that game (None: the scripted player's env).
     TrainedPolicyError (one line) for another run, another game, no saved state or an unknown name."""
     run_path = Path(run_path)
     tree = stored_config(run_path)
@@ -71,11 +78,19 @@ def load_league_learner(run_path: str | Path, name: str) -> tuple[TrainedPolicy,
         raise TrainedPolicyError(f"a league learner is evaluated against the scripted Pong player; {run_path} "
                                  f"plays {config.env.id}")
     names = learner_names(config)
-    if name not in names:
-        raise TrainedPolicyError(f"{run_path} has no learner {name!r} (learners: {', '.join(names)})")
+    for asked in (name, opponent) if opponent is not None else (name,):
+        if asked not in names:
+            raise TrainedPolicyError(f"{run_path} has no learner {asked!r} (learners: {', '.join(names)})")
     skill = config.algorithm.scripted_opponent_skill
     scripted = RunConfig(seed=config.seed, env=EnvConfig(id=SCRIPTED_PONG, kwargs={"opponent_skill": skill}),
                          model=config.model, algorithm=config.ppo)
-    weights = state["members"][names.index(name)]["weights"]
-    policy = policy_from_weights(scripted, weights, int(state["generation"]), checkpoint_path(run_path))
-    return policy, f"the scripted Pong player (skill {skill:g})"
+
+    def learner(learner_name: str) -> TrainedPolicy:
+        weights = state["members"][names.index(learner_name)]["weights"]
+        return policy_from_weights(scripted, weights, int(state["generation"]), checkpoint_path(run_path))
+
+    if opponent is None:
+        return learner(name), f"the scripted Pong player (skill {skill:g})", None
+    other = learner(opponent)
+    return (learner(name), f"learner {opponent} (greedy)",
+            lambda: AgainstPolicy(make_parallel_env(config.env), config.algorithm.seats, other, config.env.id))

@@ -2,7 +2,9 @@
 run is judged by what its policy does now, not by the returns it saw while it was still learning.
 
 Episode k starts from `env.reset(seed=seed + k)`, and sampled actions (`sample`) draw from torch's
-generator seeded with `seed`, so an evaluation is repeatable. The mean return comes with a 95%
+generator seeded with `seed`, so an evaluation is repeatable. A two-player game is played from
+one seat, the other seat by a fixed policy (`AgainstPolicy`) or by the environment's own scripted
+player, and its episodes are games: won with a positive return. The mean return comes with a 95%
 confidence interval from Student's t distribution (`confidence_interval`): the episodes are
 independent draws, and their number is usually small. Played episodes can be written to an HDF5
 file in the run file's own layout (`/config`, `/trajectories/main/`, and one `episode_return`
@@ -15,6 +17,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -60,9 +63,37 @@ class Evaluation:
 class PlayedEpisodes:
     """What the policy did: every episode's return and length, and the steps of those kept."""
 
+    env_id: str
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     records: list[EpisodeRecord] = field(default_factory=list)
+
+
+class AgainstPolicy:
+    """A two-player parallel game seen from one seat, the other seat played greedily by `opponent`:
+    the Gymnasium-style reset and step that `play_episodes` drives, so a game against another
+    policy is played by the same loop as a single-agent environment."""
+
+    def __init__(self, game: Any, seats: tuple[str, str], opponent: TrainedPolicy, env_id: str) -> None:
+        self.game, (self.seat, self.other), self.opponent = game, seats, opponent
+        self.env_id = env_id  # the game's, for the evaluation's summary
+        self.action_space = game.action_space(self.seat)
+        self._other_observation: np.ndarray | None = None
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
+        observations, infos = self.game.reset(seed=seed)
+        self._other_observation = observations[self.other]
+        return observations[self.seat], infos[self.seat]
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        other = self.opponent.act(self._other_observation[None])[0]
+        observations, rewards, terminated, truncated, infos = self.game.step({self.seat: action, self.other: other})
+        self._other_observation = observations[self.other]
+        return (observations[self.seat], float(rewards[self.seat]), bool(terminated[self.seat]),
+                bool(truncated[self.seat]), infos[self.seat])
+
+    def close(self) -> None:
+        self.game.close()
 
 
 def confidence_interval(returns: np.ndarray, level: float = 0.95) -> float | None:
@@ -78,17 +109,19 @@ def confidence_interval(returns: np.ndarray, level: float = 0.95) -> float | Non
 
 
 def play_episodes(policy: TrainedPolicy, episodes: int, seed: int, *, sample: bool = False,
-                  keep_steps: bool = False) -> PlayedEpisodes:
-    """Play `episodes` episodes of the run's environment (its id, kwargs and step limit) with
-    `policy`; `keep_steps` keeps every step (observation acted on, action, reward) as an EpisodeRecord."""
+                  keep_steps: bool = False, make_env: Callable[[], Any] | None = None) -> PlayedEpisodes:
+    """Play `episodes` episodes of the run's environment (its id, kwargs and step limit), or of the
+    one `make_env` makes (a game against another policy, `AgainstPolicy`), with `policy`;
+    `keep_steps` keeps every step (observation acted on, action, reward) as an EpisodeRecord."""
     import torch
 
     config = policy.config
-    env = make_gym_env(config.env.id, config.env.kwargs, config.env.max_episode_steps)
+    env = make_env() if make_env is not None else make_gym_env(config.env.id, config.env.kwargs,
+                                                                 config.env.max_episode_steps)
     low = getattr(env.action_space, "low", None)
     high = getattr(env.action_space, "high", None)
     torch.manual_seed(seed)
-    played, frames, start = PlayedEpisodes(), 0, time.monotonic()
+    played, frames, start = PlayedEpisodes(getattr(env, "env_id", config.env.id)), 0, time.monotonic()
     try:
         for number in range(episodes):
             observation, _ = env.reset(seed=seed + number)
@@ -131,17 +164,18 @@ def write_episodes(path: str | Path, policy: TrainedPolicy, played: PlayedEpisod
 
 
 def evaluate_policy(policy: TrainedPolicy, run_path: Path, episodes: int, seed: int, *, sample: bool = False,
-                    record: str | Path | None = None, opponent: str | None = None) -> Evaluation:
+                    record: str | Path | None = None, opponent: str | None = None,
+                    make_env: Callable[[], Any] | None = None) -> Evaluation:
     """Play and summarise: the mean return, its 95% confidence interval, the episodes' lengths, and
-    the file the episodes went to (`record`); `opponent` names the other player of a game whose
-    environment plays it (the scripted Pong player)."""
-    played = play_episodes(policy, episodes, seed, sample=sample, keep_steps=record is not None)
+    the file the episodes went to (`record`); `opponent` names the other player of a game (the
+    scripted Pong player of the environment, or the policy `make_env`'s game seats there)."""
+    played = play_episodes(policy, episodes, seed, sample=sample, keep_steps=record is not None, make_env=make_env)
     returns = np.asarray(played.returns)
     written = None
     if record is not None:
         meta = {"evaluated_run": str(run_path), "checkpoint": str(policy.checkpoint), "seed": seed,
                 "sampled_actions": sample}
         written = write_episodes(record, policy, played, meta)
-    return Evaluation(run_path, policy.checkpoint, policy.policy_version, policy.config.env.id, seed, sample,
+    return Evaluation(run_path, policy.checkpoint, policy.policy_version, played.env_id, seed, sample,
                       tuple(played.returns), tuple(played.lengths), float(returns.mean()),
                       confidence_interval(returns), written, opponent)
