@@ -1,7 +1,8 @@
 """lamarckian-hpc: distributed evolutionary reinforcement learning on Slurm clusters.
 
 `lamarckian_hpc.run(config, overrides, output)` runs any config to a run file and returns a
-`RunResult` (see `lamarckian_hpc.library`); the `lamarckian-hpc` command is a thin layer over it.
+`RunResult` (see `lamarckian_hpc.library`), and `lamarckian_hpc.evaluate(run)` plays a training run's
+policy; the `lamarckian-hpc` command is a thin layer over them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import importlib
 from typing import Any
 
 #: Names given on first use: importing the package stays free for every actor process and learner.
-_LAZY = {"run": "library", "prepare": "library", "execute": "library", "RunResult": "run_result",
-         "RunFailed": "run_result"}
+_LAZY = {"run": "library", "prepare": "library", "execute": "library", "evaluate": "library",
+         "RunResult": "run_result", "RunFailed": "run_result"}
 
-__all__ = ["run", "prepare", "execute", "RunResult", "RunFailed"]
+__all__ = ["run", "prepare", "execute", "evaluate", "RunResult", "RunFailed"]
 
 
 def __getattr__(name: str) -> Any:

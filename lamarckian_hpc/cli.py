@@ -57,7 +57,7 @@ def run_command(args: argparse.Namespace) -> int:
         return _fail(f"error: {command} needs a config file (or --resume RUN)")
     try:
         config_file, overrides = _config_and_overrides(args)
-        prepared = prepare(config_file, overrides, resume=args.resume, command=command)
+        prepared = prepare(config_file, overrides, resume=args.resume, command=command, checkpoint=args.checkpoint)
     except ConfigError as error:
         return _fail(str(error))
     console = Console(stderr=True)
@@ -259,6 +259,53 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def evaluate_command(args: argparse.Namespace) -> int:
+    """A training run's policy (or a PBT member's, a league learner's) played for --episodes episodes;
+    see lamarckian_hpc.runtime.evaluation. The GIF is drawn by `replay` from the recorded episodes (a
+    temporary file without --record)."""
+    import tempfile
+
+    from .cli_results import print_evaluation
+    from .library import evaluate
+    from .run_result import RunFailed
+
+    if args.gif is not None:
+        try:  # Pillow (with matplotlib, the analysis extra)
+            from .analysis.replay import MAX_FPS, ReplayError, replay_episode
+        except ImportError as error:
+            return _fail(f"error: --gif needs the analysis extra ({error.name} is missing): "
+                         "pip install -c constraints.txt -e '.[analysis]'")
+        if not 1 <= args.fps <= MAX_FPS:
+            return _fail(f"error: --fps must be between 1 and {MAX_FPS}")
+    with tempfile.TemporaryDirectory(prefix="lamarckian-evaluate-") as scratch:
+        record = args.record if args.record is not None or args.gif is None else Path(scratch) / "episodes.h5"
+        try:
+            evaluation = evaluate(args.run, args.checkpoint, args.episodes, args.seed, sample=args.sample,
+                                  record=record, member=args.member, learner=args.learner,
+                                  opponent=args.opponent)
+        except RunFailed as error:
+            print(error, file=sys.stderr)
+            return error.exit_status
+        if args.json:
+            print(json.dumps({"run": str(evaluation.run), "checkpoint": str(evaluation.checkpoint),
+                              "policy_version": evaluation.policy_version, "seed": evaluation.seed,
+                              "sampled": evaluation.sampled, "returns": list(evaluation.returns),
+                              "lengths": list(evaluation.lengths), "mean_return": evaluation.mean_return,
+                              "half_width_95": evaluation.half_width, "opponent": evaluation.opponent,
+                              "wins_draws_losses": list(evaluation.wins_draws_losses)}))
+        else:
+            print_evaluation(evaluation)
+        if args.gif is not None:
+            try:
+                replay = replay_episode(record, 0, None, args.gif, args.fps)
+            except ReplayError as error:
+                return _fail(str(error))
+            print(f"first episode: {replay.path} ({replay.steps} frames)", file=sys.stderr)
+    if args.record is not None:
+        print(f"episodes: {args.record}", file=sys.stderr)
+    return 0
+
+
 #: The commands that run a config, all through `run_command`: (help, the config's help, --resume's help).
 RUN_COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("run any config: training, evolution, PBT, EMOGI, a league (the config says which)",
@@ -284,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("config", nargs="?", help=config_help)
         command.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
         command.add_argument("--resume", metavar="RUN", help=resume_help)
+        command.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
+                             help="with --resume of a training run: continue from the newest checkpoint (last, the "
+                                  "default), the best kept one (best) or a checkpoint file")
         command.set_defaults(handler=run_command)
     inspect = commands.add_parser("inspect", help="summarise a run file")
     inspect.add_argument("run", help="the run's .h5 file")
@@ -322,6 +372,33 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the GIF goes (default: <run>-<policy>-episode<K>.gif here)")
     replay.add_argument("--fps", type=int, default=30, metavar="N", help="frames (steps) per second (default: 30)")
     replay.set_defaults(handler=replay_command)
+    evaluate = commands.add_parser("evaluate", help="play a training run's policy (or a PBT member's, a league "
+                                   "learner's) from its checkpoint: mean return with a 95%% confidence interval")
+    evaluate.add_argument("run", metavar="RUN.h5", help="a training, PBT or league run's file (its checkpoints lie "
+                          "beside it)")
+    evaluate.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
+                          help="the newest checkpoint (last, the default), the best kept one (best) or a file")
+    evaluate.add_argument("--member", type=int, metavar="ID",
+                          help="a PBT run: play member ID (an id the run printed or recorded in /population) as "
+                               "its last saved interval left it")
+    evaluate.add_argument("--learner", metavar="NAME",
+                          help="a league run: play learner NAME (main_0, main_exploiter_0, league_exploiter_0, ...) "
+                               "against the scripted Pong player, as its last saved generation left it")
+    evaluate.add_argument("--opponent", metavar="NAME",
+                          help="with --learner: play the league's game against learner NAME (greedy, from the other "
+                               "seat) instead of the scripted player")
+    evaluate.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to play (default: 10)")
+    evaluate.add_argument("--seed", type=int, default=0, metavar="S",
+                          help="episode k starts from env.reset(seed=S+k); sampled actions draw from torch "
+                               "seeded with S (default: 0)")
+    evaluate.add_argument("--sample", action="store_true",
+                          help="sample actions from the policy (default: greedy, the most probable or mean action)")
+    evaluate.add_argument("--record", type=Path, metavar="FILE.h5",
+                          help="write the played episodes to an HDF5 file in the run file's /trajectories layout")
+    evaluate.add_argument("--gif", type=Path, metavar="FILE.gif", help="write the first episode as an animated GIF")
+    evaluate.add_argument("--fps", type=int, default=30, metavar="N", help="GIF frames per second (default: 30)")
+    evaluate.add_argument("--json", action="store_true", help="print the returns and the interval as JSON")
+    evaluate.set_defaults(handler=evaluate_command)
     config = commands.add_parser("config", help="show the resolved config of a config file")
     config_commands = config.add_subparsers(dest="config_command", required=True)
     show = config_commands.add_parser("show", help="print the config with the overrides applied and every default")

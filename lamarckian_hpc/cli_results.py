@@ -118,6 +118,31 @@ def _game_testing(result: RunResult, out: Console, err: Console) -> None:
               f"reports with seed and actions: {summary.bugs_file}", highlight=False)
 
 
+def print_evaluation(evaluation: Any) -> None:
+    """`evaluate`'s result (`runtime.evaluation.Evaluation`): the mean return and its 95% confidence
+    interval, over how many episodes of which checkpoint."""
+    returns = evaluation.returns
+    table = Table(title="evaluation", show_header=False)
+    table.add_row("run", str(evaluation.run))
+    table.add_row("checkpoint", f"{evaluation.checkpoint} (policy version {evaluation.policy_version})")
+    table.add_row("episodes", f"{len(returns)} of {evaluation.env_id}, seeds {evaluation.seed}.."
+                              f"{evaluation.seed + len(returns) - 1}, {'sampled' if evaluation.sampled else 'greedy'} "
+                              "actions")
+    if evaluation.half_width is None:
+        table.add_row("mean return", f"{evaluation.mean_return:.6g} (one episode: no interval)")
+    else:
+        low, high = evaluation.mean_return - evaluation.half_width, evaluation.mean_return + evaluation.half_width
+        table.add_row("mean return", f"{evaluation.mean_return:.6g} ± {evaluation.half_width:.3g} "
+                                     f"(95% CI {low:.6g} to {high:.6g})")
+    table.add_row("min / max return", f"{min(returns):.6g} / {max(returns):.6g}")
+    if evaluation.opponent is not None:
+        wins, draws, losses = evaluation.wins_draws_losses
+        table.add_row("win rate", f"{wins / len(returns):.2f} against {evaluation.opponent}: {wins} won, "
+                                  f"{draws} drawn, {losses} lost")
+    table.add_row("mean length", f"{sum(evaluation.lengths) / len(evaluation.lengths):.1f} steps")
+    Console().print(table)
+
+
 Renderer = Callable[[RunResult, Console, Console], None]
 #: algorithm.name of a population run -> its renderer (others: an EC run's); a training run: _train.
 RENDERERS: dict[str, Renderer] = {"pbt": _pbt, "emogi": _emogi, "league": _league, "wuji": _game_testing}

@@ -47,6 +47,7 @@ class PreparedRun:
     path: Path                   # the run file
     config_file: str | None      # the YAML file it came from, recorded in the run file's meta
     resume: bool = False
+    checkpoint: str = "last"     # which checkpoint a resumed training run continues from: last, best or a file
 
 
 def run_path_for(config: Any, config_file: str | Path | None) -> Path:
@@ -85,11 +86,12 @@ def _stored_tree(run: Path) -> dict[str, Any]:
 
 
 def prepare(config: ConfigSource = None, overrides: Sequence[str] = (), output: str | Path | None = None, *,
-            resume: str | Path | None = None, command: str = "run") -> PreparedRun:
+            resume: str | Path | None = None, command: str = "run", checkpoint: str | Path = "last") -> PreparedRun:
     """Validate a config with `key.path=value` overrides and fix its run file: `output`, or
     storage.directory/<run name>.h5. With `resume` (a run file), the config that run stored is
-    continued instead and `config` is not used. `command` (train, evolve or league) refuses a config
-    of another workload with a ConfigError naming the command that runs it; "run" takes any."""
+    continued instead and `config` is not used; a training run continues from `checkpoint` (last,
+    best or a checkpoint file). `command` (train, evolve or league) refuses a config of another
+    workload with a ConfigError naming the command that runs it; "run" takes any."""
     config_file: str | None = None
     if resume is not None:
         source = f"{resume} (resumed)"
@@ -112,7 +114,11 @@ def prepare(config: ConfigSource = None, overrides: Sequence[str] = (), output: 
         path = Path(output)
     else:
         path = run_path_for(validated, config_file)
-    return PreparedRun(validated, workload_of(model), path, config_file, resume is not None)
+    workload = workload_of(model)
+    if str(checkpoint) != "last" and (resume is None or workload != "train"):
+        raise ConfigError("error: --checkpoint chooses where a training run resumes: it needs --resume RUN of a "
+                          "train run (population runs continue from their last checkpoint)")
+    return PreparedRun(validated, workload, path, config_file, resume is not None, str(checkpoint))
 
 
 def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str, Any] | None,
@@ -127,8 +133,8 @@ def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str,
     if meta is None and not prepared.resume:
         meta = {"config_file": str(prepared.config_file)}
     try:
-        return run_training(prepared.config, path, resume=prepared.resume, meta=meta, observers=observers,
-                            on_start=on_start)
+        return run_training(prepared.config, path, resume=prepared.resume, checkpoint=prepared.checkpoint, meta=meta,
+                            observers=observers, on_start=on_start)
     except KeyboardInterrupt:
         raise RunFailed(f"interrupted; metrics up to now are in {path}; continue with: "
                         f"lamarckian-hpc train --resume {path}", INTERRUPTED) from None
@@ -166,9 +172,55 @@ def execute(prepared: PreparedRun, *, observers: Sequence[Any] = (), meta: Mappi
 
 
 def run(config: ConfigSource = None, overrides: Sequence[str] = (), output: str | Path | None = None, *,
-        resume: str | Path | None = None, observers: Sequence[Any] = (),
+        resume: str | Path | None = None, checkpoint: str | Path = "last", observers: Sequence[Any] = (),
         meta: Mapping[str, Any] | None = None) -> RunResult:
     """Run any config (train, evolve or league: the config says which) to a run file and return its
     result; `lamarckian-hpc run CONFIG [overrides]` from Python. ConfigError for a bad config,
     RunFailed for a run that cannot start or does not finish; see `prepare` and `execute`."""
-    return execute(prepare(config, overrides, output, resume=resume), observers=observers, meta=meta)
+    return execute(prepare(config, overrides, output, resume=resume, checkpoint=checkpoint), observers=observers,
+                   meta=meta)
+
+
+def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 10, seed: int = 0, *,
+             sample: bool = False, record: str | Path | None = None, member: int | None = None,
+             learner: str | None = None, opponent: str | None = None) -> Any:
+    """Play the policy of training run `run` from `checkpoint` (last, best or a file), of member
+    `member` of a PBT run, or of league learner `learner` against the scripted player (or against
+    learner `opponent`), for `episodes` episodes (`runtime.evaluation`: greedy unless `sample`;
+    episode k seeded `seed + k`; the played episodes written to `record`); RunFailed with one line
+    when there is nothing to play."""
+    from .runtime.evaluation import evaluate_policy
+    from .runtime.trained_policy import TrainedPolicyError, load_trained_policy
+    from .storage import StorageFullError
+
+    if episodes < 1:
+        raise RunFailed(f"error: --episodes must be at least 1, got {episodes}", CANNOT_START)
+    if record is not None and Path(record).exists():
+        raise RunFailed(f"error: {record} exists; choose another file to record the episodes in", CANNOT_START)
+    if (member is not None or learner is not None) and str(checkpoint) != "last":
+        raise RunFailed("error: --member and --learner play a population as the run last saved it; --checkpoint "
+                        "applies to training runs", CANNOT_START)
+    if member is not None and learner is not None:
+        raise RunFailed("error: give --member (a PBT run) or --learner (a league run), not both", CANNOT_START)
+    if opponent is not None and learner is None:
+        raise RunFailed("error: --opponent names the league learner that plays against --learner; give --learner",
+                        CANNOT_START)
+    make_env, against = None, None
+    try:
+        if member is not None:
+            from .evorl.trained_members import load_pbt_member
+
+            policy = load_pbt_member(run, member)
+        elif learner is not None:
+            from .evorl.trained_members import load_league_learner
+
+            policy, against, make_env = load_league_learner(run, learner, opponent)
+        else:
+            policy = load_trained_policy(run, checkpoint)
+    except TrainedPolicyError as error:
+        raise RunFailed(f"error: {error}", CANNOT_START) from None
+    try:
+        return evaluate_policy(policy, Path(run), episodes, seed, sample=sample, record=record, opponent=against,
+                               make_env=make_env)
+    except StorageFullError as error:
+        raise RunFailed(f"error: {error}", FAILED) from None

@@ -93,4 +93,13 @@ class StorageConfig(Section):
         64.0, ge=0, description="Stop with a clear error, files intact, when less than this is free on their disk.")
     checkpoint_interval_seconds: float | None = Field(
         60.0, gt=0, description="How often training state is saved for --resume; null saves only at the end.")
+    keep_last_checkpoints: int = Field(
+        1, ge=1, le=1000,
+        description="Training runs: how many of the newest checkpoints to keep. The newest is always <run>.ckpt; "
+                    "with more than 1, the newest k are also <run>.checkpoints/v<policy version>.ckpt (hard links "
+                    "where the file system has them) and older ones are removed.")
+    keep_best_checkpoint: bool = Field(
+        True, description="Training runs: also keep the checkpoint whose mean return over the last "
+                          "stop.return_window episodes was the highest when it was saved, as "
+                          "<run>.checkpoints/best.ckpt (for evaluate and --resume --checkpoint best).")
     trajectories: TrajectoriesConfig = Field(default_factory=TrajectoriesConfig)

@@ -1,7 +1,13 @@
 """Training state that survives the process: a run killed, crashed or requeued at its time limit
 continues from its last checkpoint with the same policy version, optimizer, frames and RNG.
 
-A checkpoint sits next to its run file (`<run>.ckpt`). It is written with `torch.save` to a
+A checkpoint sits next to its run file (`<run>.ckpt`, always the newest: `--resume` and a Slurm
+requeue continue from it). A training run may keep more (`storage.keep_last_checkpoints`,
+`storage.keep_best_checkpoint`) in the folder `<run>.checkpoints/`: `v<policy version>.ckpt` for
+each of the newest k, and `best.ckpt`, the one whose mean return over the last
+`stop.return_window` episodes (the return the stop rule reads) was the highest when it was saved.
+They are hard links to the newest (no second copy on disk; a copy where the file system has no
+hard links), put in place under a temporary name and renamed, so they are as whole as it is. It is written with `torch.save` to a
 temporary name (`<run>.ckpt.writing`, private to its owner from the moment it exists), synced to
 disk, renamed, and its folder synced, so a kill or a crash of the machine mid-write leaves the
 previous checkpoint whole and a finished one is never lost to the page cache. A write that fails
@@ -22,6 +28,8 @@ this module before it starts Ray, and it imports torch meanwhile (`ray_setup.sta
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,8 +45,60 @@ from .observers import TrainResult, UpdateReport
 CHECKPOINT_FORMAT = 1
 
 
+#: What `resolve_checkpoint` takes besides a path: the newest checkpoint, or the best one.
+CHECKPOINT_CHOICES = ("last", "best")
+_VERSIONED = re.compile(r"v(\d+)\.ckpt")
+
+
 def checkpoint_path(run_path: str | Path) -> Path:
+    """The newest checkpoint of a run: `<run>.ckpt`."""
     return Path(run_path).with_suffix(".ckpt")
+
+
+def checkpoints_folder(run_path: str | Path) -> Path:
+    """Where a training run keeps its older and its best checkpoints: `<run>.checkpoints/`."""
+    return Path(run_path).with_suffix(".checkpoints")
+
+
+def best_checkpoint_path(run_path: str | Path) -> Path:
+    return checkpoints_folder(run_path) / "best.ckpt"
+
+
+def versioned_checkpoints(run_path: str | Path) -> dict[int, Path]:
+    """The kept checkpoints `<run>.checkpoints/v<version>.ckpt`, by policy version, oldest first."""
+    folder = checkpoints_folder(run_path)
+    found = {}
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            match = _VERSIONED.fullmatch(entry.name)
+            if match:
+                found[int(match.group(1))] = entry
+    return dict(sorted(found.items()))
+
+
+def resolve_checkpoint(run_path: str | Path, which: str | Path = "last") -> Path:
+    """The checkpoint file `which` names for the run at `run_path`: "last" (`<run>.ckpt`), "best"
+    (`<run>.checkpoints/best.ckpt`) or a path; a ValueError naming what is missing otherwise."""
+    if str(which) == "last":
+        path = checkpoint_path(run_path)
+        if not path.is_file():
+            raise ValueError(f"no checkpoint at {path}: the run saved none (storage.checkpoint_interval_seconds)")
+    elif str(which) == "best":
+        path = best_checkpoint_path(run_path)
+        if not path.is_file():
+            raise ValueError(f"no best checkpoint at {path}: the run kept none (storage.keep_best_checkpoint, "
+                             "and it needs a finished episode before a save)")
+    else:
+        path = Path(which)
+        if not path.is_file():
+            raise ValueError(f"no checkpoint at {path}: give last, best or the path of a checkpoint file")
+    return path
+
+
+def checkpoint_score(checkpoint: TrainingCheckpoint) -> float | None:
+    """What makes a checkpoint the best: the mean return over the recent-episodes window when it was
+    saved (the return the stop rule and `episode_return_mean` read); None before any episode ended."""
+    return float(np.mean(checkpoint.recent_returns)) if checkpoint.recent_returns else None
 
 
 @dataclass
@@ -114,6 +174,27 @@ def _write_atomically(path: Path, payload: dict[str, Any], reserve_bytes: int) -
                                f"{error}") from None
 
 
+def _place_copy(source: Path, target: Path) -> None:
+    """`target` becomes the file `source` is, whole or not at all: a hard link (or, where the file
+    system has none, a copy) under a temporary name, synced, renamed over `target`."""
+    temporary = target.with_name(target.name + ".writing")
+    temporary.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(source, temporary)
+        except OSError:  # no hard links here: a copy, private as the checkpoint is
+            with open(source, "rb") as reading, os.fdopen(create_private_file(temporary), "wb") as writing:
+                shutil.copyfileobj(reading, writing)
+                writing.flush()
+                os.fsync(writing.fileno())
+        os.replace(temporary, target)
+        fsync_folder(target.parent)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise StorageFullError(f"checkpoint {target} not written: {failure_reason(error)}; "
+                               f"{source} is intact") from None
+
+
 def _read(path: Path, missing: str) -> dict[str, Any]:
     """A checkpoint's payload; a missing, foreign or damaged file is a ValueError naming it."""
     if not path.is_file():
@@ -187,26 +268,59 @@ class Checkpointable(Protocol):
 
 
 class Checkpointer:
-    """An observer that saves the trainer's state every `interval_seconds` and when training ends.
+    """An observer that saves the trainer's state every `interval_seconds` and when training ends,
+    to `<run>.ckpt`, and keeps the newest `keep_last` and (with `keep_best`) the best-scoring
+    checkpoint (`checkpoint_score`) in `<run>.checkpoints/`.
 
     It must come after the metrics recorder among the observers: it flushes the run file so the
-    file holds every row the checkpoint covers.
+    file holds every row the checkpoint covers. `resumed_from`: the policy version the run
+    continues from; kept checkpoints past it belong to the abandoned continuation and are removed,
+    and the best one kept so far stays the best to beat.
     """
 
-    def __init__(self, trainer: Checkpointable, writer: RunWriter, path: str | Path,
-                 interval_seconds: float | None, reserve_bytes: int = 0) -> None:
-        self.trainer, self.writer, self.path = trainer, writer, Path(path)
+    def __init__(self, trainer: Checkpointable, writer: RunWriter, run_path: str | Path,
+                 interval_seconds: float | None, reserve_bytes: int = 0, *, keep_last: int = 1,
+                 keep_best: bool = False, resumed_from: int | None = None) -> None:
+        self.trainer, self.writer = trainer, writer
+        self.run_path, self.path = Path(run_path), checkpoint_path(run_path)
         self.reserve_bytes = reserve_bytes
         self.interval_seconds = interval_seconds
+        self.keep_last, self.keep_best = keep_last, keep_best
         self.last_saved = time.monotonic()
         self.saved = 0
+        self.best_score: float | None = None
+        if resumed_from is not None:
+            for version, path in versioned_checkpoints(self.run_path).items():
+                if version > resumed_from:
+                    path.unlink()
+            best = best_checkpoint_path(self.run_path)
+            if keep_best and best.is_file():
+                self.best_score = checkpoint_score(load_checkpoint(best))
 
     def save(self) -> None:
         if self.writer.is_open:
             self.writer.flush()
-        save_checkpoint(self.path, self.trainer.checkpoint(), self.reserve_bytes)
+        checkpoint = self.trainer.checkpoint()
+        save_checkpoint(self.path, checkpoint, self.reserve_bytes)
+        self._keep(checkpoint)
         self.last_saved = time.monotonic()
         self.saved += 1
+
+    def _keep(self, checkpoint: TrainingCheckpoint) -> None:
+        """The newest `keep_last` as versioned links, the best one as `best.ckpt`."""
+        score = checkpoint_score(checkpoint)
+        better = self.keep_best and score is not None and (self.best_score is None or score > self.best_score)
+        folder = checkpoints_folder(self.run_path)
+        if self.keep_last > 1 or better:
+            folder.mkdir(mode=0o700, exist_ok=True)
+        if self.keep_last > 1:
+            _place_copy(self.path, folder / f"v{checkpoint.policy_version}.ckpt")
+        kept = list(versioned_checkpoints(self.run_path).values())  # with k = 1, <run>.ckpt alone
+        for path in kept[:max(0, len(kept) - self.keep_last) if self.keep_last > 1 else len(kept)]:
+            path.unlink()
+        if better:
+            _place_copy(self.path, best_checkpoint_path(self.run_path))
+            self.best_score = score
 
     def on_update_end(self, report: UpdateReport) -> None:
         if self.interval_seconds is not None and time.monotonic() - self.last_saved >= self.interval_seconds:

@@ -15,7 +15,8 @@ from .observers import TrainResult, UpdateReport
 from .sampling import recorded_every
 
 
-def _spec(spaces: tuple[Any, Any], policy_id: str) -> TrajectorySpec:
+def trajectory_spec(spaces: tuple[Any, Any], policy_id: str) -> TrajectorySpec:
+    """The trajectory datasets of `policy_id` acting in these (observation, action) spaces."""
     observation_space, action_space = spaces
     discrete = np.issubdtype(action_space.dtype, np.integer)
     return TrajectorySpec(policy_id, tuple(observation_space.shape),
@@ -25,7 +26,7 @@ def _spec(spaces: tuple[Any, Any], policy_id: str) -> TrajectorySpec:
 
 def trajectory_specs(config: RunConfig, spaces: tuple[Any, Any], policy_id: str) -> list[TrajectorySpec]:
     """The run file's trajectory datasets for `policy_id`; none when the run records no episodes."""
-    return [_spec(spaces, policy_id)] if recorded_every(config) else []
+    return [trajectory_spec(spaces, policy_id)] if recorded_every(config) else []
 
 
 def _writer_options(settings: TrajectoriesConfig, specs: list[TrajectorySpec]) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def population_writer_options(storage: StorageConfig, spaces: tuple[Any, Any], *
     learners, an EMOGI run's policies), one group per policy id, by a population config's
     `storage.trajectories`."""
     settings = storage.trajectories
-    return _writer_options(settings, [_spec(spaces, policy_id) for policy_id in policy_ids]
+    return _writer_options(settings, [trajectory_spec(spaces, policy_id) for policy_id in policy_ids]
                            if settings.every_episodes else [])
 
 

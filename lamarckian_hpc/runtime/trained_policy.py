@@ -1,67 +1,121 @@
-"""A trained policy back from its run: the run file's config, the network its algorithm samples
-with, and the weights of the run's checkpoint, so that a finished run's policy can be exported or
-evaluated without retraining. Only single-policy training runs (`train`) are loaded here."""
+"""A trained policy, from a run file and one of its checkpoints: the one way to get the network a
+training run learned, for whatever uses it after the run (`lamarckian-hpc evaluate`, exports).
+
+The run file holds the resolved config (`/config`), which says the environment, the algorithm and
+the network; the checkpoint holds the learner's state, whose `model` entry is the network the
+run's actors sampled with (the actor-critic of PPO, IMPALA and A3C, DQN's Q-network, SAC's actor).
+So the network is rebuilt by the algorithm's entry (`algorithms.build_model`) and takes those
+weights; nothing else of the learner (optimizer, replay buffer) is built.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 import gymnasium as gym
-import torch
+import numpy as np
 
-from ..config import ConfigError, RunConfig
-from ..config.loading import build_config
-from ..storage import open_run
-from .algorithms import build_model
-from .checkpoint import checkpoint_path, load_checkpoint
+from ..config import RunConfig, apply_overrides
+from ..storage import RunFileReadError, open_run
+from .algorithms import RL_ALGORITHMS, build_model, rl_algorithm
+from .checkpoint import load_checkpoint, resolve_checkpoint
 from .sampling import spaces_of
+
+if TYPE_CHECKING:
+    import torch
 
 
 class TrainedPolicyError(ValueError):
-    """The run's policy cannot be loaded (no run file, no checkpoint, not a training run); one line."""
+    """No policy can be loaded from what was given (no run file, no checkpoint, not a training run);
+    the message is one line."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class TrainedPolicy:
+    """A training run's network with a checkpoint's weights, in evaluation mode, on the CPU."""
+
     config: RunConfig
-    model: torch.nn.Module  # on the CPU, in eval mode
+    model: torch.nn.Module
     observation_space: gym.Space
     action_space: gym.Space
     policy_version: int
+    checkpoint: Path
+    greedy: torch.nn.Module  # the algorithm's deterministic policy on `model` (models/greedy.py)
+
+    def act(self, observations: np.ndarray, sample: bool = False) -> np.ndarray:
+        """Actions for a batch of observations: the greedy ones (the most probable, the mean, the
+        highest-valued), or with `sample` drawn from the policy's distribution with torch's
+        generator (a Q-network has none: its greedy actions)."""
+        import torch
+
+        with torch.inference_mode():
+            tensor = torch.from_numpy(np.asarray(observations, dtype=np.float32))
+            if sample and hasattr(self.model, "act"):
+                actions, _ = self.model.act(tensor)
+            else:
+                actions = self.greedy(tensor)[0]
+        return actions.numpy()
 
 
-def load_trained_policy(run_path: str | Path, checkpoint: str | Path | None = None) -> TrainedPolicy:
-    """The policy of the training run `run_path` (its .h5 file) with the weights of `checkpoint`
-    (default: the `<run>.ckpt` beside it). Raises TrainedPolicyError with one line naming the file
-    and what is wrong."""
-    run_path = Path(run_path)
-    checkpoint = checkpoint_path(run_path) if checkpoint is None else Path(checkpoint)
+def stored_config(run_path: Path) -> dict[str, Any]:
+    """The config tree a run file stored; a TrainedPolicyError for a missing or unreadable file."""
     if not run_path.is_file():
-        raise TrainedPolicyError(f"error: no such run file: {run_path}")
+        raise TrainedPolicyError(f"no such run file: {run_path}")
     try:
         with open_run(run_path) as reader:
-            tree = reader.config
+            tree: Any = reader.config
+    except RunFileReadError as error:
+        raise TrainedPolicyError(str(error)) from None
     except (OSError, KeyError, ValueError) as error:
-        raise TrainedPolicyError(f"error: {run_path} is not a readable run file: {error}") from None
+        raise TrainedPolicyError(f"{run_path} is not a readable run file: {error}") from None
+    return tree if isinstance(tree, dict) else {}
+
+
+def _run_config(run_path: Path) -> RunConfig:
+    """The config a training run stored, validated; a TrainedPolicyError for any other file."""
+    tree = stored_config(run_path)
+    name = tree.get("algorithm", {}).get("name")
+    if name not in RL_ALGORITHMS:
+        raise TrainedPolicyError(f"{run_path} is a {name or 'unknown'} run, not a training run: its policies are "
+                                 "not in a training checkpoint (a PBT member: --member ID)")
+    if tree.get("multiagent") is not None:
+        raise TrainedPolicyError(f"{run_path} trains several policies (multiagent); only single-policy training "
+                                 "runs can be loaded")
     try:
-        config = build_config(tree, str(run_path), RunConfig)
-    except ConfigError:
-        raise TrainedPolicyError(f"error: {run_path} is not a training run (its config is not a `train` "
-                                 "config); policies are exported from training runs") from None
-    if config.multiagent is not None:
-        raise TrainedPolicyError(f"error: {run_path} is a multi-agent run; only single-policy training runs "
-                                 "are supported here")
-    try:
-        state = load_checkpoint(checkpoint)
+        return apply_overrides(tree, [], str(run_path), RunConfig)
     except ValueError as error:
-        raise TrainedPolicyError(f"error: {error}") from None
-    observation_space, action_space = spaces_of(config)
-    model = build_model(config, observation_space, action_space)
+        raise TrainedPolicyError(str(error).removeprefix("error: ")) from None
+
+
+def load_trained_policy(run_path: str | Path, checkpoint: str | Path = "last") -> TrainedPolicy:
+    """The policy of the training run at `run_path` with the weights of `checkpoint`: "last" (the
+    newest, `<run>.ckpt`), "best" (`<run>.checkpoints/best.ckpt`) or a checkpoint file's path.
+    Raises TrainedPolicyError (one line) when there is no such run, checkpoint or policy."""
+    run_path = Path(run_path)
+    config = _run_config(run_path)
     try:
-        model.load_state_dict(state.learner["model"])
-    except (KeyError, RuntimeError) as error:
-        reason = str(error).splitlines()[0]
-        raise TrainedPolicyError(f"error: checkpoint {checkpoint} does not fit the network of {run_path}'s config: "
-                                 f"{reason}") from None
-    return TrainedPolicy(config, model.cpu().eval(), observation_space, action_space, state.policy_version)
+        path = resolve_checkpoint(run_path, checkpoint)
+        saved = load_checkpoint(path)
+    except ValueError as error:
+        raise TrainedPolicyError(str(error).splitlines()[0]) from None
+    return policy_from_weights(config, saved.learner["model"], saved.policy_version, path)
+
+
+def policy_from_weights(config: RunConfig, weights: Mapping[str, Any], policy_version: int,
+                        source: Path) -> TrainedPolicy:
+    """The network of `config`'s algorithm with `weights` (tensors or arrays named as its
+    state_dict): how a policy kept elsewhere (a PBT member's state) becomes a TrainedPolicy."""
+    import torch
+
+    try:
+        observation_space, action_space = spaces_of(config)
+        model = build_model(config, observation_space, action_space)
+        model.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()})
+    except (ValueError, KeyError, RuntimeError) as error:  # load_state_dict: RuntimeError for other shapes
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TrainedPolicyError(f"{source}: {reason}") from None
+    model.eval()
+    greedy = rl_algorithm(config).build("greedy", model).eval()
+    return TrainedPolicy(config, model, observation_space, action_space, int(policy_version), Path(source), greedy)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 from ..config import RunConfig
 from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .algorithms import rl_algorithm
-from .checkpoint import Checkpointer, checkpoint_path, load_checkpoint
+from .checkpoint import Checkpointer, load_checkpoint, resolve_checkpoint
 from .node_watch import NodeLostError
 from .observers import TrainObserver, TrainResult
 from .recording import MetricsRecorder, trajectory_writer_options
@@ -61,17 +61,19 @@ def metric_names_for(config: RunConfig) -> tuple[str, ...]:
 
 
 def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = False,
-                 meta: Mapping[str, Any] | None = None, observers: tuple[TrainObserver, ...] = (),
+                 checkpoint: str | Path = "last", meta: Mapping[str, Any] | None = None,
+                 observers: tuple[TrainObserver, ...] = (),
                  on_start: Callable[[Path], None] | None = None) -> TrainResult:
     """Train, recording metrics to `run_path` and checkpoints beside it.
 
-    With `resume`, training continues from the checkpoint beside `run_path`, and the run file keeps
+    With `resume`, training continues from a checkpoint of the run (`checkpoint`: "last", the newest
+    beside `run_path`; "best", the best one kept; or a checkpoint file), and the run file keeps
     exactly the rows up to that checkpoint. The file is closed as completed only when training
     ends normally; an exception or Ctrl-C leaves it marked incomplete, and resumable.
     """
     run_path = Path(run_path)
     try:
-        checkpoint = load_checkpoint(checkpoint_path(run_path)) if resume else None
+        saved = load_checkpoint(resolve_checkpoint(run_path, checkpoint)) if resume else None
         trainer = make_trainer(config)
     except ValueError as error:
         raise TrainingSetupError(str(error)) from None
@@ -82,19 +84,21 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
         reserve = int(config.storage.min_free_megabytes * MEGABYTE)
         options = trajectory_writer_options(config, trainer.spaces, *(config.multiagent.trained if config.multiagent
                                                                       else (POLICY_ID,)))
-        if checkpoint is not None:
-            trainer.restore(checkpoint)
-            writer = continue_run_file(run_path, names, checkpoint.policy_version, meta, min_free_bytes=reserve,
-                                       through_env_frames=checkpoint.env_frames, **options)
-            log.info("resumed %s at policy version %d, %d frames", run_path, checkpoint.policy_version,
-                     checkpoint.env_frames)
+        if saved is not None:
+            trainer.restore(saved)
+            writer = continue_run_file(run_path, names, saved.policy_version, meta, min_free_bytes=reserve,
+                                       through_env_frames=saved.env_frames, **options)
+            log.info("resumed %s at policy version %d, %d frames", run_path, saved.policy_version,
+                     saved.env_frames)
         else:
             writer = RunWriter(run_path, config.to_json_dict(), names, meta=meta, min_free_bytes=reserve, **options)
         if on_start is not None:
             on_start(run_path)
         recorder = MetricsRecorder(writer, config.storage.metrics_interval_seconds)
-        checkpointer = Checkpointer(trainer, writer, checkpoint_path(run_path),
-                                    config.storage.checkpoint_interval_seconds, reserve)
+        storage = config.storage
+        checkpointer = Checkpointer(trainer, writer, run_path, storage.checkpoint_interval_seconds, reserve,
+                                    keep_last=storage.keep_last_checkpoints, keep_best=storage.keep_best_checkpoint,
+                                    resumed_from=saved.policy_version if saved is not None else None)
         # The checkpointer follows the recorder: it flushes the rows the checkpoint covers.
         trainer.observers += [recorder, checkpointer, *observers]
         try:
