@@ -174,9 +174,9 @@ def export_command(args: argparse.Namespace) -> int:
     if not (metrics or policy or args.minari is not None):
         return _fail("error: export needs at least one of --tensorboard DIR, --csv DIR, --onnx DIR, "
                      "--torchscript DIR, --minari DATASET_ID")
-    if len(args.runs) > 1 and (args.minari is not None or args.checkpoint is not None):
+    if len(args.runs) > 1 and (args.minari is not None or args.checkpoint != "last"):
         return _fail("error: --minari and --checkpoint take one run file, got " + str(len(args.runs)))
-    if args.checkpoint is not None and not policy:
+    if args.checkpoint != "last" and not policy:
         return _fail("error: --checkpoint chooses the weights of --onnx or --torchscript; give one of them")
     for index, name in enumerate(args.runs, start=1):
         path = Path(name)
@@ -223,7 +223,9 @@ def _export_policy(path: Path, args: argparse.Namespace) -> int:
             if args.torchscript is not None else None
         observations, source = check_observations(path, trained.observation_space)
         checks = check_exports(trained, observations, onnx_path, torchscript_path)
-    except (TrainedPolicyError, ExportError) as error:
+    except TrainedPolicyError as error:
+        return _fail(f"error: {error}")
+    except ExportError as error:
         return _fail(str(error))
     for check in checks:
         print(f"{check.summary()} ({source})", file=sys.stderr)
@@ -354,8 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the trained greedy policy to DIR/<run>/policy.onnx (needs the export extra)")
     export.add_argument("--torchscript", type=Path, metavar="DIR",
                         help="write the trained greedy policy to DIR/<run>/policy.pt (torch.jit.load)")
-    export.add_argument("--checkpoint", type=Path, metavar="FILE.ckpt",
-                        help="the weights to export (default: <run>.ckpt beside the run file)")
+    export.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
+                        help="the weights to export: the newest checkpoint (last, the default), the best kept one "
+                             "(best) or a checkpoint file")
     export.add_argument("--minari", metavar="DATASET_ID",
                         help="write the run's recorded episodes as Minari dataset DATASET_ID (e.g. "
                         "lamarckian/cartpole-ppo-v0) under $MINARI_DATASETS_PATH (default ~/.minari/datasets); "

@@ -183,7 +183,7 @@ def multiagent_run(tmp_path) -> Path:
     ("no such run", "error: no such run file"),
     ("malformed dataset id", "is not a Minari dataset id"),
     ("multi-agent minari", "Minari datasets hold single-agent episodes only"),
-    ("multi-agent policy", "is a multi-agent run"),
+    ("multi-agent policy", "trains several policies (multiagent)"),
     ("checkpoint of two runs", "error: --minari and --checkpoint take one run file"),
 ])
 def test_what_cannot_be_exported_is_one_line_and_exit_status_2(case, expected, cartpole_run, multiagent_run,

@@ -10,6 +10,7 @@ weights; nothing else of the learner (optimizer, replay buffer) is built.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -41,8 +42,12 @@ class TrainedPolicy:
     observation_space: gym.Space
     action_space: gym.Space
     policy_version: int
-    checkpoint: Path
-    greedy: torch.nn.Module  # the algorithm's deterministic policy on `model` (models/greedy.py)
+    checkpoint: Path | None = None  # where the weights came from; None for a network built here
+
+    @functools.cached_property
+    def greedy(self) -> torch.nn.Module:
+        """The algorithm's deterministic policy on `model` (models/greedy.py), as export writes it."""
+        return rl_algorithm(self.config).build("greedy", self.model).eval()
 
     def act(self, observations: np.ndarray, sample: bool = False) -> np.ndarray:
         """Actions for a batch of observations: the greedy ones (the most probable, the mean, the
@@ -117,5 +122,4 @@ def policy_from_weights(config: RunConfig, weights: Mapping[str, Any], policy_ve
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise TrainedPolicyError(f"{source}: {reason}") from None
     model.eval()
-    greedy = rl_algorithm(config).build("greedy", model).eval()
-    return TrainedPolicy(config, model, observation_space, action_space, int(policy_version), Path(source), greedy)
+    return TrainedPolicy(config, model, observation_space, action_space, int(policy_version), Path(source))
