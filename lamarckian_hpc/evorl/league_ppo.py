@@ -11,7 +11,7 @@ the request. The games each learner finished against its opponent come back as o
 recorded in the payoff matrix and the Elo ratings; the league then adds snapshots and resets
 exploiters on its schedule (a reset learner starts again from the initial weights with a fresh
 optimizer). Every `algorithm.scripted_evaluation_interval` generations the main agents play the
-scripted Pong player they never train against. `/league` in the run file holds the members,
+scripted player they never train against (Pong's, or a random legal player of the game). `/league` in the run file holds the members,
 payoff, Elo (and its history) and every match; the metrics hold each learner's Elo and return.
 """
 
@@ -46,7 +46,7 @@ def metric_names(config: LeagueRunConfig) -> tuple[str, ...]:
     names = learner_names(config)
     return (*(f"elo_{name}" for name in names), *(f"return_{name}" for name in names),
             *(f"win_rate_vs_targets_{name}" for name in names if "exploiter" in name),
-            "main_score_vs_scripted", "league_members", "snapshots_added", "resets", "generation_seconds")
+            "main_score_vs_scripted", "main_win_rate_vs_scripted", "league_members", "snapshots_added", "resets", "generation_seconds")
 
 
 class LeagueProgram(GenerationalProgram):
@@ -100,7 +100,8 @@ class LeagueProgram(GenerationalProgram):
         for slots, batch in zip(pool.slots, answers[:workers]):
             for slot, answer in zip(slots, batch):
                 updates[slot] = answer
-        scripted = answers[workers:]
+        scripted = [score for score, _ in answers[workers:]]
+        scripted_wins = [win_rate for _, win_rate in answers[workers:]]
         league, snapshots, resets = self.league, 0, []
         for learner, ((opponent, _), answer) in enumerate(zip(self.chosen, updates)):
             league.record(learner, opponent, answer["wins"], answer["draws"], answer["losses"])
@@ -116,6 +117,7 @@ class LeagueProgram(GenerationalProgram):
             self.scripted_scores.append((self.generation, float(np.mean(scripted))))
         self.history.append((league.update_count, elo_row(league)))
         metrics = self.last_metrics = self._metrics(updates, scripted, snapshots, len(resets), wall_time - self.wall_time)
+        metrics["main_win_rate_vs_scripted"] = float(np.mean(scripted_wins)) if scripted_wins else math.nan
         frames = sum(answer["env_frames"] for answer in updates)
         line = (f"generation {self.generation + 1}/{self.config.algorithm.generations}  "
                 + "  ".join(f"{name} elo {league.elo[k]:.0f}" for k, name in enumerate(self.names))

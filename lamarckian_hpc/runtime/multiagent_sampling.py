@@ -23,7 +23,7 @@ from ..comm.wire import MAX_ARRAYS
 from ..config import EnvConfig, RunConfig
 from ..config.train import PETTINGZOO_PREFIX
 from ..mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
-from ..multiagent import GlobalStateMDP, ParallelEnvMDP, PolicyMapping, configured_mapping
+from ..multiagent import AECEnvMDP, GlobalStateMDP, ParallelEnvMDP, PolicyMapping, configured_mapping
 from .network_layout import actor_critic_layout
 from .numpy_policy import NumpyActorCriticPolicy
 
@@ -31,24 +31,45 @@ from .numpy_policy import NumpyActorCriticPolicy
 POLICY_VERSIONS = "policy_versions"
 
 
-def make_parallel_env(env: EnvConfig) -> Any:
-    """`env.id` pettingzoo:<module> made as `<module>.parallel_env(**env.kwargs)`."""
+def _env_module(env: EnvConfig) -> Any:
     module_name = env.id.removeprefix(PETTINGZOO_PREFIX)
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"env.id: cannot import {module_name!r}: {error} (mpe2 comes with the multiagent extra: "
                          "pip install -c constraints.txt -e '.[multiagent]')") from None
+
+
+def make_parallel_env(env: EnvConfig) -> Any:
+    """`env.id` pettingzoo:<module> made as `<module>.parallel_env(**env.kwargs)`."""
+    module = _env_module(env)
     factory = getattr(module, "parallel_env", None)
     if not callable(factory):
-        raise ValueError(f"env.id: {module_name} has no parallel_env(); a PettingZoo environment module is needed")
+        raise ValueError(f"env.id: {module.__name__} has no parallel_env(); a PettingZoo environment module is needed")
     return factory(**env.kwargs)
+
+
+def make_pettingzoo_mdp(env: EnvConfig) -> MDP:
+    """`env.id` pettingzoo:<module> adapted: `<module>.parallel_env()` in a `ParallelEnvMDP` when the
+    module has one, otherwise its turn-based `<module>.env()` (an AECEnv, as pettingzoo.classic's
+    board games have) in an `AECEnvMDP`."""
+    module = _env_module(env)
+    if callable(getattr(module, "parallel_env", None)):
+        return ParallelEnvMDP(make_parallel_env(env))
+    factory = getattr(module, "env", None)
+    if not callable(factory):
+        raise ValueError(f"env.id: {module.__name__} has neither parallel_env() nor env(); a PettingZoo "
+                         "environment module is needed")
+    aec = factory(**env.kwargs)
+    if not (callable(getattr(aec, "observe", None)) and callable(getattr(aec, "last", None))):
+        raise ValueError(f"env.id: {module.__name__}.env() made {type(aec).__name__}, not a PettingZoo AECEnv")
+    return AECEnvMDP(aec)
 
 
 def make_multiagent_mdps(config: RunConfig) -> list[MDP]:
     """`env.num_envs` adapted environments, widened with the global state for a centralised critic."""
     assert config.multiagent is not None
-    mdps: list[MDP] = [ParallelEnvMDP(make_parallel_env(config.env)) for _ in range(config.env.num_envs)]
+    mdps: list[MDP] = [make_pettingzoo_mdp(config.env) for _ in range(config.env.num_envs)]
     return [GlobalStateMDP(mdp) for mdp in mdps] if config.multiagent.centralized_critic else mdps
 
 
@@ -80,9 +101,9 @@ def multiagent_spaces(config: RunConfig) -> MultiAgentSpaces:
     the first (one network per policy, fed one batch per tick), and a fixed mapping must bind every
     agent the environment may have."""
     assert config.multiagent is not None
-    env = make_parallel_env(config.env)
+    mdp = make_pettingzoo_mdp(config.env)
+    env = mdp.env  # type: ignore[attr-defined]
     try:
-        mdp = ParallelEnvMDP(env)
         mdp.reset(seed=config.seed)
         agents = tuple(str(agent) for agent in getattr(env, "possible_agents", mdp.agent_ids()))
         first = mdp.agent_ids()[0]
@@ -94,7 +115,7 @@ def multiagent_spaces(config: RunConfig) -> MultiAgentSpaces:
                                  "multiagent run must share observation and action spaces")
         state_size = GlobalStateMDP(mdp).state_size if config.multiagent.centralized_critic else 0
     finally:
-        env.close()
+        mdp.close()
     mapping = config.multiagent.mapping
     if isinstance(mapping, dict) and (unbound := sorted(set(agents) - set(mapping))):
         raise ValueError(f"multiagent.mapping: agents {unbound} of {config.env.id} have no policy in the map")
