@@ -1,0 +1,115 @@
+"""AlphaStar's league on Connect Four (PettingZoo's turn-based connect_four_v3), as a user runs
+it: `lamarckian-hpc league configs/league_connect_four.yaml`, one run per seed, and the learning
+curve read back from its run file: the main agent's win rate against a uniformly random legal
+player (seats alternating game by game), which it never trains against, every 5 generations
+(`main_win_rate_vs_scripted`), after the untrained network's (generation 0, measured here with the
+same function, `evorl.league_evaluation.play_against_random`, the same games and seed).
+
+    python benchmarks/league_connect_four.py [--seeds 0] [--generations 40] [overrides ...]
+
+Prints a Markdown table, writes benchmarks/results/league_connect_four.json and the figure
+docs/benchmarks/figures/league_connect_four.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from lamarckian_hpc.analysis.plotting import new_figure, save
+from lamarckian_hpc.config import load_config
+from lamarckian_hpc.config.league_run import LeagueRunConfig
+from lamarckian_hpc.evorl.league_evaluation import play_against_random
+from lamarckian_hpc.evorl.league_learners import initial_weights
+from lamarckian_hpc.evorl.league_ppo import SCRIPTED_EVALUATION_SEED
+from lamarckian_hpc.models import ActorCritic
+from lamarckian_hpc.rl.learner import load_weights
+from lamarckian_hpc.runtime.inference import TorchPolicy
+from lamarckian_hpc.runtime.multiagent_sampling import make_pettingzoo_mdp
+from lamarckian_hpc.runtime.multiagent_trainer import default_spaces
+from lamarckian_hpc.storage import open_run
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "league_connect_four.yaml"
+RESULTS = Path(__file__).resolve().parent / "results" / "league_connect_four.json"
+FIGURE = ROOT / "docs" / "benchmarks" / "figures" / "league_connect_four.png"
+
+
+def untrained_win_rate(config: LeagueRunConfig) -> float:
+    """Generation 0: the initial network every learner starts from, against the random player."""
+    mdp = make_pettingzoo_mdp(config.env)
+    mdp.reset(seed=config.seed)
+    model = ActorCritic(*default_spaces(mdp), config.model)
+    mdp.close()
+    load_weights(model, initial_weights(config))
+    algorithm = config.algorithm
+    return play_against_random(TorchPolicy(model), config.env, algorithm.seats,
+                               algorithm.scripted_evaluation_episodes, SCRIPTED_EVALUATION_SEED).win_rate
+
+
+def run(seed: int, generations: int, overrides: list[str]) -> dict:
+    config = load_config(CONFIG, [f"seed={seed}", f"algorithm.generations={generations}", *overrides],
+                         LeagueRunConfig)
+    torch.manual_seed(seed)
+    start = untrained_win_rate(config)
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", "lamarckian_hpc", "league", str(CONFIG), f"seed={seed}",
+                        f"algorithm.generations={generations}", f"storage.directory={folder}",
+                        "storage.run_name=league", *overrides], check=True, cwd=folder)
+        wall = time.monotonic() - started
+        with open_run(Path(folder) / "league.h5") as reader:
+            metric = reader.metric("main_win_rate_vs_scripted")
+    evaluated = np.isfinite(metric.value)
+    return {"seed": seed, "wall_seconds": round(wall, 1), "games": config.algorithm.scripted_evaluation_episodes,
+            "generations": [0, *(metric.policy_version[evaluated] + 1).tolist()],
+            "env_frames": [0, *metric.env_frames[evaluated].tolist()],
+            "win_rate": [round(start, 3), *np.round(metric.value[evaluated], 3).tolist()]}
+
+
+def draw(runs: list[dict]) -> None:
+    figure, (axis,) = new_figure()
+    rows = []
+    for entry in runs:
+        frames = np.array(entry["env_frames"]) / 1000
+        axis.plot(frames, entry["win_rate"], marker="o", label=f"main agent, seed {entry['seed']}")
+        rows += [{"seed": entry["seed"], "generation": g, "env_frames": f, "win_rate": w}
+                 for g, f, w in zip(entry["generations"], entry["env_frames"], entry["win_rate"])]
+    axis.axhline(0.5, color="grey", linestyle="--", label="random player (0.5)")
+    axis.set_xlabel("env frames of the league, thousands (moves of all learners' games)")
+    axis.set_ylabel(f"win rate against random legal player ({runs[0]['games']} games)")
+    axis.set_ylim(0, 1)
+    axis.legend(loc="lower right")
+    save(figure, FIGURE, "League on Connect Four: main agent vs a uniformly random legal player", pd.DataFrame(rows))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--generations", type=int, default=40)
+    parser.add_argument("overrides", nargs="*", help="config overrides for every run (key.path=value)")
+    args = parser.parse_args()
+    runs = [run(seed, args.generations, args.overrides) for seed in args.seeds]
+    print("| seed | generation | env frames | win rate vs random |\n|---:|---:|---:|---:|")
+    for entry in runs:
+        for generation, frames, win_rate in zip(entry["generations"], entry["env_frames"], entry["win_rate"]):
+            print(f"| {entry['seed']} | {generation} | {frames:,} | {win_rate:.2f} |")
+    print("| seed | wall |\n|---:|---:|\n" + "\n".join(f"| {e['seed']} | {e['wall_seconds']:.0f} s |" for e in runs))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"benchmark": "league_connect_four", "config": str(CONFIG.relative_to(ROOT)),
+                                   "overrides": args.overrides, "runs": runs}, indent=2) + "\n")
+    draw(runs)
+    print(f"wrote {RESULTS} and {FIGURE}")
+
+
+if __name__ == "__main__":
+    main()
