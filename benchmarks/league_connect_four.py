@@ -69,8 +69,10 @@ def run(seed: int, generations: int, overrides: list[str]) -> dict:
         wall = time.monotonic() - started
         with open_run(Path(folder) / "league.h5") as reader:
             metric = reader.metric("main_win_rate_vs_scripted")
+            illegal = int(reader.metric("illegal_actions").value[-1])
     evaluated = np.isfinite(metric.value)
-    return {"seed": seed, "wall_seconds": round(wall, 1), "games": config.algorithm.scripted_evaluation_episodes,
+    return {"seed": seed, "wall_seconds": round(wall, 1), "illegal_actions": illegal,
+            "games": config.algorithm.scripted_evaluation_episodes,
             "generations": [0, *(metric.policy_version[evaluated] + 1).tolist()],
             "env_frames": [0, *metric.env_frames[evaluated].tolist()],
             "win_rate": [round(start, 3), *np.round(metric.value[evaluated], 3).tolist()]}
@@ -103,7 +105,8 @@ def main() -> None:
     for entry in runs:
         for generation, frames, win_rate in zip(entry["generations"], entry["env_frames"], entry["win_rate"]):
             print(f"| {entry['seed']} | {generation} | {frames:,} | {win_rate:.2f} |")
-    print("| seed | wall |\n|---:|---:|\n" + "\n".join(f"| {e['seed']} | {e['wall_seconds']:.0f} s |" for e in runs))
+    print("| seed | wall | illegal moves |\n|---:|---:|---:|\n"
+          + "\n".join(f"| {e['seed']} | {e['wall_seconds']:.0f} s | {e['illegal_actions']} |" for e in runs))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"benchmark": "league_connect_four", "config": str(CONFIG.relative_to(ROOT)),
                                    "overrides": args.overrides, "runs": runs}, indent=2) + "\n")

@@ -171,6 +171,10 @@ def test_masked_ppo_log_probs_and_entropy_are_those_of_the_softmax_over_legal_ac
 
 
 def test_the_numpy_policy_samples_and_scores_as_the_masked_torch_model_does():
+    from lamarckian_hpc.mdp import action_masks
+    from lamarckian_hpc.models import heads
+
+    assert heads.MASKED_LOGIT == action_masks.MASKED_LOGIT  # one value on both sides (models cannot import mdp)
     model, observations, legal = _masked_model(seed=1)
     layout = actor_critic_layout(gym.spaces.Box(-np.inf, np.inf, (9,), np.float32), MaskedDiscrete(4),
                                  ModelConfig(policy_hidden_sizes=(16,), activation="tanh"))
@@ -245,3 +249,4 @@ def test_the_connect_four_league_runs_from_its_config_and_records_its_win_rate_a
     with open_run(tmp_path / "c4.h5") as reader:
         win_rate = reader.metric("main_win_rate_vs_scripted").value
         assert len(win_rate) == 2 and np.isnan(win_rate[0]) and 0 <= win_rate[1] <= 1
+        assert (reader.metric("illegal_actions").value == 0).all()  # every learner's games, every generation

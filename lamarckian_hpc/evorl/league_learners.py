@@ -101,8 +101,10 @@ class LeagueLearner:
         """After the update: the games that ended while sampling, and the weights now."""
         self.trainer.updated(LEARNER)
         returns = np.array([r.episode_return for r in self.trainer.last_completed if r.policy_id == LEARNER])
+        illegal = sum(int(getattr(mdp, "illegal_actions", 0)) for mdp in self.trainer.sampler.mdps)
         return {"wins": int((returns > 0).sum()), "draws": int((returns == 0).sum()),
                 "losses": int((returns < 0).sum()), "return_mean": float(returns.mean()) if len(returns) else None,
+                "illegal_actions": illegal,
                 "env_frames": int(self.trainer.sampler.env_frames), "weights": model_weights(self.model),
                 "diagnostics": {name: float(value) for name, value in diagnostics.items()}}
 

@@ -46,7 +46,8 @@ def metric_names(config: LeagueRunConfig) -> tuple[str, ...]:
     names = learner_names(config)
     return (*(f"elo_{name}" for name in names), *(f"return_{name}" for name in names),
             *(f"win_rate_vs_targets_{name}" for name in names if "exploiter" in name),
-            "main_score_vs_scripted", "main_win_rate_vs_scripted", "league_members", "snapshots_added", "resets", "generation_seconds")
+            "main_score_vs_scripted", "main_win_rate_vs_scripted", "illegal_actions", "league_members",
+            "snapshots_added", "resets", "generation_seconds")
 
 
 class LeagueProgram(GenerationalProgram):
@@ -118,6 +119,8 @@ class LeagueProgram(GenerationalProgram):
         self.history.append((league.update_count, elo_row(league)))
         metrics = self.last_metrics = self._metrics(updates, scripted, snapshots, len(resets), wall_time - self.wall_time)
         metrics["main_win_rate_vs_scripted"] = float(np.mean(scripted_wins)) if scripted_wins else math.nan
+        # moves outside the legal-action mask in every learner's games so far (turn-based games; 0 elsewhere)
+        metrics["illegal_actions"] = float(sum(answer.get("illegal_actions", 0) for answer in updates))
         frames = sum(answer["env_frames"] for answer in updates)
         line = (f"generation {self.generation + 1}/{self.config.algorithm.generations}  "
                 + "  ".join(f"{name} elo {league.elo[k]:.0f}" for k, name in enumerate(self.names))
