@@ -15,7 +15,7 @@ import torch
 
 from lamarckian_hpc.config import EnvConfig, ModelConfig, load_config
 from lamarckian_hpc.config.league_run import LeagueRunConfig
-from lamarckian_hpc.evorl.league_evaluation import play_against_random
+from lamarckian_hpc.evorl.league_evaluation import WinOrBlockConnectFour, play_against, play_against_random
 from lamarckian_hpc.mdp import ExperienceBuffer, MaskedDiscrete, PolicyOutput, RandomLegalPolicy, Sampler
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.multiagent import AECEnvMDP, PolicyMapping, alternating_seats_mapping, fixed_mapping
@@ -206,6 +206,30 @@ def test_the_evaluation_against_random_counts_every_game_from_both_seats():
     assert record.games == 100 and record.illegal_actions == 0
     assert 0.3 <= record.win_rate <= 0.7  # random against random, seats alternating
     assert record.score == pytest.approx((record.wins - record.losses) / 100)
+
+
+def _connect_four_row(own: list[tuple[int, int]], other: list[tuple[int, int]]) -> np.ndarray:
+    """The adapter's row for a board with pieces at (row, column), row 5 the bottom."""
+    board = np.zeros((6, 7, 2), np.float32)
+    for side, pieces in enumerate((own, other)):
+        for row, column in pieces:
+            board[row, column, side] = 1.0
+    legal = (board.sum(axis=2)[0] == 0).astype(np.float32)
+    return np.concatenate([board.ravel(), legal])
+
+
+def test_the_win_or_block_player_completes_its_four_then_blocks_and_beats_random():
+    player = WinOrBlockConnectFour(seed=0)
+    wins_in_column_3 = _connect_four_row(own=[(5, 0), (5, 1), (5, 2)], other=[(4, 0), (4, 1), (3, 0)])
+    blocks_column_6 = _connect_four_row(own=[(5, 0), (4, 0)], other=[(5, 6), (4, 6), (3, 6)])
+    win_over_block = _connect_four_row(own=[(5, 3), (4, 3), (3, 3)], other=[(5, 6), (4, 6), (3, 6)])
+    diagonal = _connect_four_row(own=[(5, 0), (4, 1), (3, 2), (4, 2), (5, 3)],
+                                 other=[(5, 1), (5, 2), (4, 3), (3, 3)])  # column 3 lands on (2, 3): the diagonal
+    actions = player(np.stack([wins_in_column_3, blocks_column_6, win_over_block, diagonal])).actions
+    assert actions.tolist() == [3, 6, 3, 3]
+    record = play_against(player, RandomLegalPolicy(MaskedDiscrete(7), 1), EnvConfig(id=CONNECT_FOUR),
+                          ("player_0", "player_1"), games=50, seed=0)
+    assert record.illegal_actions == 0 and record.win_rate >= 0.8
 
 
 def test_a_pong_evaluation_of_a_board_game_league_is_one_line():
