@@ -10,8 +10,8 @@ does the random player for reference.
 
     python benchmarks/league_connect_four.py [--seeds 0] [--generations 40] [overrides ...]
 
-Prints a Markdown table, writes benchmarks/results/league_connect_four.json and the figure
-docs/benchmarks/figures/league_connect_four.png.
+Prints Markdown tables, writes benchmarks/results/league_connect_four.json and .png; then
+`python -m lamarckian_hpc.analysis.benchmark_pages` puts both on docs/benchmarks/learning.md.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from lamarckian_hpc.storage import open_run
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "league_connect_four.yaml"
 RESULTS = Path(__file__).resolve().parent / "results" / "league_connect_four.json"
-FIGURE = ROOT / "docs" / "benchmarks" / "figures" / "league_connect_four.png"
+FIGURE = RESULTS.with_suffix(".png")  # copied beside the page by lamarckian_hpc.analysis.benchmark_pages
 
 
 def main_agent(config: LeagueRunConfig, weights: dict | None = None) -> TorchPolicy:
