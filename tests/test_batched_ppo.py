@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lamarckian_hpc.config import ModelConfig, PPOConfig
+from lamarckian_hpc.mdp import MaskedDiscrete
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.rl import RolloutBatch, ppo_update
 from lamarckian_hpc.rl.adam import Adam
@@ -24,6 +25,9 @@ SPACES = {
                              activation="tanh")),
     "continuous": (gym.spaces.Box(-np.inf, np.inf, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32),
                    ModelConfig(policy_hidden_sizes=(32,), critic_hidden_sizes=(16,), initial_log_std=-0.5)),
+    # A board game's rows: 4 features, then the legal-action mask of 3 actions.
+    "masked": (gym.spaces.Box(-np.inf, np.inf, (4 + 3,), np.float32), MaskedDiscrete(3),
+               ModelConfig(policy_hidden_sizes=(32,), critic_hidden_sizes=(), share_trunk=False, activation="tanh")),
 }
 # Members differ in every per-member setting: lr, clip range, loss weights, grad norm (0.05 clips), epochs.
 MEMBERS = [
@@ -45,6 +49,10 @@ def _model(kind: str, seed: int) -> ActorCritic:
 def _batch(model: ActorCritic, seed: int, size: int = 128) -> RolloutBatch:
     generator = torch.Generator().manual_seed(seed)
     observations = torch.randn(size, model.trunk[1][0].in_features, generator=generator)
+    if model.mask_size:  # random legal actions, at least one a row
+        legal = torch.rand(size, model.mask_size, generator=generator) < 0.5
+        legal[:, 0] |= ~legal.any(dim=1)
+        observations[:, -model.mask_size:] = legal.float()
     with torch.no_grad():
         actions, log_probs = model.act(observations)
     returns = 2.0 * observations[:, 0] + 0.1 * torch.randn(size, generator=generator)
@@ -79,8 +87,8 @@ def _max_difference(model_a: ActorCritic, optimizer_a: Adam, model_b: ActorCriti
     return max(differences, default=0.0)
 
 
-@pytest.mark.parametrize("kind", ["discrete", "continuous"])
-@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("kind,count", [(kind, count) for kind in ("discrete", "continuous") for count in (1, 3)]
+                         + [("masked", 2)])
 def test_batched_update_equals_member_by_member_ppo_update(kind: str, count: int) -> None:
     members = [_member(kind, slot, MEMBERS[slot]) for slot in range(count)]
     models, optimizers = _copies(members)

@@ -162,7 +162,8 @@ def _policies(reader: RunReader, result: Any) -> None:
 def _league(config: Any) -> list[str]:
     """One generation: each learner one update of 128 frames, then one short game against the
     scripted player, in this process."""
-    return ["runtime.mode=serial", "runtime.ray_address=null", "env.num_envs=2", *SHORT_PONG, *PPO_SECTION,
+    short = SHORT_PONG if "pong" in config.env.id else []
+    return ["runtime.mode=serial", "runtime.ray_address=null", "env.num_envs=2", *short, *PPO_SECTION,
             "algorithm.generations=1", "algorithm.scripted_evaluation_interval=1",
             "algorithm.scripted_evaluation_episodes=1"]
 

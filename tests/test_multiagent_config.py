@@ -102,5 +102,5 @@ def test_an_environment_module_that_is_not_there_is_named():
 
     with pytest.raises(ValueError, match=r"env\.id: cannot import 'mpe2.no_such_env_v0'"):
         multiagent_spaces(apply_overrides({}, ["env.id=pettingzoo:mpe2.no_such_env_v0", "multiagent.policies=[a]"]))
-    with pytest.raises(ValueError, match=r"env\.id: operator has no parallel_env\(\)"):
+    with pytest.raises(ValueError, match=r"env\.id: operator has neither parallel_env\(\) nor env\(\)"):
         multiagent_spaces(apply_overrides({}, ["env.id=pettingzoo:operator", "multiagent.policies=[a]"]))

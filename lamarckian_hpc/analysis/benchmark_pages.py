@@ -166,6 +166,27 @@ def _every_fourth_row(data: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(curve[::4] + ([curve[-1]] if (len(curve) - 1) % 4 else []))
 
 
+def _board_game_curve(data: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/league_connect_four.py: the main agent's win rate against the random player per
+    evaluated generation, a column per seed (env frames of the first seed: the seeds differ by a
+    few hundred)."""
+    runs = data["runs"]
+    frame = pd.DataFrame({"generation": runs[0]["generations"],
+                          "env frames (all learners)": [f"{frames / 1000:.0f}k" for frames in runs[0]["env_frames"]]})
+    for run in runs:
+        frame[f"win rate vs random, seed {run['seed']}"] = [f"{rate:.2f}" for rate in run["win_rate"]]
+    return frame
+
+
+def _board_game_runs(data: dict[str, Any]) -> pd.DataFrame:
+    """Per seed: the league's wall time, its moves outside the mask, and win rates against the
+    win-or-block player."""
+    return pd.DataFrame([{"seed": run["seed"], "league wall time (s)": f"{run['wall_seconds']:.0f}",
+                          "moves outside the mask": run["illegal_actions"],
+                          **{f"vs win-or-block: {name}": f"{rate:.2f}"
+                             for name, rate in run["win_rate_vs_win_or_block"].items()}} for run in data["runs"]])
+
+
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
@@ -190,6 +211,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),
     "multiagent_vs_rllib": _multiagent_vs_rllib,
+    "league_connect_four": _board_game_curve, "league_connect_four.runs": _board_game_runs,
     "fan_in.calibration": lambda data: pd.DataFrame([data["calibration"]]),
     **{f"{stem}{view}": (lambda key: lambda data: pd.DataFrame(data[key]))(key)
        for stem in ("async_arena_share", "async_arena_share_retrain")

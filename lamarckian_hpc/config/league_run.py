@@ -1,6 +1,6 @@
 """The config of a league run of `lamarckian-hpc evolve` (`algorithm.name: league`): an AlphaStar
 league (main agents, main exploiters, league exploiters, each a PPO learner, and their frozen
-snapshots) on a two-player PettingZoo parallel game, run on the population workflow: the learners
+snapshots) on a two-player PettingZoo game (parallel, or turn-based AEC), run on the population workflow: the learners
 live in the workers, on every node of the cluster."""
 
 from __future__ import annotations
@@ -29,11 +29,17 @@ class LeagueAlgorithmConfig(Section):
                                                    "opponent matchmaking chose for it.")
     seats: tuple[str, str] = Field(("right", "left"), description="The game's agent ids: the learner's seat, then "
                                                                   "its opponent's.")
+    alternate_seats: bool = Field(False, description="Learner and opponent swap seats every game (board games, "
+                                                     "where moving first matters); false: the learner keeps "
+                                                     "seats[0].")
     scripted_evaluation_interval: int = Field(
-        10, ge=0, description="Every this many generations the main agents play the scripted opponent of "
-                              "lamarckian/Pong-v0, which they never train against (0: never).")
+        10, ge=0, description="Every this many generations the main agents play the scripted opponent, which "
+                              "they never train against (0: never).")
     scripted_evaluation_episodes: int = Field(10, ge=1, description="Episodes of each scripted evaluation.")
-    scripted_opponent_skill: float = Field(0.6, ge=0, le=1, description="Skill of the scripted player.")
+    scripted_opponent: Literal["pong", "random"] = Field(
+        "pong", description="The scripted opponent: pong (the scripted player of lamarckian/Pong-v0) or random "
+                            "(a uniformly random legal player of the league's own game, seats alternating).")
+    scripted_opponent_skill: float = Field(0.6, ge=0, le=1, description="Skill of the scripted Pong player.")
 
 
 class LeagueRunConfig(RootSection):
@@ -59,8 +65,13 @@ class LeagueRunConfig(RootSection):
     @model_validator(mode="after")
     def _two_player_game(self) -> LeagueRunConfig:
         if not self.env.id.startswith(PETTINGZOO_PREFIX):
-            raise ValueError(f"env.id: a league plays a two-player PettingZoo parallel game (pettingzoo:<module>, e.g. "
+            raise ValueError(f"env.id: a league plays a two-player PettingZoo game (pettingzoo:<module>, e.g. "
                              f"pettingzoo:lamarckian_hpc.envs.pong_two_player), got {self.env.id!r}")
+        algorithm = self.algorithm
+        pong_only = algorithm.scripted_opponent == "pong" and algorithm.scripted_evaluation_interval
+        if pong_only and self.env.id != TWO_PLAYER_PONG:
+            raise ValueError(f"algorithm.scripted_opponent: pong measures {TWO_PLAYER_PONG} only, the env is "
+                             f"{self.env.id!r}; use random (or algorithm.scripted_evaluation_interval=0)")
         if self.algorithm.seats[0] == self.algorithm.seats[1]:
             raise ValueError(f"algorithm.seats must name two different agents, got {list(self.algorithm.seats)}")
         return self

@@ -1,8 +1,8 @@
 """The league learners one worker process trains (`population.worker_pool` hosts one `LeagueLearners`
 per worker: in the driver's process, forked, or a Ray actor on any node).
 
-Each learner is PPO on its seat of its own two-player games (`env.num_envs` of them); the other
-seat is played by the opponent the league's matchmaking chose for this update, whose weights
+Each learner is PPO on its seat of its own two-player games (`env.num_envs` of them; with
+`algorithm.alternate_seats` the seats swap every game); the other seat is played by the opponent the league's matchmaking chose for this update, whose weights
 arrive with the request (a frozen snapshot, another learner, or none: the learner itself, plain
 self-play). Every game that ends during the update is one match result against that opponent; the games
 `storage.trajectories` picks come back whole with the answer, for the driver to record.
@@ -22,11 +22,12 @@ from ..config.league_run import LeagueRunConfig
 from ..mdp import ExperienceBatch
 from ..config.multiagent import MultiAgentConfig
 from ..models import ActorCritic
-from ..multiagent import ParallelEnvMDP, fixed_mapping
+from ..multiagent import alternating_seats_mapping, fixed_mapping
 from ..rl.adam import Adam
 from ..rl import ppo_update
 from ..rl.batched_ppo import BatchedPPO
-from ..runtime.multiagent_sampling import make_parallel_env
+from ..runtime.inference import TorchPolicy
+from ..runtime.multiagent_sampling import make_pettingzoo_mdp
 from ..runtime.multiagent_trainer import MultiAgentTrainer, default_spaces
 from ..runtime.recording import recorded_answers
 from ..population.workflow import HostedMembers
@@ -42,7 +43,7 @@ def model_weights(model: torch.nn.Module) -> Weights:
 def initial_weights(config: LeagueRunConfig) -> Weights:
     """The weights every learner starts from and every reset exploiter returns to (AlphaStar's
     agents all start from one initial policy), the same in every process for a seed."""
-    mdp = ParallelEnvMDP(make_parallel_env(config.env))
+    mdp = make_pettingzoo_mdp(config.env)
     mdp.reset(seed=config.seed)
     torch.manual_seed(config.seed)
     return model_weights(ActorCritic(*default_spaces(mdp), config.model))
@@ -50,18 +51,18 @@ def initial_weights(config: LeagueRunConfig) -> Weights:
 
 def learner_spaces(config: LeagueRunConfig) -> tuple:
     """Observation and action space of a learner's seat (its recorded episodes' shapes)."""
-    mdp = ParallelEnvMDP(make_parallel_env(config.env))
+    mdp = make_pettingzoo_mdp(config.env)
     mdp.reset(seed=config.seed)
     return default_spaces(mdp)
 
 
-def score_against_scripted(model: ActorCritic, episodes: int, seed: int = 0, **env_kwargs: Any) -> float:
-    """Mean return (points won minus lost) of `model` on `lamarckian/Pong-v0` against its scripted
-    player, a player the league's learners never train against."""
+def returns_against_scripted(model: ActorCritic, episodes: int, seed: int = 0, **env_kwargs: Any) -> np.ndarray:
+    """Each episode's return (points won minus lost) of `model` on `lamarckian/Pong-v0` against its
+    scripted player, a player the league's learners never train against."""
     import gymnasium as gym
 
     env = gym.make("lamarckian/Pong-v0", **env_kwargs)
-    total = 0.0
+    returns = np.zeros(episodes)
     try:
         for episode in range(episodes):
             observation, _ = env.reset(seed=seed + episode)
@@ -70,21 +71,27 @@ def score_against_scripted(model: ActorCritic, episodes: int, seed: int = 0, **e
                 with torch.inference_mode():
                     action, _ = model.act(torch.as_tensor(observation[None], dtype=torch.float32))
                 observation, reward, terminated, truncated, _ = env.step(int(action[0]))
-                total += float(reward)
+                returns[episode] += float(reward)
                 done = terminated or truncated
     finally:
         env.close()
-    return total / episodes
+    return returns
+
+
+def score_against_scripted(model: ActorCritic, episodes: int, seed: int = 0, **env_kwargs: Any) -> float:
+    """Mean return of `returns_against_scripted`."""
+    return float(returns_against_scripted(model, episodes, seed, **env_kwargs).mean())
 
 
 class LeagueLearner:
     def __init__(self, config: LeagueRunConfig, slot: int) -> None:
         learner_seat, opponent_seat = config.algorithm.seats
-        mdps = [ParallelEnvMDP(make_parallel_env(config.env)) for _ in range(config.env.num_envs)]
+        mdps = [make_pettingzoo_mdp(config.env) for _ in range(config.env.num_envs)]
         roles = MultiAgentConfig(policies=(LEARNER, OPPONENT), policies_to_train=(LEARNER,))
+        mapping = alternating_seats_mapping(config.algorithm.seats, LEARNER, OPPONENT) \
+            if config.algorithm.alternate_seats else fixed_mapping({learner_seat: LEARNER, opponent_seat: OPPONENT})
         self.trainer = MultiAgentTrainer(mdps, roles, config.ppo, config.model, seed=config.seed * 10_007 + slot,
-                                         mapping_fn=fixed_mapping({learner_seat: LEARNER, opponent_seat: OPPONENT}),
-                                         record_every=config.storage.trajectories.every_episodes)
+                                         mapping_fn=mapping, record_every=config.storage.trajectories.every_episodes)
         self.episodes = 0  # the learner's finished episodes: they number its recorded ones
         self.model, self.opponent = self.trainer.models[LEARNER], self.trainer.models[OPPONENT]
         self.reset(initial_weights(config))
@@ -107,8 +114,10 @@ class LeagueLearner:
                                     LEARNER)
         returns = np.array([r.episode_return for r in self.trainer.last_completed if r.policy_id == LEARNER])
         self.episodes += len(returns)
+        illegal = sum(int(getattr(mdp, "illegal_actions", 0)) for mdp in self.trainer.sampler.mdps)
         return {"wins": int((returns > 0).sum()), "draws": int((returns == 0).sum()),
                 "losses": int((returns < 0).sum()), "return_mean": float(returns.mean()) if len(returns) else None,
+                "illegal_actions": illegal,
                 "env_frames": int(self.trainer.sampler.env_frames), "weights": model_weights(self.model),
                 "diagnostics": {name: float(value) for name, value in diagnostics.items()}, "recorded": recorded}
 
@@ -191,7 +200,14 @@ class LeagueLearners(HostedMembers):
     def reset(self, slot: int, weights: Weights) -> None:
         self.members[slot].reset(weights)
 
-    def score_against_scripted(self, slot: int, episodes: int, seed: int) -> float:
-        return score_against_scripted(self.members[slot].model, episodes, seed,
-                                      opponent_skill=self.config.algorithm.scripted_opponent_skill)
+    def score_against_scripted(self, slot: int, episodes: int, seed: int) -> tuple[float, float]:
+        """(mean return, fraction of games won) of learner `slot` against `algorithm.scripted_opponent`."""
+        algorithm, model = self.config.algorithm, self.members[slot].model
+        if algorithm.scripted_opponent == "random":
+            from .league_evaluation import play_against_random  # (it imports the runtime's sampler side)
+
+            record = play_against_random(TorchPolicy(model), self.config.env, algorithm.seats, episodes, seed)
+            return record.score, record.win_rate
+        returns = returns_against_scripted(model, episodes, seed, opponent_skill=algorithm.scripted_opponent_skill)
+        return float(returns.mean()), float((returns > 0).mean())
 

@@ -11,10 +11,10 @@ the request. The games each learner finished against its opponent come back as o
 recorded in the payoff matrix and the Elo ratings; the league then adds snapshots and resets
 exploiters on its schedule (a reset learner starts again from the initial weights with a fresh
 optimizer). Every `algorithm.scripted_evaluation_interval` generations the main agents play the
-scripted Pong player they never train against. `/league` in the run file holds the members,
-payoff, Elo (and its history) and every match; the metrics hold each learner's Elo and return;
-`/trajectories/<learner>` the games `storage.trajectories` picks, tagged with the learner's slot,
-the generation and the opponent's name.
+scripted player they never train against (Pong's, or a random legal player of the game). `/league`
+in the run file holds the members, payoff, Elo (and its history) and every match; the metrics hold
+each learner's Elo and return; `/trajectories/<learner>` the games `storage.trajectories` picks,
+tagged with the learner's slot, the generation and the opponent's name.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def metric_names(config: LeagueRunConfig) -> tuple[str, ...]:
     names = learner_names(config)
     return (*(f"elo_{name}" for name in names), *(f"return_{name}" for name in names),
             *(f"win_rate_vs_targets_{name}" for name in names if "exploiter" in name),
-            "main_score_vs_scripted", "league_members", "snapshots_added", "resets", "generation_seconds")
+            "main_score_vs_scripted", "main_win_rate_vs_scripted", "illegal_actions", "league_members",
+            "snapshots_added", "resets", "generation_seconds")
 
 
 class LeagueProgram(GenerationalProgram):
@@ -110,7 +111,8 @@ class LeagueProgram(GenerationalProgram):
         for slots, batch in zip(pool.slots, answers[:workers]):
             for slot, answer in zip(slots, batch):
                 updates[slot] = answer
-        scripted = answers[workers:]
+        scripted = [score for score, _ in answers[workers:]]
+        scripted_wins = [win_rate for _, win_rate in answers[workers:]]
         league, snapshots, resets = self.league, 0, []
         for learner, ((opponent, _), answer) in enumerate(zip(self.chosen, updates)):
             league.record(learner, opponent, answer["wins"], answer["draws"], answer["losses"])
@@ -127,6 +129,9 @@ class LeagueProgram(GenerationalProgram):
         episodes = tuple(self._recorded(updates, pool, wall_time))
         self.history.append((league.update_count, elo_row(league)))
         metrics = self.last_metrics = self._metrics(updates, scripted, snapshots, len(resets), wall_time - self.wall_time)
+        metrics["main_win_rate_vs_scripted"] = float(np.mean(scripted_wins)) if scripted_wins else math.nan
+        # moves outside the legal-action mask in every learner's games so far (turn-based games; 0 elsewhere)
+        metrics["illegal_actions"] = float(sum(answer.get("illegal_actions", 0) for answer in updates))
         frames = sum(answer["env_frames"] for answer in updates)
         line = (f"generation {self.generation + 1}/{self.config.algorithm.generations}  "
                 + "  ".join(f"{name} elo {league.elo[k]:.0f}" for k, name in enumerate(self.names))

@@ -1,5 +1,6 @@
 """The asynchronous MDP interface: environments, controllers and the batched sampler."""
 
+from .action_masks import MaskedDiscrete, RandomLegalPolicy, legal_actions, mask_size
 from .agent import AgentHandle, Decision
 from .base import MDP, AgentId, StepOutcome
 from .controllers import (
@@ -27,13 +28,17 @@ __all__ = [
     "ExperienceBuffer",
     "FrozenPolicyController",
     "GymMDP",
+    "MaskedDiscrete",
     "Policy",
     "PolicyOutput",
+    "RandomLegalPolicy",
     "RecordedSteps",
     "Sampler",
     "EnvironmentFailingError",
     "ScriptedController",
     "StepOutcome",
     "TrainingController",
+    "legal_actions",
     "make_gym_env",
+    "mask_size",
 ]

@@ -4,7 +4,11 @@ policy's hidden layers (shared bottom) unless `share_trunk` is off, LeakyReLU by
 A centralised critic (MAPPO, RLlib's centralized-critic example) is the case `global_state_size`
 > 0: every row is [own observation | global state], the policy reads only the own part, so an
 agent can act from its own observation alone, and the critic reads all of it during training. Its
-trunk is then always its own (`share_trunk` does not apply: the critic's rows are wider)."""
+trunk is then always its own (`share_trunk` does not apply: the critic's rows are wider).
+
+A `MaskedDiscrete` action space (turn-based board games, `mdp.action_masks`) puts the legal-action
+mask in the last entries of the own row: the network reads the row as it is, and the head gives
+illegal actions probability 0 when sampling and in the loss's log-probabilities and entropy."""
 
 from __future__ import annotations
 
@@ -55,6 +59,11 @@ class ActorCritic(nn.Module):
             fully_connected(critic_in, config.critic_hidden_sizes, config.activation),
             layer_init(nn.Linear(output_size(config.critic_hidden_sizes, critic_in), 1), gain=1.0),
         )
+        #: Entries of the legal-action mask at the end of the own row (0: every action always legal).
+        self.mask_size = int(action_space.n) if getattr(action_space, "legal_actions_in_observation", False) else 0
+        if self.mask_size and (config.kind != "mlp" or len(observation_space.shape) != 1):
+            raise ValueError("legal-action masks need vector observations and model.kind='mlp', got "
+                             f"model.kind={config.kind!r} and observations of shape {observation_space.shape}")
         if isinstance(action_space, gym.spaces.Discrete):
             self.head: CategoricalHead | GaussianHead = CategoricalHead(features, int(action_space.n))
         elif isinstance(action_space, gym.spaces.Box):
@@ -66,9 +75,17 @@ class ActorCritic(nn.Module):
         """What the policy reads: the own observation (rows without a global state pass unchanged)."""
         return observations if self.local_size is None else observations[..., : self.local_size]
 
+    def legal(self, own: torch.Tensor) -> torch.Tensor | None:
+        """[batch, actions] legal actions from own rows (`mdp.action_masks.legal_actions`); None without a mask."""
+        if not self.mask_size:
+            return None
+        legal = own[..., -self.mask_size:] > 0.5
+        return legal | ~legal.any(dim=-1, keepdim=True)
+
     def act(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions and their log-probabilities."""
-        return self.head.sample(self.trunk(self.own(observations)))
+        own = self.own(observations)
+        return self.head.sample(self.trunk(own), self.legal(own))
 
     def value(self, observations: torch.Tensor) -> torch.Tensor:
         features = self.trunk(observations) if self.critic_trunk is None else self.critic_trunk(observations)
@@ -76,7 +93,8 @@ class ActorCritic(nn.Module):
 
     def evaluate(self, observations: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropy of `actions`, and state values, in one pass over the trunk."""
-        features = self.trunk(self.own(observations))
-        log_probs, entropy = self.head.log_prob_entropy(features, actions)
+        own = self.own(observations)
+        features = self.trunk(own)
+        log_probs, entropy = self.head.log_prob_entropy(features, actions, self.legal(own))
         critic_features = features if self.critic_trunk is None else self.critic_trunk(observations)
         return log_probs, entropy, self.critic(critic_features).squeeze(-1)

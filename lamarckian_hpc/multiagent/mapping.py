@@ -48,6 +48,31 @@ def fixed_mapping(agent_policies: Mapping[AgentId, str]) -> PolicyMappingFn:
     return mapping
 
 
+def alternating_seats_mapping(seats: Sequence[AgentId], first: str, second: str) -> PolicyMappingFn:
+    """Two-player games where the seat matters (who moves first in a board game): in each new
+    episode of an environment `first` and `second` swap seats, starting with `first` in `seats[0]`
+    in even-numbered environments and in `seats[1]` in odd ones, so a learner plays both sides
+    equally. A new episode is recognised by a seat mapped a second time; each episode must map
+    both seats once, in any order (an AEC game maps its second player at its first turn)."""
+    if len(seats) != 2 or seats[0] == seats[1]:
+        raise ValueError(f"alternating seats need two different agents, got {list(seats)}")
+    swapped: dict[int, bool] = {}
+    seated: dict[int, set[AgentId]] = {}
+
+    def mapping(agent_id: AgentId, env_index: int) -> str:
+        if agent_id not in seats:
+            raise KeyError(f"agent {agent_id!r} has no seat; seats: {list(seats)}")
+        episode = seated.setdefault(env_index, set())
+        if agent_id in episode or env_index not in swapped:  # a new episode of this environment
+            swapped[env_index] = not swapped.get(env_index, env_index % 2 == 0)
+            episode.clear()
+        episode.add(agent_id)
+        first_seat = seats[1] if swapped[env_index] else seats[0]
+        return first if agent_id == first_seat else second
+
+    return mapping
+
+
 def configured_mapping(mapping: str | Mapping[AgentId, str], policy_ids: Sequence[str], seed: int = 0) -> PolicyMappingFn:
     """The function `multiagent.mapping` names: a built-in one, a table, or `module:function`
     (imported here, by the process that maps agents; ValueError naming it when it is not there)."""

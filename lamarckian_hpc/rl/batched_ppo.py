@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from ..config import PPOConfig
 from ..models import ActorCritic, CategoricalHead, GaussianHead
+from ..models.heads import masked_logits
 from ..models.layers import FloatFlatten
 from .adam import Adam
 from .optim import NONFINITE_STEPS
@@ -273,16 +274,19 @@ class BatchedPPO:
         model = self.template
         own = observations if model.local_size is None else observations[..., : model.local_size]
         features = self._forward(model.trunk, "trunk.", params, own)
-        log_probs, entropy = self._head(params, features, actions)
+        log_probs, entropy = self._head(params, features, actions, model.legal(own))
         critic_features = features if model.critic_trunk is None else \
             self._forward(model.critic_trunk, "critic_trunk.", params, observations)
         return log_probs, entropy, self._forward(model.critic, "critic.", params, critic_features).squeeze(-1)
 
-    def _head(self, params: dict[str, Tensor], features: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
-        """`log_prob_entropy` of the model's head, term for term, on [M, B, ...] tensors."""
+    def _head(self, params: dict[str, Tensor], features: Tensor, actions: Tensor,
+              legal: Tensor | None) -> tuple[Tensor, Tensor]:
+        """`log_prob_entropy` of the model's head, term for term, on [M, B, ...] tensors (illegal
+        actions masked as `heads.masked_logits` masks them)."""
         head = self.template.head
         if isinstance(head, CategoricalHead):
-            log_probs = torch.log_softmax(self._forward(head.logits, "head.logits.", params, features), dim=-1)
+            logits = masked_logits(self._forward(head.logits, "head.logits.", params, features), legal)
+            log_probs = torch.log_softmax(logits, dim=-1)
             chosen = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             return chosen, -(log_probs.exp() * log_probs).sum(-1)
         mean = self._forward(head.mean, "head.mean.", params, features)

@@ -23,7 +23,7 @@ from ..comm.wire import MAX_ARRAYS
 from ..config import EnvConfig, RunConfig
 from ..config.train import NATIVE_MDP_PREFIX, PETTINGZOO_PREFIX
 from ..mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
-from ..multiagent import GlobalStateMDP, ParallelEnvMDP, PolicyMapping, configured_mapping
+from ..multiagent import AECEnvMDP, GlobalStateMDP, ParallelEnvMDP, PolicyMapping, configured_mapping
 from .network_layout import actor_critic_layout
 from .numpy_policy import NumpyActorCriticPolicy
 
@@ -31,17 +31,21 @@ from .numpy_policy import NumpyActorCriticPolicy
 POLICY_VERSIONS = "policy_versions"
 
 
-def make_parallel_env(env: EnvConfig) -> Any:
-    """`env.id` pettingzoo:<module> made as `<module>.parallel_env(**env.kwargs)`."""
+def _env_module(env: EnvConfig) -> Any:
     module_name = env.id.removeprefix(PETTINGZOO_PREFIX)
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"env.id: cannot import {module_name!r}: {error} (mpe2 comes with the multiagent extra: "
                          "pip install -c constraints.txt -e '.[multiagent]')") from None
+
+
+def make_parallel_env(env: EnvConfig) -> Any:
+    """`env.id` pettingzoo:<module> made as `<module>.parallel_env(**env.kwargs)`."""
+    module = _env_module(env)
     factory = getattr(module, "parallel_env", None)
     if not callable(factory):
-        raise ValueError(f"env.id: {module_name} has no parallel_env(); a PettingZoo environment module is needed")
+        raise ValueError(f"env.id: {module.__name__} has no parallel_env(); a PettingZoo environment module is needed")
     return factory(**env.kwargs)
 
 
@@ -67,7 +71,24 @@ def make_multiagent_mdp(env: EnvConfig) -> MDP:
     """One environment of a multi-agent run as an MDP: native, or a PettingZoo one adapted."""
     if env.id.startswith(NATIVE_MDP_PREFIX):
         return make_native_mdp(env)
-    return ParallelEnvMDP(make_parallel_env(env))
+    return make_pettingzoo_mdp(env)
+
+
+def make_pettingzoo_mdp(env: EnvConfig) -> MDP:
+    """`env.id` pettingzoo:<module> adapted: `<module>.parallel_env()` in a `ParallelEnvMDP` when the
+    module has one, otherwise its turn-based `<module>.env()` (an AECEnv, as pettingzoo.classic's
+    board games have) in an `AECEnvMDP`."""
+    module = _env_module(env)
+    if callable(getattr(module, "parallel_env", None)):
+        return ParallelEnvMDP(make_parallel_env(env))
+    factory = getattr(module, "env", None)
+    if not callable(factory):
+        raise ValueError(f"env.id: {module.__name__} has neither parallel_env() nor env(); a PettingZoo "
+                         "environment module is needed")
+    aec = factory(**env.kwargs)
+    if not (callable(getattr(aec, "observe", None)) and callable(getattr(aec, "last", None))):
+        raise ValueError(f"env.id: {module.__name__}.env() made {type(aec).__name__}, not a PettingZoo AECEnv")
+    return AECEnvMDP(aec)
 
 
 def make_multiagent_mdps(config: RunConfig) -> list[MDP]:

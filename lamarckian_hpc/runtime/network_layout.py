@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..config import ModelConfig
+from ..mdp import mask_size
 
 HIDDEN_GAIN = math.sqrt(2.0)  # models/layers.py::layer_init's default
 POLICY_HEAD_GAIN = 0.01  # CategoricalHead.logits, GaussianHead.mean
@@ -59,6 +60,8 @@ class NetworkLayout:
     unread: tuple[Dense, ...] = ()
     #: The policy reads only this many leading columns (a centralised critic's rows); None: all.
     local_size: int | None = None
+    #: Entries of the legal-action mask at the end of the policy's columns (`mdp.action_masks`); 0: none.
+    mask_size: int = 0
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Every state_dict name and shape of the torch network."""
@@ -114,7 +117,7 @@ def actor_critic_layout(observation_space: gym.Space, action_space: gym.Space, m
     local_size = in_features if global_state_size else None
     if isinstance(action_space, gym.spaces.Discrete):
         return NetworkLayout(in_features, trunk, Dense("head.logits", features, int(action_space.n), POLICY_HEAD_GAIN),
-                             unread=unread, local_size=local_size)
+                             unread=unread, local_size=local_size, mask_size=mask_size(action_space))
     if isinstance(action_space, gym.spaces.Box):
         head = Dense("head.mean", features, int(np.prod(action_space.shape)), POLICY_HEAD_GAIN)
         return NetworkLayout(in_features, trunk, head, log_std="head.log_std", initial_log_std=model.initial_log_std,

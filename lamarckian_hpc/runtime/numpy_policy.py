@@ -18,7 +18,8 @@ import gymnasium as gym
 
 import numpy as np
 
-from ..mdp import PolicyOutput
+from ..mdp import PolicyOutput, legal_actions
+from ..mdp.action_masks import MASKED_LOGIT
 from ..config import RunConfig
 from .network_layout import NetworkLayout, actor_critic_layout, check_weights, initial_weights, q_network_layout
 
@@ -86,18 +87,26 @@ class NumpyNetwork:
         self.head = (own(layout.head.weight).T, own(layout.head.bias))
         self.log_std = own(layout.log_std) if layout.log_std is not None else None
 
-    def features(self, observations: np.ndarray) -> np.ndarray:
+    def own(self, observations: np.ndarray) -> np.ndarray:
+        """Flattened rows, only the columns the policy reads."""
         rows = observations.reshape(len(observations), -1).astype(np.float32, copy=False)
-        if self.layout.local_size is not None:
-            rows = rows[:, : self.layout.local_size]
+        return rows if self.layout.local_size is None else rows[:, : self.layout.local_size]
+
+    def features(self, observations: np.ndarray) -> np.ndarray:
+        rows = self.own(observations)
         for weight, bias in self.trunk:
             rows = self.activation(rows @ weight + bias)
         return rows
 
     def outputs(self, observations: np.ndarray) -> np.ndarray:
-        """Logits, Gaussian means or Q-values: [batch, head size]."""
+        """Logits, Gaussian means or Q-values: [batch, head size]; an illegal action's logit is
+        MASKED_LOGIT when the rows carry a legal-action mask (`mdp.action_masks`)."""
         weight, bias = self.head
-        return self.features(observations) @ weight + bias
+        outputs = self.features(observations) @ weight + bias
+        if self.layout.mask_size:
+            outputs = np.where(legal_actions(self.own(observations), self.layout.mask_size), outputs,
+                               np.float32(MASKED_LOGIT))
+        return outputs
 
 
 class NumpyActorCriticPolicy(NumpyNetwork):
