@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch._C._functorch import is_batchedtensor
 
 from .layers import ACTIVATIONS, layer_init
 
@@ -69,5 +70,8 @@ class ConvEncoder(nn.Module):
         # measured on one thread, a forward and backward pass over 256 frames cost 2.2 s instead of
         # 3.9 s with table3 and 0.70 s instead of 0.92 s with nature. The weights keep their
         # layout, so checkpoints and broadcasts do not change.
-        scaled = images.to(torch.float32, memory_format=torch.channels_last, copy=True).mul_(1.0 / 255.0)
+        # Under vmap (a batched PPO update of members whose encoder has no batched layer) the
+        # frames carry a hidden members dim, which a channels-last layout cannot take.
+        layout = torch.preserve_format if is_batchedtensor(images) else torch.channels_last
+        scaled = images.to(torch.float32, memory_format=layout, copy=True).mul_(1.0 / 255.0)
         return self.head(self.convolutions(scaled))
