@@ -18,8 +18,8 @@ batch, epochs and minibatches):
                                          [--updates 5] [--cnn-batch-size 2048] [--label after] [--output FILE]
 
 Prints a Markdown table (env steps trained per second, and per core) and adds its rows, under
-`--label`, to benchmarks/results/learner_ceiling.json, so that a table before a change and one after
-sit side by side. Spaces are built from their shapes, so neither ALE nor Football is needed.
+`--label`, to benchmarks/results/learner_ceiling.json (replacing the rows it measured again), so
+that a table before a change and one after sit side by side. Spaces are built from their shapes, so neither ALE nor Football is needed.
 """
 
 from __future__ import annotations
@@ -130,6 +130,10 @@ def time_learner(config: RunConfig, workload: Workload, updates: int) -> dict:
             "steps_per_second": len(experience) / median}
 
 
+def _row_key(row: dict) -> tuple:
+    return row["label"], row["workload"], row["algorithm"], row["device"], row["threads"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
@@ -158,11 +162,15 @@ def main() -> None:
                 print(f"| {name} | {row['algorithm']} | {row['device']} | {threads} | "
                       f"{row['batch']:,} x {row['epochs']} | {row['update_seconds']:.3f} | "
                       f"{row['steps_per_second']:,.0f} | {row['steps_per_second'] / threads:,.0f} |", flush=True)
-    results = json.loads(args.output.read_text()) if args.output.is_file() else {}
-    results[args.label] = {"host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                           "torch": torch.__version__, "rows": rows}
+    kept = json.loads(args.output.read_text())["rows"] if args.output.is_file() else []
+    rows = [{"label": args.label, **row} for row in rows]
+    measured = {_row_key(row) for row in rows}  # a row measured again replaces its older figure
+    rows = [row for row in kept if _row_key(row) not in measured] + rows
+    rows.sort(key=lambda row: (list(WORKLOADS).index(row["workload"]), row["algorithm"] != "ppo", row["threads"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    args.output.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(),
+                                       "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "torch": torch.__version__,
+                                       "rows": rows}, indent=2) + "\n")
     print(f"written: {args.output} ({args.label})")
 
 

@@ -187,6 +187,21 @@ def _board_game_runs(data: dict[str, Any]) -> pd.DataFrame:
                              for name, rate in run["win_rate_vs_win_or_block"].items()}} for run in data["runs"]])
 
 
+def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/learner_ceiling.py: env steps trained per second, a column per label (before and
+    after a change), and the last label over the first where there are two."""
+    rows = pd.DataFrame(data["rows"])
+    labels = list(dict.fromkeys(rows["label"]))
+    table = rows.pivot_table(index=["workload", "algorithm", "threads"], columns="label", values="steps_per_second",
+                             sort=False)[labels].reset_index()
+    table.columns = ["workload", "algorithm", "threads", *(f"steps/s {label}" for label in labels)]
+    for label in labels:
+        table[f"steps/s {label}"] = table[f"steps/s {label}"].round(0).astype(int)
+    if len(labels) > 1:
+        table[f"{labels[-1]} / {labels[0]}"] = (table[f"steps/s {labels[-1]}"] / table[f"steps/s {labels[0]}"]).round(2)
+    return table
+
+
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
@@ -202,6 +217,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "pbt_vs_tune_pong": pbt_vs_tune_frame,
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
+    "learner_ceiling": _learner_ceiling,
     "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),
     "pong_image_learning": lambda data: pd.DataFrame(data["runs"]).reindex(
