@@ -187,6 +187,25 @@ def _board_game_runs(data: dict[str, Any]) -> pd.DataFrame:
                              for name, rate in run["win_rate_vs_win_or_block"].items()}} for run in data["runs"]])
 
 
+def _pbt_seeds(data: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/pbt_vs_tune.py --seeds: per seed, our start-up and time to the target, Tune's, and
+    the ratio; the median over the seeds in the last row."""
+    cap = data["settings"]["cap_seconds"]
+
+    def first(record: dict[str, Any]) -> float | None:
+        times = [value for value in record.get("reached_seconds", []) if value is not None]
+        return min(times) if times else None
+
+    rows = []
+    for seed, sides in data["by_seed"].items():
+        ours, tune = first(sides["ours"]), first(sides["tune"])
+        rows.append({"seed": seed, "ours: start-up (s)": sides["ours"].get("training_start_seconds"),
+                     "ours: best member reaches the target (s)": ours, "Tune reaches it (s)": tune,
+                     "Tune / ours": None if ours is None else round((tune or cap) / ours, 2)})
+    rows.append({"seed": "median", "Tune / ours": round(data["summary"]["median_ratio"], 2)})
+    return pd.DataFrame(rows)
+
+
 def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
     """benchmarks/learner_ceiling.py: env steps trained per second, a column per label (before and
     after a change), and the last label over the first where there are two."""
@@ -217,7 +236,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "pbt_vs_tune_pong": pbt_vs_tune_frame,
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
-    "learner_ceiling": _learner_ceiling,
+    "learner_ceiling": _learner_ceiling, "pbt_vs_tune_seeds": _pbt_seeds,
     "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),
     "pong_image_learning": lambda data: pd.DataFrame(data["runs"]).reindex(
