@@ -113,7 +113,8 @@ def test_an_environment_of_the_current_folder_trains_on_two_hosts_of_a_slurm_job
     with open_run(corridor / "runs" / "corridor.h5") as run:
         assert run.closed_cleanly
         assert run.metric("episode_return_mean").env_frames[-1] >= 2000
-        assert run.meta["actors_per_node"] == {"node1": 1, "node2": 1}
+        placed = run.meta["actors_per_node"]
+    assert len(placed) == 2 and set(placed.values()) == {1}, placed  # an actor on each node of the job
 
 
 def assert_one_line(result: subprocess.CompletedProcess[str]) -> str:
