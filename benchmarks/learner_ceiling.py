@@ -109,12 +109,8 @@ def synthetic_experience(observation_space: gym.Space, action_count: int, steps:
     )
 
 
-def time_learner(config: RunConfig, workload: Workload, updates: int) -> dict:
-    """The median seconds of `updates` updates after one warm-up, and the steps they train per second."""
-    torch.set_num_threads(config.runtime.torch_threads)
-    action_space = gym.spaces.Discrete(workload.actions)
-    learner = make_learner(config, workload.observation_space, action_space)
-    experience = synthetic_experience(workload.observation_space, workload.actions, config.algorithm.batch_size, 0)
+def update_seconds(learner, experience: ExperienceBatch, updates: int) -> list[float]:
+    """Seconds of one warm-up update, then of `updates` timed ones (a GPU's work waited for)."""
     seconds = []
     for index in range(updates + 1):
         started = time.perf_counter()
@@ -122,6 +118,16 @@ def time_learner(config: RunConfig, workload: Workload, updates: int) -> dict:
         if learner.device.type == "cuda":
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def time_learner(config: RunConfig, workload: Workload, updates: int) -> dict:
+    """The median seconds of `updates` updates after one warm-up, and the steps they train per second."""
+    torch.set_num_threads(config.runtime.torch_threads)
+    action_space = gym.spaces.Discrete(workload.actions)
+    learner = make_learner(config, workload.observation_space, action_space)
+    experience = synthetic_experience(workload.observation_space, workload.actions, config.algorithm.batch_size, 0)
+    seconds = update_seconds(learner, experience, updates)
     median = statistics.median(seconds[1:])
     algorithm = config.algorithm
     return {"algorithm": algorithm.name, "device": learner.device.type, "threads": config.runtime.torch_threads,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from learner_ceiling import synthetic_experience
+from learner_ceiling import synthetic_experience, update_seconds
 
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
@@ -45,13 +45,7 @@ def time_updates(device: str, updates: int, threads: int, cnn_layers: str) -> di
     observation_space, action_space = spaces_of(config)
     learner = make_learner(config, observation_space, action_space)
     experience = synthetic_experience(observation_space, int(action_space.n), config.algorithm.batch_size, 0)
-    seconds = []
-    for index in range(updates + 1):
-        started = time.perf_counter()
-        learner.update(experience, env_frames=index * len(experience))
-        if learner.device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - started)
+    seconds = update_seconds(learner, experience, updates)
     median = statistics.median(seconds[1:])
     name = torch.cuda.get_device_name(learner.device) if learner.device.type == "cuda" else platform.processor()
     return {"device": device, "device_name": name or platform.machine(), "cnn_layers": cnn_layers, "threads": threads,
