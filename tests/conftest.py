@@ -1,5 +1,6 @@
-"""The record of skipped tests that CI's second pass runs, and the switch that rewrites the golden
-arrays (`--regenerate-golden`, see tests/test_golden.py).
+"""The record of skipped tests that CI's second pass runs, the switch that rewrites the golden
+arrays (`--regenerate-golden`, see tests/test_golden.py), and how many pytest-xdist workers
+`-n auto` (pyproject's addopts) starts.
 
 CI first runs the README's test command in an environment with only the `test` extra, where the
 tests of optional parts (Slurm cluster, MPI, football) skip. Every run keeps the node ids of its
@@ -9,9 +10,14 @@ installed, `pytest --skipped-last-run` runs exactly those, so the suite is not r
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 SKIPPED_KEY = "lamarckian_hpc/skipped"
+#: Most tests wait on processes of their own (a run's Ray, a command line, actors), so a worker per
+#: core keeps the cores busy; past four, each worker's Rays and actors would crowd the rest.
+MAX_WORKERS = 4
 
 
 class SkipRecord:
@@ -32,6 +38,8 @@ class SkipRecord:
         self._record(report)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput"):
+            return  # a pytest-xdist worker sees only its share; the controller gets every report
         cache = getattr(self.config, "cache", None)  # absent with -p no:cacheprovider
         if cache is not None and not self.config.getoption("collectonly"):
             cache.set(SKIPPED_KEY, sorted(self.skipped))
@@ -42,6 +50,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run only the tests (and modules) that skipped in the last run")
     parser.addoption("--regenerate-golden", action="store_true",
                      help="rewrite tests/golden/*.npz from the current code instead of comparing with them")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core this process may use, at most MAX_WORKERS."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -100,12 +100,12 @@ def test_mpi4py_is_built_for_the_system_mpi():
 
 def test_srun_mpi_plugin_is_an_option_of_launch_and_of_run_sbatch(tmp_path, capsys):
     from lamarckian_hpc.cli import main
-    from lamarckian_hpc.cluster.launcher import make_executor
+    from lamarckian_hpc.cluster.launcher import executor_parameters
     from lamarckian_hpc.config.launch import LaunchConfig
 
     for plugin in ("pmi2", "pmix"):
-        executor = make_executor(LaunchConfig(srun_mpi=plugin, folder=tmp_path / "jobs"))
-        assert executor.parameters["srun_args"][0] == f"--mpi={plugin}"
+        parameters = executor_parameters(LaunchConfig(srun_mpi=plugin, folder=tmp_path / "jobs"))
+        assert parameters["srun_args"][0] == f"--mpi={plugin}"
     assert main(["launch", str(CONFIG), "--srun-mpi", "pmi3"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "srun_mpi: Input should be 'pmi2' or 'pmix'" in error, error

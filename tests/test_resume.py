@@ -17,7 +17,7 @@ import torch
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint
 from lamarckian_hpc.runtime.trainer import SerialTrainer
-from lamarckian_hpc.storage import open_run
+from lamarckian_hpc.storage import RunFileReadError, open_run
 from trajectory_checks import assert_episodes_consistent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +37,16 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def _rows_past_checkpoint(run: Path, ckpt: Path) -> bool:
+    """The growing run file holds a metric row of a policy version newer than the checkpoint."""
+    try:
+        with open_run(run) as reader:
+            newest_row = int(reader.metric("learning_rate").policy_version.max(initial=0))
+    except RunFileReadError:  # caught mid-flush; the next look sees it whole
+        return False
+    return newest_row > load_checkpoint(ckpt).policy_version
+
+
 def test_killed_run_resumes_without_duplicated_or_missing_rows(tmp_path):
     run = tmp_path / "runs" / "killed.h5"
     command = _cli(str(ROOT / "configs" / "ppo_cartpole.yaml"), *SERIAL, "stop.total_env_steps=200000",
@@ -46,7 +56,8 @@ def test_killed_run_resumes_without_duplicated_or_missing_rows(tmp_path):
     try:
         ckpt = checkpoint_path(run)
         _wait_for(lambda: ckpt.exists() and load_checkpoint(ckpt).policy_version >= 5, 120, "a checkpoint at v5")
-        time.sleep(0.7)  # rows past the checkpoint reach the file: resume must drop them, not duplicate them
+        # Rows past the checkpoint reach the file: resume must drop them, not duplicate them.
+        _wait_for(lambda: _rows_past_checkpoint(run, ckpt), 120, "metric rows past the checkpoint")
     finally:
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)

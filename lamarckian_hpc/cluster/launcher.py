@@ -43,13 +43,21 @@ class LaunchResult:
 
 
 def make_executor(launch: LaunchConfig, survive_node_loss: bool = False) -> submitit.SlurmExecutor:
-    """A Slurm executor for one bootstrap task per node, MPI through srun's plugin (`srun_mpi`) for discovery.
+    """A Slurm executor for one bootstrap task per node, with `executor_parameters`. submitit asks
+    for `srun` on the PATH as it makes one, so this runs only where Slurm's client commands are."""
+    launch.folder.mkdir(parents=True, exist_ok=True)
+    executor = submitit.SlurmExecutor(folder=launch.folder / "%j", max_num_timeout=launch.max_requeues)
+    executor.update_parameters(**executor_parameters(launch, survive_node_loss))
+    return executor
+
+
+def executor_parameters(launch: LaunchConfig, survive_node_loss: bool = False) -> dict[str, Any]:
+    """The job's submitit parameters: one bootstrap task per node, MPI through srun's plugin
+    (`srun_mpi`) for discovery.
 
     `survive_node_loss` (`runtime.on_node_loss=continue`) submits with `--no-kill`, job and step:
     Slurm then keeps the job running when one of its nodes fails instead of ending it NODE_FAIL.
     """
-    launch.folder.mkdir(parents=True, exist_ok=True)
-    executor = submitit.SlurmExecutor(folder=launch.folder / "%j", max_num_timeout=launch.max_requeues)
     parameters: dict[str, Any] = {
         "nodes": launch.nodes, "ntasks_per_node": 1, "cpus_per_task": launch.cpus_per_node,
         "time": launch.time_minutes, "job_name": launch.job_name,
@@ -64,8 +72,7 @@ def make_executor(launch: LaunchConfig, survive_node_loss: bool = False) -> subm
     parameters.update({key: value for key, value in optional.items() if value is not None})
     if launch.gpus_per_node:
         parameters["gpus_per_node"] = launch.gpus_per_node
-    executor.update_parameters(**parameters)
-    return executor
+    return parameters
 
 
 def submit(config: RootSection, config_file: str, run_path: Path, launch: LaunchConfig) -> submitit.Job:
