@@ -21,6 +21,7 @@ from lamarckian_hpc.runtime.training_run import metric_names_for  # noqa: E402
 from lamarckian_hpc.runtime.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
 from lamarckian_hpc.runtime.sampling import POLICY_ID  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
+from local_ray import local_ray  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -28,12 +29,10 @@ CARTPOLE = CONFIGS / "ppo_cartpole.yaml"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def local_ray():
+def module_ray():
     """One local Ray for the module; the trainers join it instead of starting their own."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-             logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
-    yield
-    ray.shutdown()
+    with local_ray():
+        yield
 
 
 class Collect:

@@ -18,24 +18,23 @@ from lamarckian_hpc.population.evolution import EvaluatorHost, Evaluations, evol
 from lamarckian_hpc.population.evolve_components import make_problem
 from lamarckian_hpc.population.worker_pool import Request, make_pool
 from lamarckian_hpc.storage import open_run
+from local_ray import local_ray
 
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-             logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
-    yield
-    ray.shutdown()
+def module_ray():
+    with local_ray():
+        yield
 
 
 def _config(*overrides: str) -> EvolveConfig:
     return load_config(None, ["algorithm.population_size=20", "algorithm.generations=5", *overrides], EvolveConfig)
 
 
-def test_serial_forked_and_ray_evaluation_give_the_same_population(local_ray):
+def test_serial_forked_and_ray_evaluation_give_the_same_population(module_ray):
     serial = evolve(_config("runtime.mode=serial"))
     for mode in ("fork", "ray"):
         distributed = evolve(_config(f"runtime.mode={mode}", "runtime.num_workers=2"))
@@ -43,7 +42,7 @@ def test_serial_forked_and_ray_evaluation_give_the_same_population(local_ray):
         np.testing.assert_array_equal(serial.objectives, distributed.objectives, err_msg=mode)
 
 
-def test_failed_and_slow_evaluations_do_not_stop_a_generation(local_ray):
+def test_failed_and_slow_evaluations_do_not_stop_a_generation(module_ray):
     def flaky(X: np.ndarray) -> np.ndarray:
         import time
 
@@ -111,7 +110,7 @@ def _ga_config(*overrides: str) -> EvolveConfig:
 
 
 @pytest.mark.parametrize("variant", ["generational", "steady_state"])
-def test_ga_gives_the_same_population_serially_and_on_ray(local_ray, variant):
+def test_ga_gives_the_same_population_serially_and_on_ray(module_ray, variant):
     serial = evolve(_ga_config(f"algorithm.variant={variant}", "runtime.mode=serial"))
     distributed = evolve(_ga_config(f"algorithm.variant={variant}", "runtime.mode=ray", "runtime.num_workers=2"))
     problem = make_problem(_ga_config())
@@ -155,7 +154,7 @@ def test_ga_on_a_permutation_problem_records_every_generation(tmp_path):
     _check_ga_history(tmp_path / "ga.h5", make_problem(_ga_config()), [20, 4, 4, 4, 4])
 
 
-def test_ga_on_ray_records_every_generation(local_ray, tmp_path):
+def test_ga_on_ray_records_every_generation(module_ray, tmp_path):
     address = ray.get_runtime_context().gcs_address  # join the tests' Ray instead of starting another
     result = _evolve_cli(tmp_path, "ga_rastrigin.yaml", "runtime.mode=ray", f"runtime.ray_address={address}",
                          "algorithm.population_size=10", "algorithm.generations=3", "algorithm.elite_count=2")

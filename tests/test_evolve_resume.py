@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,14 +70,22 @@ def test_killed_evolution_resumes_to_the_same_history_as_an_uninterrupted_run(tm
         np.testing.assert_array_equal(np.unique(reader.metric("hypervolume").policy_version), np.arange(40))
 
 
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory) -> Path:
+    """The folder of a finished 5-generation NSGA-II run (`short.h5` and its state), made once."""
+    folder = tmp_path_factory.mktemp("short")
+    _evolve(folder, str(ROOT / "configs" / "nsga2_zdt1.yaml"), *COMMON, "algorithm.generations=5",
+            "storage.run_name=short")
+    return folder / "runs"
+
+
 @pytest.mark.parametrize("overrides, words", [
     (["algorithm.population_size=10", "algorithm.generations=9"], "algorithm.population_size is 10"),
     (["problem.num_variables=12", "algorithm.generations=9"], "have 30 variables, this problem's 12"),
     (["algorithm.generations=5"], "nothing left to do"),
 ])
-def test_a_run_the_config_does_not_fit_is_refused_in_one_line(tmp_path, overrides, words):
-    config = str(ROOT / "configs" / "nsga2_zdt1.yaml")
-    _evolve(tmp_path, config, *COMMON, "algorithm.generations=5", "storage.run_name=short")
+def test_a_run_the_config_does_not_fit_is_refused_in_one_line(short_run, tmp_path, overrides, words):
+    shutil.copytree(short_run, tmp_path / "runs")  # each refusal is tried on a copy of the same run
     refused = _evolve(tmp_path, "--resume", str(tmp_path / "runs" / "short.h5"), *overrides, check=False)
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert refused.returncode == 2 and len(lines) == 1 and words in lines[0], refused.stderr

@@ -6,6 +6,8 @@ tests/test_node_loss.py."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,16 +25,22 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml"
 
 @pytest.fixture(scope="module")
 def lost_node():
-    """A two-node Ray cluster whose second node ("node2") is gone: {label: Ray node id}."""
+    """A two-node Ray cluster whose second node ("node2") is gone: {label: Ray node id}. Its session
+    lives in a temp dir of its own, never the shared /tmp/ray (tests/local_ray.py says why)."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
+
+    temp_dir = tempfile.mkdtemp(prefix="lhr-", dir="/tmp")  # short: Ray's socket paths sit below it
+    patch = pytest.MonkeyPatch()
+    patch.setenv("RAY_TMPDIR", temp_dir)  # Cluster writes its address file to $RAY_TMPDIR/ray
+    sessions = str(Path(temp_dir) / "ray")
 
     # The GCS marks a node dead after health_check_failure_threshold missed checks, 5 of 3 s each by
     # default: checked every 0.3 s, twice, the loss shows within a second instead of about 20.
     fast_health_checks = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 2}
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                            "_system_config": fast_health_checks})
-    worker = cluster.add_node(num_cpus=1)
+                                                            "temp_dir": sessions, "_system_config": fast_health_checks})
+    worker = cluster.add_node(num_cpus=1, temp_dir=sessions)
     ray.init(address=cluster.address, include_dashboard=False)
     try:
         nodes = {"node1": cluster.head_node.node_id, "node2": worker.node_id}
@@ -46,6 +54,8 @@ def lost_node():
     finally:
         ray.shutdown()
         cluster.shutdown()
+        patch.undo()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _serial(tmp_path: Path, *overrides: str):

@@ -16,6 +16,7 @@ import zmq
 from lamarckian_hpc.comm import WeightPublisher, WeightSubscriber
 from lamarckian_hpc.comm.relay import Relay, RelaySpec, spawn_relay
 from lamarckian_hpc.comm.topology import build_tree
+from lamarckian_hpc.runtime.ray_setup import ensure_ray, shutdown_ray
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -186,8 +187,7 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
         "runtime.mode=ray", "runtime.num_actors=4", "runtime.broadcast=tree", "runtime.simulated_nodes=4",
         "stop.total_env_steps=40000", "stop.target_return=150",  # stops at the target, about 15k frames
     ])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-             logging_level="ERROR")  # a fresh local instance, never a cluster another run started here
+    ensure_ray(None, 2)  # a Ray of the test's own, in a temp dir of its own (tests/local_ray.py)
     killer = KillRelay()
     try:
         trainer = DistributedTrainer(config, [killer])
@@ -213,7 +213,7 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
         finally:
             trainer.close()
     finally:
-        ray.shutdown()
+        shutdown_ray()
     assert result.recent_return_mean >= 150, f"mean return {result.recent_return_mean} after {result.env_frames}"
     assert set(trainer.hellos) == {0, 1, 2, 3}  # actors on every node, the layer-2 node's included
     assert killer.killed_pid is not None and restarted_pid != killer.killed_pid  # Ray restarted the relay
