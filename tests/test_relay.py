@@ -198,13 +198,14 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
             assert len(set(trainer.tree.actor_addresses)) == 4  # one IPC endpoint per node
             ray.get([actor.pid.remote() for actor in trainer.actors], timeout=120)  # all started, also when slow
             result = trainer.train()
-            # Ray may still be restarting the killed relay when training ends (on a busy machine):
-            # wait for it, answering its subscription as the learner does between updates.
+            # On a busy machine, Ray may still be restarting the killed relay when training ends, and
+            # the last node's actor may not have said hello yet (the target came first): wait for
+            # both, answering subscriptions and taking in messages as the learner does between updates.
             deadline = time.monotonic() + 90
-            while (stats := trainer.tree.relay_stats()).get("sim1", {}).get("version", -1) <= killer.killed_at_version:
-                assert time.monotonic() < deadline, f"the killed relay did not come back: {stats}"
-                trainer.publisher.serve_joins()
-                time.sleep(0.2)
+            while ((stats := trainer.tree.relay_stats()).get("sim1", {}).get("version", -1) <= killer.killed_at_version
+                   or set(trainer.hellos) != {0, 1, 2, 3}):
+                assert time.monotonic() < deadline, f"the killed relay did not come back: {stats}; hellos {trainer.hellos}"
+                trainer._next_message()
             restarted_pid = ray.get(trainer.tree.relays["sim1"].pid.remote(), timeout=30)
             # Experience came up the tree: the learner's accounts are reached through relays, and its
             # connections (the first hop of each route) are the first-layer relays and sim0's actor.
