@@ -110,3 +110,20 @@ def test_actors_on_the_runs_own_ray_take_the_workers_ray_started_ahead_with_one_
     python_path = {"PYTHONPATH": environment["PYTHONPATH"]} if environment.get("PYTHONPATH") else {}
     assert report["runtime_env"] == {"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                                                   "OPENBLAS_NUM_THREADS": "1", **python_path}}
+
+
+def test_an_environment_the_run_cannot_make_fails_before_its_ray_starts(monkeypatch) -> None:
+    """A bad env id is one ValueError from `make_trainer` before any Ray starts (it used to come after
+    Ray's start-up and shutdown, seconds later)."""
+    import pytest
+
+    from lamarckian_hpc.config import load_config
+    from lamarckian_hpc.runtime import ray_setup
+    from lamarckian_hpc.runtime.training_run import make_trainer
+
+    started = []
+    monkeypatch.setattr(ray_setup, "start_ray_while_importing", lambda *args, **kwargs: started.append(args))
+    config = load_config(ROOT / "configs" / "ppo_cartpole.yaml", ["runtime.mode=ray", "env.id=NoSuchEnv-v0"])
+    with pytest.raises(ValueError, match="cannot make Gymnasium environment 'NoSuchEnv-v0'"):
+        make_trainer(config)
+    assert started == []

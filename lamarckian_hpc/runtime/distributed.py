@@ -24,6 +24,7 @@ import tempfile
 import time
 from typing import Any, Sequence
 
+import gymnasium as gym
 import ray
 import torch
 import zmq
@@ -90,14 +91,17 @@ class _OutOfWallTime(Exception):
 
 
 class DistributedTrainer:
-    def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = ()) -> None:
+    def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = (),
+                 spaces: tuple[gym.Space, gym.Space] | None = None) -> None:
+        """`spaces`: a single-agent run's observation and action spaces where the caller has made
+        the environment already (`training_run.make_trainer`); otherwise it is made here."""
         self.config = config
         self.observers = list(observers)
         join_learner_cpu_group()
         torch.set_num_threads(config.runtime.torch_threads)
         self.learner: Any
         if config.multiagent is None:
-            self.spaces = message_spaces = spaces_of(config)
+            self.spaces = message_spaces = spaces if spaces is not None else spaces_of(config)
             self.learner = make_learner(config, *self.spaces)
             #: The learner of each trained policy; a single-agent run has one, POLICY_ID's.
             self.policy_learners: dict[str, Any] = {POLICY_ID: self.learner}

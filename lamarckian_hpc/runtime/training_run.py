@@ -34,12 +34,16 @@ def make_trainer(config: RunConfig) -> Any:
 
         return SerialTrainer(config)
     from .ray_setup import ray_cpus, shutdown_unclaimed_ray, start_ray_while_importing
+    from .sampling import spaces_of
 
+    # The environment is made once before Ray starts, so that an id or keyword it refuses is one
+    # line within a second, not after Ray's start-up (and its shutdown).
+    spaces = spaces_of(config) if config.multiagent is None else None
     start_ray_while_importing(config.runtime.ray_address, ray_cpus(config.runtime.num_actors))
     from .distributed import DistributedTrainer
 
     try:
-        return DistributedTrainer(config)
+        return DistributedTrainer(config, spaces=spaces)
     except BaseException:
         shutdown_unclaimed_ray()
         raise
