@@ -198,6 +198,11 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
             assert len(set(trainer.tree.actor_addresses)) == 4  # one IPC endpoint per node
             ray.get([actor.pid.remote() for actor in trainer.actors], timeout=120)  # all started, also when slow
             result = trainer.train()
+            # Experience came up the tree: the learner's accounts are reached through relays, and its
+            # connections (the first hop of each route) are the first-layer relays and sim0's actor
+            # (read as training ends: the wait below takes in later messages too).
+            routes = [account.route for account in trainer.receiver.ledger.accounts.values()]
+            first_hops = {route[0] for route in routes}
             # On a busy machine, Ray may still be restarting the killed relay when training ends, and
             # the last node's actor may not have said hello yet (the target came first): wait for
             # both, answering subscriptions and taking in messages as the learner does between updates.
@@ -207,10 +212,6 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
                 assert time.monotonic() < deadline, f"the killed relay did not come back: {stats}; hellos {trainer.hellos}"
                 trainer._next_message()
             restarted_pid = ray.get(trainer.tree.relays["sim1"].pid.remote(), timeout=30)
-            # Experience came up the tree: the learner's accounts are reached through relays, and its
-            # connections (the first hop of each route) are the first-layer relays and sim0's actor.
-            routes = [account.route for account in trainer.receiver.ledger.accounts.values()]
-            first_hops = {route[0] for route in routes}
         finally:
             trainer.close()
     finally:
