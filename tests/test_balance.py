@@ -21,7 +21,7 @@ from lamarckian_hpc.population.evolution import EvolveProgram, evolve
 from lamarckian_hpc.population.workflow import PopulationRuntime, run_population
 from lamarckian_hpc.population.evolve_components import make_problem
 from lamarckian_hpc.storage import open_run
-from lamarckian_hpc.runtime.ray_setup import ensure_ray, shutdown_ray
+from local_ray import local_ray
 
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,15 +39,12 @@ def test_balance_runs_the_same_serially_and_on_ray_workers():
     assert isinstance(problem, BalanceProblem)
     serial = evolve(config, problem)
     assert isinstance(serial, NSGA2)  # with the lineup operators (games.lineup.lineup_operators)
-    ensure_ray(None, 2)  # a Ray of the test's own, in a temp dir of its own (tests/local_ray.py)
-    try:
+    with local_ray():  # a Ray of the test's own, in a temp dir of its own
         program = EvolveProgram(_config("runtime.mode=ray", "runtime.num_workers=2"), problem)
         run_population(program, PopulationRuntime.of(program.config.runtime))
         distributed = program.algorithm
         assert program.last_evaluations is not None
         workers = set(program.last_evaluations.workers.tolist())
-    finally:
-        shutdown_ray()
     np.testing.assert_array_equal(serial.genomes, distributed.genomes)
     np.testing.assert_array_equal(serial.objectives, distributed.objectives)
     assert workers and os.getpid() not in workers  # every lineup was evaluated by a Ray worker

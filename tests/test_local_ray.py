@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Starts the run's Ray, runs a task, lists the processes Ray started, shuts Ray down and lists what is left.
@@ -115,8 +117,6 @@ def test_actors_on_the_runs_own_ray_take_the_workers_ray_started_ahead_with_one_
 def test_an_environment_the_run_cannot_make_fails_before_its_ray_starts(monkeypatch) -> None:
     """A bad env id is one ValueError from `make_trainer` before any Ray starts (it used to come after
     Ray's start-up and shutdown, seconds later)."""
-    import pytest
-
     from lamarckian_hpc.config import load_config
     from lamarckian_hpc.runtime import ray_setup
     from lamarckian_hpc.runtime.training_run import make_trainer

@@ -16,7 +16,7 @@ import zmq
 from lamarckian_hpc.comm import WeightPublisher, WeightSubscriber
 from lamarckian_hpc.comm.relay import Relay, RelaySpec, spawn_relay
 from lamarckian_hpc.comm.topology import build_tree
-from lamarckian_hpc.runtime.ray_setup import ensure_ray, shutdown_ray
+from local_ray import local_ray
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -187,9 +187,8 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
         "runtime.mode=ray", "runtime.num_actors=4", "runtime.broadcast=tree", "runtime.simulated_nodes=4",
         "stop.total_env_steps=40000", "stop.target_return=150",  # stops at the target, about 15k frames
     ])
-    ensure_ray(None, 2)  # a Ray of the test's own, in a temp dir of its own (tests/local_ray.py)
     killer = KillRelay()
-    try:
+    with local_ray():  # a Ray of the test's own, in a temp dir of its own
         trainer = DistributedTrainer(config, [killer])
         killer.trainer = trainer
         try:
@@ -214,8 +213,6 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
             restarted_pid = ray.get(trainer.tree.relays["sim1"].pid.remote(), timeout=30)
         finally:
             trainer.close()
-    finally:
-        shutdown_ray()
     assert result.recent_return_mean >= 150, f"mean return {result.recent_return_mean} after {result.env_frames}"
     assert set(trainer.hellos) == {0, 1, 2, 3}  # actors on every node, the layer-2 node's included
     assert killer.killed_pid is not None and restarted_pid != killer.killed_pid  # Ray restarted the relay
