@@ -15,7 +15,8 @@ batch, epochs and minibatches):
 - `pong-table3`, `pong-nature`: `configs/ppo_pong_image.yaml`, the CNN stacks on 4x84x84 uint8 frames.
 
     python benchmarks/learner_ceiling.py [--workloads ...] [--algorithms ppo impala] [--threads 1 2]
-                                         [--updates 5] [--cnn-batch-size 2048] [--label after] [--output FILE]
+                                         [--updates 5] [--cnn-batch-size 2048] [--cnn-precision bfloat16]
+                                         [--label after] [--output FILE]
 
 Prints a Markdown table (env steps trained per second, and per core) and adds its rows, under
 `--label`, to benchmarks/results/learner_ceiling.json (replacing the rows it measured again), so
@@ -68,9 +69,10 @@ SHARED_SETTINGS = ("batch_size", "num_epochs", "num_minibatches", "learning_rate
 
 
 def workload_config(workload: Workload, algorithm: str, threads: int, device: str,
-                    batch_size: int | None = None) -> RunConfig:
+                    batch_size: int | None = None, cnn_precision: str | None = None) -> RunConfig:
     """The workload's config, its algorithm switched to `algorithm` with the same batch and passes
-    (`batch_size`, when given, keeps the minibatch size: a smaller batch is fewer minibatches)."""
+    (`batch_size`, when given, keeps the minibatch size: a smaller batch is fewer minibatches;
+    `cnn_precision`, when given, is the CNN's `model.cnn_precision`)."""
     tree = read_config_file(ROOT / "configs" / workload.config)
     section = tree["algorithm"]
     if algorithm != section.get("name", "ppo"):
@@ -80,6 +82,8 @@ def workload_config(workload: Workload, algorithm: str, threads: int, device: st
         section = {**section, "batch_size": batch_size, "num_minibatches": max(1, batch_size // minibatch)}
     tree["algorithm"] = section
     tree["model"] = {**tree.get("model", {}), **dict(workload.overrides)}
+    if cnn_precision is not None and tree["model"].get("kind") == "cnn":
+        tree["model"]["cnn_precision"] = cnn_precision
     tree["runtime"] = {"mode": "serial", "torch_threads": threads, "device": device}
     return build_config(tree, workload.config)
 
@@ -151,6 +155,8 @@ def main() -> None:
     parser.add_argument("--cnn-batch-size", type=int,
                         help="the image workloads' batch (default: the config's 8,192); the same minibatches, fewer "
                              "of them, so the figure per step is the same in less time")
+    parser.add_argument("--cnn-precision", choices=("float32", "bfloat16"),
+                        help="the image workloads' model.cnn_precision (default: the config's, float32)")
     parser.add_argument("--label", default="now", help="the name these rows are kept under in the JSON file")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -162,8 +168,9 @@ def main() -> None:
         for algorithm in args.algorithms:
             for threads in sorted(set(args.threads)):
                 batch = args.cnn_batch_size if workload.observation_space.dtype == np.uint8 else None
-                config = workload_config(workload, algorithm, threads, args.device, batch)
-                row = {"workload": name, **time_learner(config, workload, args.updates)}
+                config = workload_config(workload, algorithm, threads, args.device, batch, args.cnn_precision)
+                row = {"workload": name, "cnn_precision": config.model.cnn_precision if config.model.kind == "cnn" else None,
+                       **time_learner(config, workload, args.updates)}
                 rows.append(row)
                 print(f"| {name} | {row['algorithm']} | {row['device']} | {threads} | "
                       f"{row['batch']:,} x {row['epochs']} | {row['update_seconds']:.3f} | "

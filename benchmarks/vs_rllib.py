@@ -49,6 +49,7 @@ end past it.
 
     python benchmarks/vs_rllib.py [--envs CartPole-v1 Pendulum-v1] [--repeats 1] [--max-seconds 300]
     python benchmarks/vs_rllib.py --envs lamarckian/PongImage-v0          # ale-py in both venvs
+    python benchmarks/vs_rllib.py --envs lamarckian/PongImage-v0 --cnn-precision bfloat16
     python benchmarks/vs_rllib.py --envs football:academy_empty_goal_close  # gfootball's venv
 
 Needs RLlib: `pip install "ray[rllib]==2.60.0"` pins gymnasium 1.2.2 against our tested 1.4.0; with
@@ -127,6 +128,8 @@ def resolve(name: str, args: argparse.Namespace) -> dict:
             "stop_at_target": False, "score_rate": False, "env_kwargs": {}, "rllib_env": None, **ENVS[name]}
     given = {key: getattr(args, key) for key in OVERRIDABLE if getattr(args, key) is not None}
     settings = {**base, **given, "name": name}
+    if getattr(args, "cnn_precision", None) and settings["ours_model"].get("kind") == "cnn":
+        settings["ours_model"] = {**settings["ours_model"], "cnn_precision": args.cnn_precision}
     if settings["stop_at_target"] and settings["target_return"] is not None:
         settings["frames"] = UNBOUNDED_FRAMES  # a run with a return target goes on until it reaches it (or the budget)
     return settings
@@ -386,6 +389,8 @@ def main() -> None:
     parser.add_argument("--rllib-vf-loss-coeff", type=float,
                         help="RLlib's value-loss weight; 0.25 equals ours (0.5 x half the squared error)")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--cnn-precision", choices=("float32", "bfloat16"),
+                        help="our CNN's model.cnn_precision on image envs (float32); RLlib's stays float32")
     parser.add_argument("--output", type=Path, help="results file (default: the env's own in benchmarks/results)")
     parser.add_argument("--raw-frames", type=int,
                         help="env steps each process of the raw bound takes (0: do not measure the bound)")

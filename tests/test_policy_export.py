@@ -124,16 +124,19 @@ def test_continuous_policies_export_their_deterministic_actions(config, tmp_path
     assert np.abs(script_actions - expected).max() < TOLERANCE
 
 
-def test_an_image_policy_takes_uint8_frames_in_batches_of_any_size(tmp_path):
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_an_image_policy_takes_uint8_frames_in_batches_of_any_size(precision, tmp_path):
     """The CNN encodes CPU batches in chunks of 128 frames; the exported graph must not fix its
-    batch size on that branch. A freshly initialised network of the Pong image config (no ALE)."""
+    batch size on that branch. A freshly initialised network of the Pong image config (no ALE).
+    A network trained in bfloat16 (`model.cnn_precision`) is exported in float32, which ONNX
+    Runtime's CPU convolutions take."""
     import gymnasium as gym
 
     from lamarckian_hpc.runtime.algorithms import build_model
     from lamarckian_hpc.runtime.policy_export import check_exports, example_observations, export_onnx
     from lamarckian_hpc.runtime.trained_policy import TrainedPolicy
 
-    config = load_config(ROOT / "configs" / "ppo_pong_image_cpu.yaml", [], RunConfig)
+    config = load_config(ROOT / "configs" / "ppo_pong_image_cpu.yaml", [f"model.cnn_precision={precision}"], RunConfig)
     frames, actions = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), gym.spaces.Discrete(6)
     trained = TrainedPolicy(config, build_model(config, frames, actions).eval(), frames, actions, 0)
     path = export_onnx(trained, tmp_path / "pong.onnx")

@@ -168,6 +168,33 @@ def test_cnn_layers_pick_the_papers_stack_or_dqns(layers, convolutions, feature_
     assert model.act(images)[0].shape == (2,) and model.value(images).shape == (2,)
 
 
+def test_a_bfloat16_cnn_computes_close_to_float32_and_keeps_float32_weights_and_gradients():
+    space = gym.spaces.Box(0, 255, shape=(84, 84, 4), dtype=np.uint8)
+    models = {}
+    for precision in ("float32", "bfloat16"):
+        torch.manual_seed(0)
+        models[precision] = ActorCritic(space, gym.spaces.Discrete(6), ModelConfig(
+            kind="cnn", cnn_layers="nature", cnn_precision=precision, critic_hidden_sizes=()))
+    images = torch.randint(0, 256, (200, 84, 84, 4), generator=torch.Generator().manual_seed(1)).float()
+    actions = torch.randint(0, 6, (200,), generator=torch.Generator().manual_seed(2))
+    full, low = (models[precision].evaluate(images, actions) for precision in ("float32", "bfloat16"))
+    for exact, approximate in zip(full, low):
+        assert approximate.dtype == torch.float32  # the heads and the loss see float32
+        assert not torch.equal(exact, approximate)  # the products really ran in bfloat16 (8 bits of mantissa)
+        torch.testing.assert_close(approximate, exact, atol=0.03, rtol=0.03)
+    log_probs, _, values = low
+    (values.square().mean() - log_probs.mean()).backward()
+    parameters = list(models["bfloat16"].parameters())
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in parameters)
+    assert all(torch.isfinite(p.grad).all() for p in parameters)
+
+
+def test_an_unknown_cnn_precision_names_the_field_and_the_choices():
+    with pytest.raises(ValueError, match="cnn_precision") as error:
+        ModelConfig(kind="cnn", cnn_precision="float16")
+    assert "float32" in str(error.value) and "bfloat16" in str(error.value)
+
+
 def test_an_unknown_cnn_stack_names_the_field_and_the_choices():
     with pytest.raises(ValueError, match="cnn_layers") as error:
         ModelConfig(kind="cnn", cnn_layers="resnet")

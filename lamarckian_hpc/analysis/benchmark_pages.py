@@ -208,14 +208,15 @@ def _pbt_seeds(data: dict[str, Any]) -> pd.DataFrame:
 
 def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
     """benchmarks/learner_ceiling.py: env steps trained per second, a column per label (before and
-    after a change), and the last label over the first where there are two."""
+    after a change), and the last label over the first where there are two; a label that measured
+    only some workloads (a change to the CNN alone) leaves the others' cells empty."""
     rows = pd.DataFrame(data["rows"])
     labels = list(dict.fromkeys(rows["label"]))
     table = rows.pivot_table(index=["workload", "algorithm", "threads"], columns="label", values="steps_per_second",
                              sort=False)[labels].reset_index()
     table.columns = ["workload", "algorithm", "threads", *(f"steps/s {label}" for label in labels)]
     for label in labels:
-        table[f"steps/s {label}"] = table[f"steps/s {label}"].round(0).astype(int)
+        table[f"steps/s {label}"] = table[f"steps/s {label}"].round(0)
     if len(labels) > 1:
         table[f"{labels[-1]} / {labels[0]}"] = (table[f"steps/s {labels[-1]}"] / table[f"steps/s {labels[0]}"]).round(2)
     return table
@@ -236,7 +237,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "pbt_vs_tune_pong": pbt_vs_tune_frame,
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
-    "learner_ceiling": _learner_ceiling, "pbt_vs_tune_seeds": _pbt_seeds,
+    "learner_ceiling": _learner_ceiling, "pbt_vs_tune_seeds": _pbt_seeds, "pbt_vs_tune_pong_seeds": _pbt_seeds,
     "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),
     "pong_image_learning": lambda data: pd.DataFrame(data["runs"]).reindex(

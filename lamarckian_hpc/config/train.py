@@ -38,6 +38,10 @@ class ModelConfig(Section):
     cnn_layers: Literal["table3", "nature"] = Field(
         "table3", description="The CNN's layers: table3 is the paper's (ConvK4S2) x 4 then FC(256); nature is "
         "DQN's ConvK8S4, ConvK4S2, ConvK3S1, FC(512), about a third of the arithmetic per frame.")
+    cnn_precision: Literal["float32", "bfloat16"] = Field(
+        "float32", description="What the CNN's convolutions and dense layer compute in, in the learner and in "
+        "the actors: bfloat16 runs them under torch.autocast, with the weights, the optimizer and the heads in "
+        "float32; about twice as fast on CPUs with AVX-512 BF16 or AMX (and on GPUs), slower on CPUs without.")
     policy_hidden_sizes: tuple[int, ...] = Field(
         (256, 128), min_length=1, description="Policy layers; the critic is built on top of them."
     )

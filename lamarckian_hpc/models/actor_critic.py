@@ -28,7 +28,7 @@ def _encoder(observation_space: gym.Space, config: ModelConfig) -> tuple[nn.Modu
         raise ValueError(f"unsupported observation space {observation_space}; supported: Box (vectors or images)")
     shape = observation_space.shape
     if config.kind == "cnn":
-        encoder = ConvEncoder(tuple(shape), config.activation, config.cnn_layers)
+        encoder = ConvEncoder(tuple(shape), config.activation, config.cnn_layers, config.cnn_precision)
         return encoder, encoder.output_size
     in_features = int(np.prod(shape))
     return nn.Sequential(FloatFlatten(), fully_connected(in_features, config.policy_hidden_sizes, config.activation)), \

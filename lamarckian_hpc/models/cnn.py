@@ -26,16 +26,22 @@ CNN_LAYERS: dict[str, tuple[tuple[tuple[int, int, int, int], ...], int]] = {
     "table3": (((32, 4, 2, 1), (64, 4, 2, 1), (64, 4, 2, 1), (64, 4, 2, 1)), 256),
     "nature": (((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0)), 512),
 }
+#: `model.cnn_precision`: what the encoder's products compute in. bfloat16 keeps float32's range with
+#: 8 bits of mantissa; on CPUs with AVX-512 BF16 or AMX, oneDNN runs its convolutions about twice as
+#: fast (`benchmarks/learner_ceiling.py --cnn-precision`); on CPUs without, slower than float32.
+PRECISIONS: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16}
 
 
 class ConvEncoder(nn.Module):
     def __init__(self, observation_shape: tuple[int, ...], activation: str = "leaky_relu",
-                 layers: str = "table3") -> None:
+                 layers: str = "table3", precision: str = "float32") -> None:
         super().__init__()
         if len(observation_shape) != 3:
             raise ValueError(f"a CNN needs image observations of 3 dims, got shape {observation_shape}")
         if layers not in CNN_LAYERS:
             raise ValueError(f"model.cnn_layers: {layers!r} is not one of {sorted(CNN_LAYERS)}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"model.cnn_precision: {precision!r} is not one of {sorted(PRECISIONS)}")
         convolutions, feature_size = CNN_LAYERS[layers]
         # Channels-last when the last dim is the small one (gymnasium images are H, W, C).
         self.channels_last = observation_shape[-1] < observation_shape[0]
@@ -53,6 +59,8 @@ class ConvEncoder(nn.Module):
         self.output_size = feature_size
         #: Rows per pass on a CPU; None: every batch in one pass (an exported graph, whose batch size is free).
         self.cpu_chunk_rows: int | None = CPU_CHUNK_ROWS
+        #: The dtype the convolutions and the dense layer compute in (under autocast); None: float32.
+        self.compute_dtype: torch.dtype | None = PRECISIONS[precision]
 
     def _to_channels_first_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (shape[2], shape[0], shape[1]) if self.channels_last else shape
@@ -74,4 +82,11 @@ class ConvEncoder(nn.Module):
         # frames carry a hidden members dim, which a channels-last layout cannot take.
         layout = torch.preserve_format if is_batchedtensor(images) else torch.channels_last
         scaled = images.to(torch.float32, memory_format=layout, copy=True).mul_(1.0 / 255.0)
-        return self.head(self.convolutions(scaled))
+        if self.compute_dtype is None:
+            return self.head(self.convolutions(scaled))
+        # The weights, their gradients and Adam's moments stay float32: autocast casts a layer's
+        # inputs and weights for its product only. The features go on in float32, so the heads,
+        # the log-probabilities and the losses are computed as without it.
+        with torch.autocast(scaled.device.type, dtype=self.compute_dtype):
+            features = self.head(self.convolutions(scaled))
+        return features.float()

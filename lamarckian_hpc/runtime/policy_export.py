@@ -56,11 +56,13 @@ class ExportError(ValueError):
 def greedy_module(trained: TrainedPolicy) -> nn.Module:
     """The run's deterministic policy, in eval mode, on a copy of the network without branches on
     the batch's size, which an exported graph must not have (its batch size is free): torch's own
-    tanh for `models.layers.Tanh`, and a CNN's frames in one pass rather than in CPU-sized chunks."""
+    tanh for `models.layers.Tanh`, and a CNN's frames in one pass rather than in CPU-sized chunks,
+    in float32 whatever `model.cnn_precision` (ONNX Runtime's CPU convolutions take no bfloat16)."""
     model = copy.deepcopy(trained.model)
     for module in list(model.modules()):
         if isinstance(module, ConvEncoder):
             module.cpu_chunk_rows = None
+            module.compute_dtype = None
         for name, child in module.named_children():
             if isinstance(child, Tanh):
                 setattr(module, name, nn.Tanh())
