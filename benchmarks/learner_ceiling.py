@@ -169,8 +169,8 @@ def main() -> None:
             for threads in sorted(set(args.threads)):
                 batch = args.cnn_batch_size if workload.observation_space.dtype == np.uint8 else None
                 config = workload_config(workload, algorithm, threads, args.device, batch, args.cnn_precision)
-                row = {"workload": name, "cnn_precision": config.model.cnn_precision if config.model.kind == "cnn" else None,
-                       **time_learner(config, workload, args.updates)}
+                precision = config.model.cnn_precision if config.model.kind == "cnn" else None
+                row = {"workload": name, "cnn_precision": precision, **time_learner(config, workload, args.updates)}
                 rows.append(row)
                 print(f"| {name} | {row['algorithm']} | {row['device']} | {threads} | "
                       f"{row['batch']:,} x {row['epochs']} | {row['update_seconds']:.3f} | "

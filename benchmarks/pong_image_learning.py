@@ -10,6 +10,8 @@ seconds of training. The run stops at `--max-seconds` of training, or at the con
 
     python benchmarks/pong_image_learning.py [--seed 0] [--max-seconds 2160] [--points 5] [overrides ...]
     python benchmarks/pong_image_learning.py --run runs/pong.h5    # read a run made before
+    python benchmarks/pong_image_learning.py model.cnn_precision=bfloat16 \
+        --output benchmarks/results/pong_image_learning_bfloat16.json
 
 Prints a Markdown table and writes benchmarks/results/pong_image_learning.json. Needs the atari
 extra.
@@ -56,6 +58,7 @@ def summarize(path: Path, points: float) -> dict:
     first = int(above[0]) if len(above) else None
     return {
         "run": str(path), "env": config["env"]["id"], "cnn_layers": config["model"].get("cnn_layers", "table3"),
+        "cnn_precision": config["model"].get("cnn_precision", "float32"),
         "seed": config["seed"], "return_window": config["stop"]["return_window"],
         "untrained_return": round(start, 2), "best_return": round(float(values.max()), 2),
         "final_return": round(float(values[-1]), 2), "points": points,

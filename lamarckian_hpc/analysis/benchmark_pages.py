@@ -226,6 +226,7 @@ def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
     "pong_steps": _pong, "vs_rllib": _vs_rllib, "vs_rllib_pong_image": _vs_rllib,
+    "vs_rllib_pong_image_float32": _vs_rllib,
     "vs_rllib_football_empty_goal_close": _vs_rllib, "vs_rllib_football_empty_goal_close.curve": _score_curve,
     "vs_rllib_football_11_vs_11_easy": _vs_rllib, "vs_rllib_football_11_vs_11_easy.curve": _score_curve,
     "scale_model.check": _scale_check, "soak": _soak,
@@ -240,9 +241,11 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "learner_ceiling": _learner_ceiling, "pbt_vs_tune_seeds": _pbt_seeds, "pbt_vs_tune_pong_seeds": _pbt_seeds,
     "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),
-    "pong_image_learning": lambda data: pd.DataFrame(data["runs"]).reindex(
-        columns=["cnn_layers", "seed", "untrained_return", "best_return", "final_return", "frames_to_points",
-                 "seconds_to_points", "env_frames", "wall_seconds", "frames_per_second", "final_entropy"]),
+    **{stem: lambda data: pd.DataFrame(data["runs"]).reindex(
+        columns=["cnn_layers", "cnn_precision", "seed", "untrained_return", "best_return", "final_return",
+                 "frames_to_points", "seconds_to_points", "env_frames", "wall_seconds", "frames_per_second",
+                 "final_entropy"]).fillna({"cnn_precision": "float32"})
+       for stem in ("pong_image_learning", "pong_image_learning_bfloat16")},
     "trajectory_cost": lambda data: pd.DataFrame(data["results"]),
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),

@@ -41,7 +41,8 @@ class ModelConfig(Section):
     cnn_precision: Literal["float32", "bfloat16"] = Field(
         "float32", description="What the CNN's convolutions and dense layer compute in, in the learner and in "
         "the actors: bfloat16 runs them under torch.autocast, with the weights, the optimizer and the heads in "
-        "float32; about twice as fast on CPUs with AVX-512 BF16 or AMX (and on GPUs), slower on CPUs without.")
+        "float32; 1.5-2x the learner's speed on CPUs with AVX-512 BF16, possibly slower than float32 on CPUs "
+        "without (not measured here).")
     policy_hidden_sizes: tuple[int, ...] = Field(
         (256, 128), min_length=1, description="Policy layers; the critic is built on top of them."
     )

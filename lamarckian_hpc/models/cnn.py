@@ -27,8 +27,8 @@ CNN_LAYERS: dict[str, tuple[tuple[tuple[int, int, int, int], ...], int]] = {
     "nature": (((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0)), 512),
 }
 #: `model.cnn_precision`: what the encoder's products compute in. bfloat16 keeps float32's range with
-#: 8 bits of mantissa; on CPUs with AVX-512 BF16 or AMX, oneDNN runs its convolutions about twice as
-#: fast (`benchmarks/learner_ceiling.py --cnn-precision`); on CPUs without, slower than float32.
+#: 8 bits of mantissa; on CPUs with AVX-512 BF16, oneDNN runs the convolutions of a whole update
+#: 1.5-2x as fast (`benchmarks/learner_ceiling.py --cnn-precision`); on CPUs without, it may be slower.
 PRECISIONS: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16}
 
 
