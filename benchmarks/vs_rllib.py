@@ -54,7 +54,11 @@ end past it.
 
 Needs RLlib: `pip install "ray[rllib]==2.60.0"` pins gymnasium 1.2.2 against our tested 1.4.0; with
 gymnasium kept, its other extras suffice: `pip install --no-deps dm_tree absl-py lz4 ormsgpack
-pyarrow tensorboardX "pandas<3" pytz tzdata`. Prints a Markdown table per results file and writes it.
+pyarrow tensorboardX "pandas<3" pytz tzdata`. Our side needs none of them, and where pyarrow is
+installed Ray imports it into every process that serializes (ray/_private/arrow_serialization.py),
+about 11 MB an actor here: `--ours-python VENV/bin/python` runs our side on a virtual environment
+with this package alone (`pip install -c constraints.txt -e .`), as our users install it, the
+same pinned versions of Ray, torch and gymnasium. Prints a Markdown table per results file and writes it.
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ def resolve(name: str, args: argparse.Namespace) -> dict:
     base = {"workers": 2, "num_envs": 8, "seed": 0, "sampling": "async", "raw_frames": 100_000, "target_return": None,
             "stop_at_target": False, "score_rate": False, "env_kwargs": {}, "rllib_env": None, **ENVS[name]}
     given = {key: getattr(args, key) for key in OVERRIDABLE if getattr(args, key) is not None}
-    settings = {**base, **given, "name": name}
+    settings = {**base, **given, "name": name, "ours_python": getattr(args, "ours_python", None)}
     if getattr(args, "cnn_precision", None) and settings["ours_model"].get("kind") == "cnn":
         settings["ours_model"] = {**settings["ours_model"], "cnn_precision": args.cnn_precision}
     if settings["stop_at_target"] and settings["target_return"] is not None:
@@ -291,7 +295,9 @@ def run_raw_loop(s: dict) -> None:
 
 
 def child_command(side: str, s: dict) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--side", side, "--settings", json.dumps(s)]
+    """Our side runs on `--ours-python` when given (an install of this package alone), the rest here."""
+    python = (s.get("ours_python") or sys.executable) if side == "ours" else sys.executable
+    return [python, str(Path(__file__).resolve()), "--side", side, "--settings", json.dumps(s)]
 
 
 def measure_raw_bound(s: dict) -> dict:
@@ -389,6 +395,9 @@ def main() -> None:
     parser.add_argument("--rllib-vf-loss-coeff", type=float,
                         help="RLlib's value-loss weight; 0.25 equals ours (0.5 x half the squared error)")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--ours-python",
+                        help="the Python of a virtual environment with this package alone (`pip install -e .`), for "
+                             "our side; default: this one, which has RLlib's extras too")
     parser.add_argument("--cnn-precision", choices=("float32", "bfloat16"),
                         help="our CNN's model.cnn_precision on image envs (float32); RLlib's stays float32")
     parser.add_argument("--output", type=Path, help="results file (default: the env's own in benchmarks/results)")
