@@ -41,6 +41,7 @@ import torch
 from lamarckian_hpc.config import RunConfig, build_config
 from lamarckian_hpc.config.loading import read_config_file
 from lamarckian_hpc.mdp.experience import ExperienceBatch
+from lamarckian_hpc.models.cnn import PRECISIONS
 from lamarckian_hpc.runtime.algorithms import make_learner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +156,7 @@ def main() -> None:
     parser.add_argument("--cnn-batch-size", type=int,
                         help="the image workloads' batch (default: the config's 8,192); the same minibatches, fewer "
                              "of them, so the figure per step is the same in less time")
-    parser.add_argument("--cnn-precision", choices=("float32", "bfloat16"),
+    parser.add_argument("--cnn-precision", choices=sorted(PRECISIONS),
                         help="the image workloads' model.cnn_precision (default: the config's, float32)")
     parser.add_argument("--label", default="now", help="the name these rows are kept under in the JSON file")
     parser.add_argument("--output", type=Path, default=RESULTS)

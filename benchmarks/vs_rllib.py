@@ -131,8 +131,8 @@ def resolve(name: str, args: argparse.Namespace) -> dict:
     base = {"workers": 2, "num_envs": 8, "seed": 0, "sampling": "async", "raw_frames": 100_000, "target_return": None,
             "stop_at_target": False, "score_rate": False, "env_kwargs": {}, "rllib_env": None, **ENVS[name]}
     given = {key: getattr(args, key) for key in OVERRIDABLE if getattr(args, key) is not None}
-    settings = {**base, **given, "name": name, "ours_python": getattr(args, "ours_python", None)}
-    if getattr(args, "cnn_precision", None) and settings["ours_model"].get("kind") == "cnn":
+    settings = {**base, **given, "name": name, "ours_python": args.ours_python}
+    if args.cnn_precision and settings["ours_model"].get("kind") == "cnn":
         settings["ours_model"] = {**settings["ours_model"], "cnn_precision": args.cnn_precision}
     if settings["stop_at_target"] and settings["target_return"] is not None:
         settings["frames"] = UNBOUNDED_FRAMES  # a run with a return target goes on until it reaches it (or the budget)
