@@ -175,6 +175,8 @@ class SACConfig(Section):
 AlgorithmConfig = Annotated[PPOConfig | ImpalaConfig | A3CConfig | DQNConfig | SACConfig, Field(discriminator="name")]
 ALGORITHMS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "impala": ImpalaConfig, "a3c": A3CConfig,
                                           "dqn": DQNConfig, "sac": SACConfig}
+#: The algorithms whose learner can run as several ranks (runtime.learners > 1).
+DATA_PARALLEL_ALGORITHMS: tuple[str, ...] = ("ppo", "impala")
 
 
 class RuntimeConfig(Section):
@@ -238,6 +240,20 @@ class RuntimeConfig(Section):
     stall_timeout_seconds: float = Field(
         300.0, gt=0, le=86_400,
         description="End the run (exit 1) when no experience has arrived for this long once every actor connected.")
+    learners: int = Field(
+        1, ge=1, le=1024,
+        description="Learner processes (ranks) of the policy. Each takes the experience of its own part of the "
+                    "actors; together they make, at every update, the update one learner would make with all "
+                    "their steps (gradients summed over ranks, global advantage normalization), in one "
+                    "torch.distributed group (gloo on CPUs, NCCL when every rank has a GPU). ppo and impala; "
+                    "single-policy runs on actor processes (runtime.mode=ray).")
+    learner_placement: Literal["spread", "pack"] = Field(
+        "spread", description="Where the learner ranks go: spread puts one on each node; pack puts several on a "
+                              "node (a node with several GPUs).")
+    learner_timeout_seconds: float = Field(
+        120.0, gt=0, le=86_400,
+        description="Timeout of the learner ranks' rendezvous and of every collective: a rank that does not "
+                    "join or answer within it stops the run with an error naming it.")
 
     @field_validator("bind_address")
     @classmethod
@@ -305,6 +321,24 @@ class RunConfig(RootSection):
                             "limit in env.kwargs (max_cycles for mpe2, max_ticks for the arena)")
         if problems:
             raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _learner_ranks_fit(self) -> RunConfig:
+        """What several learner ranks need; one clause naming the field at fault."""
+        learners = self.runtime.learners
+        if learners == 1:
+            return self
+        if self.algorithm.name not in DATA_PARALLEL_ALGORITHMS:
+            raise ValueError(f"runtime.learners: {learners} learner ranks learn with "
+                             f"{' or '.join(DATA_PARALLEL_ALGORITHMS)}; algorithm.name {self.algorithm.name!r} "
+                             "learns on one (runtime.learners: 1)")
+        if self.multiagent is not None:
+            raise ValueError(f"runtime.learners: {learners} learner ranks train one policy; a multiagent run "
+                             "takes runtime.learners: 1")
+        if self.runtime.mode != "ray":
+            raise ValueError(f"runtime.learners: {learners} learner ranks are processes of runtime.mode=ray, "
+                             f"not {self.runtime.mode}")
         return self
 
     @model_validator(mode="before")

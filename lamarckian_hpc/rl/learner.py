@@ -19,6 +19,7 @@ from ..mdp import ExperienceBatch
 from ..mdp.staleness import staleness_metrics
 from .adam import Adam
 from .batch import build_rollout_batch
+from .data_parallel import SINGLE_PROCESS, GradientReducer, global_staleness_metrics
 from .dqn import dqn_loss, linear_epsilon
 from .impala import impala_update
 from .optim import NONFINITE_STEPS, GuardedSteps
@@ -52,11 +53,21 @@ class Learner(Protocol):
 
 
 class LearnerBase:
+    #: Whether several ranks can learn together (`reducer`): each update is then one update of the
+    #: ranks' shards laid end to end (`rl.data_parallel`).
+    data_parallel = False
+
     def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
-                 model: torch.nn.Module) -> None:
+                 model: torch.nn.Module, *, reducer: GradientReducer | None = None) -> None:
         """`model`: the network to train, built by the caller after seeding torch with the run's
         seed: the algorithm's own (`runtime.algorithms.make_learner`), or a multi-agent run's
-        policies, which may share layers and read a global state."""
+        policies, which may share layers and read a global state. `reducer`: the group of learner
+        ranks this one belongs to (default: alone); every rank calls `update` in lockstep with its
+        own shard and gets the same diagnostics back."""
+        self.reducer: GradientReducer = SINGLE_PROCESS if reducer is None else reducer
+        if self.reducer.world_size > 1 and not self.data_parallel:
+            raise ValueError(f"{type(self).__name__} learns on one learner rank, not {self.reducer.world_size}; "
+                             "ppo and impala learn on several (runtime.learners)")
         self.config = config
         self.rng = np.random.default_rng(config.seed)
         self.device = select_device(config.runtime.device)
@@ -96,7 +107,7 @@ class LearnerBase:
         """The last half of an update: a new version, and the diagnostics with the learning rate
         and the staleness of `experience`."""
         diagnostics["learning_rate"] = learning_rate
-        diagnostics.update(staleness_metrics(self.version - experience.policy_versions))
+        diagnostics.update(global_staleness_metrics(self.reducer, self.version - experience.policy_versions))
         self.version += 1
         return diagnostics
 
@@ -111,10 +122,12 @@ class LearnerBase:
 class PPOLearner(LearnerBase):
     """PPO on the actor-critic model: GAE on the critic, then clipped updates over minibatches."""
 
+    data_parallel = True
+
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         """One update on `experience`; the version goes up by one. Returns its diagnostics."""
         batch, learning_rate = self.ppo_batch(experience, env_frames)
-        diagnostics = ppo_update(self.model, self.optimizer, batch, self.config.algorithm, self.rng)
+        diagnostics = ppo_update(self.model, self.optimizer, batch, self.config.algorithm, self.rng, self.reducer)
         return self.updated(experience, diagnostics, learning_rate)
 
     def ppo_batch(self, experience: ExperienceBatch, env_frames: int) -> tuple[RolloutBatch, float]:
@@ -130,10 +143,12 @@ class PPOLearner(LearnerBase):
 class ImpalaLearner(LearnerBase):
     """IMPALA on the same actor-critic model: V-trace targets correct for samples of older policies."""
 
+    data_parallel = True
+
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         learning_rate = self._set_learning_rate(env_frames)
         diagnostics = impala_update(self.model, self.optimizer, experience, self.config.algorithm, self.rng,
-                                    self.device)
+                                    self.device, self.reducer)
         return self.updated(experience, diagnostics, learning_rate)
 
 
@@ -163,8 +178,8 @@ class ReplayLearner(LearnerBase):
     `learning_starts` frames."""
 
     def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
-                 model: torch.nn.Module) -> None:
-        super().__init__(config, observation_space, action_space, model)
+                 model: torch.nn.Module, *, reducer: GradientReducer | None = None) -> None:
+        super().__init__(config, observation_space, action_space, model, reducer=reducer)
         self.replay = ReplayBuffer(config.algorithm.replay_capacity)
         self.gradient_steps = 0
         self._owed_steps = 0.0
@@ -195,8 +210,8 @@ class DQNLearner(ReplayLearner):
     """Replay buffer, target network and gradient steps in proportion to the frames that arrive."""
 
     def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
-                 model: torch.nn.Module) -> None:
-        super().__init__(config, observation_space, action_space, model)
+                 model: torch.nn.Module, *, reducer: GradientReducer | None = None) -> None:
+        super().__init__(config, observation_space, action_space, model, reducer=reducer)
         self.algorithm: DQNConfig = config.algorithm  # type: ignore[assignment]
         self.target = copy.deepcopy(self.model)
 

@@ -21,6 +21,7 @@ from ..config import RunConfig, SACConfig
 from ..mdp import ExperienceBatch
 from ..mdp.staleness import staleness_metrics
 from .adam import Adam
+from .data_parallel import GradientReducer
 from .learner import ReplayLearner
 from .optim import GuardedSteps
 from .sac import TwinQ, actor_loss, alpha_loss, box_action_space, critic_loss, soft_update
@@ -42,9 +43,10 @@ def frozen(module: nn.Module) -> Iterator[None]:
 
 class SACLearner(ReplayLearner):
     def __init__(self, config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
-                 model: nn.Module) -> None:
-        """`model`: the actor (`rl.sac.SquashedGaussianActor`); the critics are built here."""
-        super().__init__(config, observation_space, action_space, model)
+                 model: nn.Module, *, reducer: GradientReducer | None = None) -> None:
+        """`model`: the actor (`rl.sac.SquashedGaussianActor`); the critics are built here. `reducer`:
+        only a group of one (SAC learns on one learner rank)."""
+        super().__init__(config, observation_space, action_space, model, reducer=reducer)
         self.algorithm: SACConfig = config.algorithm  # type: ignore[assignment]
         algorithm = self.algorithm
         self.optimizer = Adam(self.model.parameters(), lr=algorithm.learning_rate)  # torch's default eps, as CleanRL

@@ -21,12 +21,13 @@ import gymnasium as gym
 from pydantic import BaseModel
 
 from ..config import A3CConfig, DQNConfig, ImpalaConfig, PPOConfig, RunConfig, SACConfig
-from ..config.train import ALGORITHMS
+from ..config.train import ALGORITHMS, DATA_PARALLEL_ALGORITHMS
 from ..mdp.staleness import STALENESS_METRICS
 
 if TYPE_CHECKING:
     import torch
 
+    from ..rl.data_parallel import GradientReducer
     from ..rl.learner import LearnerBase
 
 #: Metrics every training run reports, whatever its algorithm (with the learner's own, below).
@@ -66,6 +67,8 @@ class RLAlgorithm:
     actor_gradients: str | None = None
     #: Whether the serial trainer can run it (one that learns from actors' gradients cannot).
     serial: bool = True
+    #: Whether its learner can run as several ranks (runtime.learners > 1; `rl.data_parallel`).
+    data_parallel: bool = False
 
     def build(self, part: str, *args: Any) -> Any:
         """Import the named part and call it with `args`."""
@@ -85,10 +88,10 @@ def load(entry_point: str) -> Any:
 RL_ALGORITHMS: dict[str, RLAlgorithm] = {entry.name: entry for entry in (
     RLAlgorithm("ppo", PPOConfig, learner="lamarckian_hpc.rl.learner:PPOLearner", model=_ACTOR_CRITIC,
                 numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH, greedy=_ACTOR_CRITIC_GREEDY,
-                metrics=(*_ACTOR_CRITIC_LOSSES, "approx_kl", "clip_fraction")),
+                metrics=(*_ACTOR_CRITIC_LOSSES, "approx_kl", "clip_fraction"), data_parallel=True),
     RLAlgorithm("impala", ImpalaConfig, learner="lamarckian_hpc.rl.learner:ImpalaLearner", model=_ACTOR_CRITIC,
                 numpy_policy=_ACTOR_CRITIC_NUMPY, torch_policy=_ACTOR_CRITIC_TORCH, greedy=_ACTOR_CRITIC_GREEDY,
-                metrics=_ACTOR_CRITIC_LOSSES),
+                metrics=_ACTOR_CRITIC_LOSSES, data_parallel=True),
     RLAlgorithm("a3c", A3CConfig, learner="lamarckian_hpc.rl.learner:A3CLearner", model=_ACTOR_CRITIC,
                 torch_policy=_ACTOR_CRITIC_TORCH, greedy=_ACTOR_CRITIC_GREEDY, metrics=_ACTOR_CRITIC_LOSSES,
                 actor_gradients="lamarckian_hpc.rl.a3c:a3c_gradients", serial=False),
@@ -105,6 +108,8 @@ RL_ALGORITHMS: dict[str, RLAlgorithm] = {entry.name: entry for entry in (
 )}
 assert {name: entry.config for name, entry in RL_ALGORITHMS.items()} == ALGORITHMS, \
     "every algorithm config of config/train.py needs an entry here, under its name"
+assert tuple(name for name, entry in RL_ALGORITHMS.items() if entry.data_parallel) == DATA_PARALLEL_ALGORITHMS, \
+    "config/train.py's DATA_PARALLEL_ALGORITHMS (what runtime.learners > 1 accepts) must name the entries that are"
 
 
 def rl_algorithm(config: RunConfig) -> RLAlgorithm:
@@ -117,10 +122,13 @@ def build_model(config: RunConfig, observation_space: gym.Space, action_space: g
     return rl_algorithm(config).build("model", observation_space, action_space, config.model)
 
 
-def make_learner(config: RunConfig, observation_space: gym.Space, action_space: gym.Space) -> LearnerBase:
-    """The learner of the run's algorithm, on a network of its own, seeded by the run's seed."""
+def make_learner(config: RunConfig, observation_space: gym.Space, action_space: gym.Space, *,
+                 reducer: GradientReducer | None = None) -> LearnerBase:
+    """The learner of the run's algorithm, on a network of its own, seeded by the run's seed (so the
+    learner ranks of a policy, given their group as `reducer`, start from the same weights and draw
+    the same minibatches)."""
     import torch
 
     torch.manual_seed(config.seed)  # the network's initial weights, then every draw of the learner's
-    return rl_algorithm(config).build("learner", config, observation_space, action_space,
-                                      build_model(config, observation_space, action_space))
+    model = build_model(config, observation_space, action_space)
+    return load(rl_algorithm(config).learner)(config, observation_space, action_space, model, reducer=reducer)
