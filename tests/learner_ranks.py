@@ -7,6 +7,7 @@ between the processes but the arguments of the spawn.
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from pathlib import Path
@@ -27,6 +28,8 @@ CASES: dict[str, dict] = {
     "ppo_cnn_2": {"algorithm": "ppo", "model": "cnn", "shards": [[50, 30], [70, 50]]},
     "impala_2": {"algorithm": "impala", "model": "mlp", "shards": [[100, 120, 90], [200, 90]]},
     "impala_2_empty": {"algorithm": "impala", "model": "mlp", "shards": [[], [300, 300]]},
+    # A NaN reward at rank 1's first step: the minibatches that draw it are skipped on every rank.
+    "impala_2_nan": {"algorithm": "impala", "model": "mlp", "shards": [[100, 120, 90], [200, 90]], "nan": (1, 0)},
 }
 
 
@@ -57,10 +60,13 @@ def shard(name: str, rank: int) -> ExperienceBatch:
             return rng.integers(0, 256, (count, *observation_space.shape), dtype=np.uint8)
         return rng.normal(size=(count, *observation_space.shape)).astype(np.float32)
 
+    rewards = rng.normal(size=steps).astype(np.float32)
+    if CASES[name].get("nan", (None,))[0] == rank:
+        rewards[CASES[name]["nan"][1]] = np.nan
     return ExperienceBatch(
         observations=observations(steps), actions=rng.integers(0, action_space.n, steps).astype(np.int64),
         log_probs=(np.log(1.0 / action_space.n) + rng.normal(scale=0.3, size=steps)).astype(np.float32),
-        rewards=rng.normal(size=steps).astype(np.float32),
+        rewards=rewards,
         policy_versions=rng.integers(0, VERSION + 1, steps).astype(np.int64),
         lengths=np.asarray(lengths, dtype=np.int64), terminated=rng.random(len(lengths)) < 0.5,
         bootstrap_observations=observations(len(lengths)))
@@ -102,6 +108,7 @@ def run_rank(jobs: list[dict], out: str) -> None:
             spec = LearnerGroupSpec(job["rank"], job["world_size"], "127.0.0.1", job["port"], "gloo",
                                     job.get("timeout", 30.0))
             reducer = form_group(spec)
+            (folder / f"interface-{jobs[0]['rank']}.txt").write_text(os.environ["GLOO_SOCKET_IFNAME"])
             for name in job.get("cases", ()):
                 save(folder / f"{name}-{spec.rank}.npz", *learn(name, shard(name, spec.rank), reducer))
             if job.get("missing_rank"):  # rank 0 waits in a collective that rank 1 never joins

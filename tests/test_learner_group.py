@@ -9,16 +9,19 @@ within 1e-5 (float sums in another order), while it moves the weights by far mor
 from __future__ import annotations
 
 import multiprocessing
+import socket
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from learner_ranks import CASES, case_config, case_spaces, global_batch, learn, run_rank
 from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.learner.group import free_port
+from lamarckian_hpc.runtime.learner.group import (LearnerGroupError, LearnerGroupSpec, form_group, free_port,
+                                                  interface_of, local_address_toward)
 
 TOLERANCE = 1e-5
 MISSING_RANK_TIMEOUT = 2.0
@@ -37,7 +40,7 @@ def ranks_ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            "timeout": MISSING_RANK_TIMEOUT}]
     for process in (2, 3):
         jobs[process] += [{"rank": process - 2, "world_size": 2, "port": ports[2],
-                           "cases": ["impala_2", "impala_2_empty"]}]
+                           "cases": ["impala_2", "impala_2_empty", "impala_2_nan"]}]
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=run_rank, args=(jobs[process], str(out))) for process in range(4)]
     for process in processes:
@@ -83,7 +86,8 @@ def test_ranks_make_the_update_of_one_learner(ranks_ran: Path, name: str) -> Non
             first_weights, first_diagnostics = _load(ranks_ran / f"{name}-0.npz")
             assert diagnostics == first_diagnostics
             assert all(np.array_equal(weights[key], first_weights[key]) for key in weights)
-    assert expected_diagnostics["staleness_max"] == 3 and expected_diagnostics["nonfinite_steps"] == 0
+    assert expected_diagnostics["staleness_max"] == 3
+    assert (expected_diagnostics["nonfinite_steps"] > 0) == ("nan" in CASES[name]), expected_diagnostics
 
 
 def test_a_rank_missing_from_a_collective_is_named_within_the_timeout(ranks_ran: Path) -> None:
@@ -108,3 +112,27 @@ def test_several_learners_only_for_algorithms_that_support_them(algorithm: str) 
 def test_several_learners_refused_for_serial_runs() -> None:
     with pytest.raises(ConfigError, match="runtime.learners: 2 learner ranks are processes of runtime.mode=ray"):
         load_config(None, ["runtime.learners=2", "runtime.mode=serial"])
+
+
+def test_gloo_binds_the_interface_that_holds_the_address(ranks_ran: Path) -> None:
+    """The ranks' sockets go on the interface of the rendezvous' route (the loopback here only
+    because the address is a loopback one); any other address is found on its own interface."""
+    assert {path.read_text() for path in ranks_ran.glob("interface-*.txt")} == {interface_of("127.0.0.1")}
+    for name, addresses in psutil.net_if_addrs().items():
+        for entry in addresses:
+            if entry.family == socket.AF_INET and not entry.address.startswith("127."):
+                assert interface_of(entry.address) == name
+                assert local_address_toward(entry.address) == entry.address
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rendezvous_nobody_joins_fails_within_the_timeout(rank: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 alone names rank 1 as missing; rank 1 alone names rank 0, whose store never answers."""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "unset")  # form_group sets it; restored after the test
+    spec = LearnerGroupSpec(rank, 2, "127.0.0.1", free_port("127.0.0.1"), "gloo", timeout_seconds=1.0)
+    started = time.monotonic()
+    with pytest.raises(LearnerGroupError, match=rf"learner rank {rank} of 2 .*{1 - rank}.*tcp://127.0.0.1:{spec.port}") \
+            as error:
+        form_group(spec)
+    assert error.value.ranks == (1 - rank,) and "\n" not in str(error.value)
+    assert time.monotonic() - started < 5.0
