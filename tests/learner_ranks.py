@@ -17,6 +17,7 @@ import numpy as np
 
 from lamarckian_hpc.config import RunConfig
 from lamarckian_hpc.mdp import ExperienceBatch
+from lamarckian_hpc.rl.data_parallel import empty_experience
 
 #: Learner version at the update: the steps' policy versions 0..3 give staleness 0..3.
 VERSION = 3
@@ -52,6 +53,8 @@ def shard(name: str, rank: int) -> ExperienceBatch:
     """Rank `rank`'s shard of case `name`: random fragments, the same wherever they are made."""
     lengths = CASES[name]["shards"][rank]
     observation_space, action_space = case_spaces(name)
+    if not lengths:  # what a rank that received nothing hands to its learner
+        return empty_experience(observation_space, action_space)
     rng = np.random.default_rng([sum(map(ord, name)), rank])
     steps = int(sum(lengths))
 
