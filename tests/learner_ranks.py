@@ -123,8 +123,10 @@ def run_rank(jobs: list[dict], out: str) -> None:
                     except LearnerGroupError as error:
                         message = f"{error}\n{error.ranks}"
                     (folder / "missing_rank.txt").write_text(f"{time.monotonic() - started:.3f}\n{message}")
-                else:
-                    time.sleep(spec.timeout_seconds * 2 + 1)
+                else:  # alive, elsewhere, until rank 0 has given up on it
+                    deadline = time.monotonic() + spec.timeout_seconds * 3 + 5
+                    while not (folder / "missing_rank.txt").exists() and time.monotonic() < deadline:
+                        time.sleep(0.05)
                 continue  # the group is broken: leave it to the process's end
             reducer.close()
     except BaseException:
