@@ -114,6 +114,17 @@ def run_rank(jobs: list[dict], out: str) -> None:
             (folder / f"interface-{jobs[0]['rank']}.txt").write_text(os.environ["GLOO_SOCKET_IFNAME"])
             for name in job.get("cases", ()):
                 save(folder / f"{name}-{spec.rank}.npz", *learn(name, shard(name, spec.rank), reducer))
+            if job.get("dead_rank"):  # rank 1 dies; rank 0's next collective names it
+                if spec.rank == 1:
+                    os._exit(0)
+                started = time.monotonic()
+                try:
+                    reducer.all_gather_counts(5)
+                    message = "no error"
+                except LearnerGroupError as error:
+                    message = f"{error}\n{error.ranks}"
+                (folder / "dead_rank.txt").write_text(f"{time.monotonic() - started:.3f}\n{message}")
+                continue
             if job.get("missing_rank"):  # rank 0 waits in a collective that rank 1 never joins
                 if spec.rank == 0:
                     started = time.monotonic()

@@ -31,7 +31,7 @@ MISSING_RANK_TIMEOUT = 2.0
 def ranks_ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run every group once; the folder of what the ranks wrote."""
     out = tmp_path_factory.mktemp("ranks")
-    ports = [free_port("127.0.0.1") for _ in range(4)]
+    ports = [free_port("127.0.0.1") for _ in range(5)]
     jobs: list[list[dict]] = [[{"rank": process, "world_size": 4, "port": ports[0],
                                 "cases": ["ppo_mlp_4", "ppo_mlp_4_uneven"]}] for process in range(4)]
     for process in (0, 1):
@@ -40,7 +40,9 @@ def ranks_ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            "timeout": MISSING_RANK_TIMEOUT}]
     for process in (2, 3):
         jobs[process] += [{"rank": process - 2, "world_size": 2, "port": ports[2],
-                           "cases": ["impala_2", "impala_2_empty", "impala_2_nan"]}]
+                           "cases": ["impala_2", "impala_2_empty", "impala_2_nan"]},
+                          {"rank": process - 2, "world_size": 2, "port": ports[4], "dead_rank": True,
+                           "timeout": MISSING_RANK_TIMEOUT}]
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=run_rank, args=(jobs[process], str(out))) for process in range(4)]
     for process in processes:
@@ -96,6 +98,13 @@ def test_a_rank_missing_from_a_collective_is_named_within_the_timeout(ranks_ran:
     assert "learner rank 0 of 2" in message and "rank(s) 1 (" in message and "127.0.0.1" in message, message
     # The collective's timeout, then at most half of it waiting for the others to say where they are.
     assert MISSING_RANK_TIMEOUT * 0.9 <= float(elapsed) <= MISSING_RANK_TIMEOUT * 1.5 + 1.0, elapsed
+
+
+def test_a_rank_that_dies_is_named_within_the_timeout(ranks_ran: Path) -> None:
+    elapsed, message, ranks = (ranks_ran / "dead_rank.txt").read_text().splitlines()
+    assert ranks == "(1,)", message
+    assert "learner rank 0 of 2" in message and "all_gather_counts" in message and "rank(s) 1 (" in message, message
+    assert float(elapsed) <= MISSING_RANK_TIMEOUT * 1.5 + 1.0, elapsed
 
 
 @pytest.mark.parametrize("algorithm", ["dqn", "sac", "a3c"])

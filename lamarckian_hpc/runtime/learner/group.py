@@ -123,6 +123,9 @@ def form_group(spec: LearnerGroupSpec) -> TorchDistributedReducer:
         store = dist.TCPStore(spec.address, spec.port, spec.world_size, is_master=spec.rank == 0, timeout=timeout,
                               wait_for_workers=False)
     except Exception as error:  # noqa: BLE001 - torch raises several kinds (DistNetworkError, RuntimeError)
+        if spec.rank == 0:
+            raise LearnerGroupError(f"{where} ({host} {local}): cannot listen for the rendezvous at "
+                                    f"{spec.rendezvous}: {_first_line(error)}", (), spec.rendezvous) from error
         raise LearnerGroupError(f"{where} ({host} {local}): rank 0's rendezvous at {spec.rendezvous} did not answer "
                                 f"within {spec.timeout_seconds:g} s: {_first_line(error)}", (0,),
                                 spec.rendezvous) from error
@@ -137,9 +140,14 @@ def form_group(spec: LearnerGroupSpec) -> TorchDistributedReducer:
                                 f"{spec.rendezvous} within {spec.timeout_seconds:g} s", missing,
                                 spec.rendezvous) from error
     backend = "cpu:gloo,cuda:nccl" if spec.backend == "nccl" else "gloo"
-    dist.init_process_group(backend=backend, store=dist.PrefixStore("group", store), rank=spec.rank,
-                            world_size=spec.world_size, timeout=timeout)
-    return TorchDistributedReducer(spec, store, f"{host} {local}")
+    reducer = TorchDistributedReducer(spec, store, f"{host} {local}")
+    started = time.monotonic()
+    try:
+        dist.init_process_group(backend=backend, store=dist.PrefixStore("group", store), rank=spec.rank,
+                                world_size=spec.world_size, timeout=timeout)
+    except Exception as error:  # noqa: BLE001 - a rank lost between the rendezvous and the connections
+        raise reducer._failure("connect", error, time.monotonic() - started) from error
+    return reducer
 
 
 def _has(store: dist.Store, key: str) -> bool:
