@@ -9,6 +9,7 @@ import torch
 from ..config import ImpalaConfig
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
+from .device import to_device
 from .optim import GuardedSteps
 from .returns import next_values_of_fragments
 from .vtrace import vtrace
@@ -21,10 +22,13 @@ def impala_update(
     config: ImpalaConfig,
     rng: np.random.Generator,
     device: torch.device,
+    pinned: bool = True,
 ) -> dict[str, float]:
-    observations = torch.from_numpy(experience.observations).to(device)
-    actions = torch.from_numpy(experience.actions).to(device)
-    bootstrap = torch.from_numpy(experience.bootstrap_observations).to(device)
+    """`num_epochs` passes of V-trace targets and shuffled minibatch steps. The experience goes to
+    `device` once (`rl.device.to_device`); with a fused Adam nothing is read back per minibatch."""
+    observations = to_device(experience.observations, device, pinned)
+    actions = to_device(experience.actions, device, pinned)
+    bootstrap = to_device(experience.bootstrap_observations, device, pinned)
     steps = GuardedSteps(model, optimizer, config.max_grad_norm)
     for _ in range(config.num_epochs):
         with torch.no_grad():  # targets from the current policy and critic, once per pass
@@ -36,8 +40,8 @@ def impala_update(
         vs, advantages = vtrace(experience.log_probs, target_log_probs.cpu().numpy(),
                                 experience.rewards * np.float32(config.reward_scale), values_np, next_values,
                                 segment_ends, config.gamma, config.rho_bar, config.c_bar)
-        vs_t, advantages_t = torch.from_numpy(vs).to(device), torch.from_numpy(advantages).to(device)
-        order = torch.from_numpy(rng.permutation(len(experience))).to(device)
+        vs_t, advantages_t = to_device(vs, device, pinned), to_device(advantages, device, pinned)
+        order = to_device(rng.permutation(len(experience)), device, pinned)
         size = min(config.minibatch_size, len(experience))
         for start in range(0, len(experience) - size + 1, size):
             index = order[start : start + size]

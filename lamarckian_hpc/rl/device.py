@@ -1,0 +1,70 @@
+"""Where a learner runs, and how its batch gets there.
+
+`choose_device` turns `runtime.device` into a torch device and a reason the learner logs: `auto`
+takes the GPU where the GPU's update is the faster one (see `AUTO_RULE`), the CPU's threads where
+they are.
+
+`to_device` moves one experience array to the learner's device. On the CPU it is the array itself
+(no copy). On a GPU a copy from pageable memory goes through the driver's own staging buffer at a
+fraction of the bus's speed and waits for the stream (measured on an H200: 36 ms for image Pong's
+8,192 frames, half the update's GPU time); instead the array is copied, in chunks, into page-locked
+(pinned) host memory and from there to the device without waiting, so that the host's copy of
+one chunk overlaps the bus transfer of the one before. Frames stay uint8 until they are on the
+device (a quarter of float32's bytes); the model converts them there.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+#: Bytes per pinned staging copy: big enough that each transfer runs near the bus's speed, small
+#: enough that the host copies the next chunk while the bus moves this one.
+CHUNK_BYTES = 16 << 20
+
+#: `runtime.device: auto` with a GPU present: which learners go to it. A CNN learner trains many
+#: times faster there; a PPO learner with an MLP too, once its minibatch step is a replayed CUDA
+#: graph (`rl.captured`); the learners that step eagerly with small MLPs (IMPALA, DQN, SAC, A3C)
+#: wait on kernel launches there and stay on the CPU's threads.
+#: Measured on one H200 with 16 CPU threads (benchmarks/gpu_learner_check.py,
+#: docs/benchmarks/learning.md): see the learner's ceiling section.
+AUTO_RULE = "a CNN, or PPO (replayed CUDA graphs), on the GPU; other MLP learners on the CPU's threads"
+
+
+def choose_device(requested: str, model_kind: str = "mlp", algorithm: str = "ppo") -> tuple[torch.device, str]:
+    """The learner's device for `runtime.device` = `requested` (auto, cpu, cuda), and why."""
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("runtime.device is 'cuda' but torch sees no GPU; use 'auto' or 'cpu'")
+    if requested != "auto":
+        return torch.device(requested), f"runtime.device is {requested}"
+    if not torch.cuda.is_available():
+        return torch.device("cpu"), "runtime.device is auto and torch sees no GPU"
+    if model_kind == "cnn":
+        return torch.device("cuda"), "runtime.device is auto: a CNN learner trains many times faster on the GPU"
+    if algorithm == "ppo":
+        return torch.device("cuda"), ("runtime.device is auto: a PPO learner replays its minibatch step as a CUDA "
+                                      "graph, faster than the CPU's threads even for an MLP")
+    return torch.device("cpu"), (f"runtime.device is auto: an MLP {algorithm} learner launches every kernel "
+                                 "eagerly and runs faster on the CPU's threads than on the GPU")
+
+
+def to_device(array: np.ndarray, device: torch.device, pinned: bool = True) -> Tensor:
+    """`array` as a tensor on `device`, in its own dtype. On a GPU, through pinned memory without
+    waiting (`pinned`; see the module's doc), or the plain pageable copy (pinned False)."""
+    source = torch.from_numpy(array)
+    if device.type != "cuda" or not pinned:
+        return source.to(device)
+    if source.dim() == 0 or source.nbytes <= CHUNK_BYTES:
+        return source.pin_memory().to(device, non_blocking=True)
+    source = source.contiguous()
+    target = torch.empty(source.shape, dtype=source.dtype, device=device)
+    rows = max(1, CHUNK_BYTES // max(1, source[0].nbytes))
+    for start in range(0, len(source), rows):
+        # The caching host allocator keeps each pinned chunk until its transfer is done.
+        target[start : start + rows].copy_(source[start : start + rows].pin_memory(), non_blocking=True)
+    return target
