@@ -57,6 +57,10 @@ ROWS = [("pong-nature", "ppo"), ("cartpole", "ppo"), ("football", "ppo"), ("cart
 #: The GPU's paths, added one at a time: (name, pinned transfers, fused Adam deciding on the device, graphs).
 LADDER = [("baseline", False, False, False), ("+pinned", True, False, False), ("+fused", True, True, False),
           ("+graphs", True, True, True)]
+#: pong-nature PPO only: settings outside the learner, each on top of every path (module, attribute, value).
+EXTRA = {"+graphs cudnn.benchmark": [(torch.backends.cudnn, "benchmark", True)],
+         "+graphs cudnn.benchmark tf32": [(torch.backends.cudnn, "benchmark", True),
+                                          (torch.backends.cuda.matmul, "allow_tf32", True)]}
 
 
 def _small_model(device: torch.device, seed: int = 0) -> ActorCritic:
@@ -229,6 +233,7 @@ def main() -> None:
         result["checks"] = correctness(device)
     except Exception:  # the timing parts still run; the failure is in the JSON and the output
         result["checks"] = {"error": traceback.format_exc()}
+    print("load average:", result["uptime"], "gpu:", result["gpu"], "torch:", torch.__version__, flush=True)
     print("checks:", json.dumps(result["checks"], default=str), flush=True)
     save()
     result["transfers"] = transfers(device, 512 if args.quick else 8192, 2 if args.quick else 5)
@@ -249,6 +254,8 @@ def main() -> None:
         variants = [(name, (p, f, g)) for name, p, f, g in LADDER] if device.type == "cuda" else [("cpu-path", (True, True, True))]
         if algorithm != "ppo" and device.type == "cuda":
             variants = [v for v in variants if v[0] in ("baseline", "+fused")]  # graphs are PPO's
+        if device.type == "cuda" and workload.startswith("pong") and algorithm == "ppo":
+            variants += [(name, (True, True, True)) for name in EXTRA]  # settings beyond the learner's own
         runs = [(device.type, args.cpu_threads, v) for v in variants]
         runs.append(("cpu", args.cpu_threads, ("cpu", (True, True, True))))
         if device.type == "cpu":
@@ -257,7 +264,10 @@ def main() -> None:
             if time.monotonic() - started > args.budget_seconds:
                 left_out.append(f"{workload} {algorithm} {run_device} {variant}")
                 continue
+            saved = {name: getattr(module, name) for module, name, _ in EXTRA.get(variant, ())}
             try:
+                for module, name, value in EXTRA.get(variant, ()):
+                    setattr(module, name, value)
                 row = learner_row(workload, algorithm, run_device, threads, updates, variant, paths, batch)
             except Exception:
                 row = {"workload": workload, "algorithm": algorithm, "device": run_device, "variant": variant,
@@ -265,6 +275,9 @@ def main() -> None:
                 print(row["error"], flush=True)
                 rows.append(row)
                 continue
+            finally:
+                for module, name, _ in EXTRA.get(variant, ()):
+                    setattr(module, name, saved[name])
             row["auto_device"] = choose_device("auto" if device.type == "cuda" else "cpu",
                                                "cnn" if workload.startswith("pong") else "mlp", algorithm)[0].type
             rows.append(row)
