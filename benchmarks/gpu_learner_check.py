@@ -7,13 +7,17 @@ Three parts, in at most about 8 minutes on one H200 with 16 cores:
 
 1. checks on the GPU: Adam's fused step against torch.optim.Adam(fused=True); the recorded
    (CUDA graph) PPO update against the eager one, weights within 1e-5, and a batch of NaN
-   advantages skipped whole on the device with parameters and moments unchanged;
+   advantages skipped whole on the device with parameters and moments unchanged; CartPole's PPO
+   and IMPALA learners with and without recorded steps, weights within 1e-4 after 3 updates;
 2. moving image Pong's batch of 8,192 uint8 frames to the device: pageable, pinned whole, pinned
    in chunks (`rl.device.to_device`);
-3. env steps trained per second for pong-nature (PPO and IMPALA), CartPole and Football (PPO and
-   IMPALA): on the GPU with its paths added one at a time (`baseline`: pageable copies, host-checked
-   steps, multi-tensor Adam, eager; `+pinned`; `+fused`: fused Adam deciding on the device, no
-   read back per minibatch; `+graphs`: the recorded minibatch step), and on the CPU's threads.
+3. env steps trained per second for pong-nature, CartPole and Football, PPO and IMPALA, at their
+   configs' settings: on the GPU with its paths added one at a time (`baseline`: pageable copies,
+   host-checked steps, multi-tensor Adam, eager launches, what the learner did before; `+pinned`;
+   `+fused`: fused Adam deciding on the device, nothing read back per minibatch; `+graphs`: the
+   recorded minibatch step; `+cudnn.benchmark`: every path, the GPU learner's default), on the
+   CPU's threads, and pong-nature PPO with settings beyond its config's (NCHW frames, TF32
+   matrix products, a bfloat16 CNN).
 
     python benchmarks/gpu_learner_check.py [--device cuda] [--updates 5] [--quick] [--budget-seconds 420]
                                            [--output benchmarks/results/gpu_learner_check.json]
@@ -42,10 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_ceiling import WORKLOADS, synthetic_experience, update_seconds, workload_config  # noqa: E402
 
 from lamarckian_hpc.config import ModelConfig, PPOConfig  # noqa: E402
-from lamarckian_hpc.models import ActorCritic  # noqa: E402
+from lamarckian_hpc.models import ActorCritic, cnn  # noqa: E402
 from lamarckian_hpc.rl import RolloutBatch, ppo_loss, ppo_update  # noqa: E402
 from lamarckian_hpc.rl.adam import Adam  # noqa: E402
-from lamarckian_hpc.rl.captured import CapturedPPOSteps  # noqa: E402
+from lamarckian_hpc.rl.captured import CapturedSteps  # noqa: E402
 from lamarckian_hpc.rl.device import choose_device, to_device  # noqa: E402
 from lamarckian_hpc.runtime.algorithms import make_learner  # noqa: E402
 
@@ -54,13 +58,19 @@ RESULTS = ROOT / "benchmarks" / "results" / "gpu_learner_check.json"
 #: (workload, algorithm) rows, in order of importance (the budget may cut the last).
 ROWS = [("pong-nature", "ppo"), ("cartpole", "ppo"), ("football", "ppo"), ("cartpole", "impala"),
         ("football", "impala"), ("pong-nature", "impala")]
-#: The GPU's paths, added one at a time: (name, pinned transfers, fused Adam deciding on the device, graphs).
-LADDER = [("baseline", False, False, False), ("+pinned", True, False, False), ("+fused", True, True, False),
-          ("+graphs", True, True, True)]
-#: pong-nature PPO only: settings outside the learner, each on top of every path (module, attribute, value).
-EXTRA = {"+graphs cudnn.benchmark": [(torch.backends.cudnn, "benchmark", True)],
-         "+graphs cudnn.benchmark tf32": [(torch.backends.cudnn, "benchmark", True),
-                                          (torch.backends.cuda.matmul, "allow_tf32", True)]}
+#: The GPU's paths, added one at a time: (name, pinned transfers, fused Adam deciding on the
+#: device, recorded graphs, cudnn.benchmark). The last is what a GPU learner runs by default.
+LADDER = [("baseline", False, False, False, False), ("+pinned", True, False, False, False),
+          ("+fused", True, True, False, False), ("+graphs", True, True, True, False),
+          ("+cudnn.benchmark", True, True, True, True)]
+DEFAULT = LADDER[-1][0]
+#: pong-nature PPO only, each on top of the default: settings outside the config's own
+#: ((module, attribute, value) to set, and the CNN's precision).
+EXTRA: dict[str, tuple[list[tuple[object, str, object]], str | None]] = {
+    "default, NCHW frames": ([(cnn, "GPU_MEMORY_FORMAT", torch.contiguous_format)], None),
+    "default, TF32 matmuls": ([(torch.backends.cuda.matmul, "allow_tf32", True)], None),
+    "default, bfloat16 CNN": ([], "bfloat16"),
+}
 
 
 def _small_model(device: torch.device, seed: int = 0) -> ActorCritic:
@@ -111,11 +121,11 @@ def correctness(device: torch.device) -> dict:
         optimizer = Adam(model.parameters(), lr=3e-3, eps=1e-5)
         batch, rng = _small_batch(model, 1024), np.random.default_rng(0)
         if captured:
-            steps = CapturedPPOSteps(model, optimizer, config)
-            diagnostics = [steps.update(batch, rng) for _ in range(3)]
+            steps = CapturedSteps(model, optimizer)
+            diagnostics = [ppo_update(model, optimizer, batch, config, rng, steps) for _ in range(3)]
             checks["graph_recordings"] = steps.recordings
             before = [t.clone() for t in steps._state_tensors()]
-            skipped = steps.update(_small_batch(model, 1024, nan=True), rng)
+            skipped = ppo_update(model, optimizer, _small_batch(model, 1024, nan=True), config, rng, steps)
             after = steps._state_tensors()
             checks["graph_nan_batch_skipped_steps"] = skipped["nonfinite_steps"]
             checks["graph_nan_batch_state_unchanged"] = all(torch.equal(a, b) for a, b in zip(before, after))
@@ -155,27 +165,53 @@ def transfers(device: torch.device, frames: int, repeats: int = 5) -> list[dict]
 
 
 def learner_row(workload: str, algorithm: str, device: str, threads: int, updates: int, variant: str,
-                paths: tuple[bool, bool, bool], batch_size: int | None) -> dict:
-    """Part 3: one learner's update time with the GPU's paths `paths` (pinned, fused, graphs)."""
+                paths: tuple[bool, bool, bool, bool], batch_size: int | None, precision: str | None = None) -> dict:
+    """Part 3: one learner's update time with the GPU's paths `paths` (pinned, fused, graphs,
+    cudnn.benchmark; the learner's defaults on a CPU)."""
     torch.set_num_threads(threads)
     spec = WORKLOADS[workload]
-    config = workload_config(spec, algorithm, threads, device, batch_size)
+    config = workload_config(spec, algorithm, threads, device, batch_size, precision)
     learner = make_learner(config, spec.observation_space, gym.spaces.Discrete(spec.actions))
-    pinned, fused, graphs = paths
-    learner.pinned_transfers = pinned
-    learner.optimizer.fused = fused and learner.device.type == "cuda"
-    if hasattr(learner, "captured_steps"):
+    if learner.device.type == "cuda":
+        pinned, fused, graphs, benchmark = paths
+        learner.pinned_transfers = pinned
+        learner.optimizer.fused = fused
         learner.captured_steps = graphs
+        torch.backends.cudnn.benchmark = benchmark
     experience = synthetic_experience(spec.observation_space, spec.actions, config.algorithm.batch_size, 0)
     seconds = update_seconds(learner, experience, updates)
     median = statistics.median(seconds[1:])
-    captured = getattr(learner, "_captured", None)
+    captured = learner._captured
     return {"workload": workload, "algorithm": algorithm, "device": learner.device.type, "threads": threads,
             "variant": variant, "batch": len(experience), "epochs": config.algorithm.num_epochs,
-            "minibatches": config.algorithm.num_minibatches, "warmup_seconds": seconds[0],
-            "update_seconds": median, "spread_seconds": max(seconds[1:]) - min(seconds[1:]),
-            "steps_per_second": len(experience) / median,
-            "graph_recordings": captured.recordings if captured is not None else 0}
+            "minibatches": config.algorithm.num_minibatches, "cnn_precision": precision,
+            "warmup_seconds": seconds[0], "update_seconds": median,
+            "spread_seconds": max(seconds[1:]) - min(seconds[1:]), "steps_per_second": len(experience) / median,
+            "graph_recordings": captured.recordings if captured is not None else 0,
+            "graph_unavailable": captured.unavailable if captured is not None else None}
+
+
+def learner_checks(device: torch.device) -> dict:
+    """The learners themselves with and without recorded steps (CartPole's PPO and IMPALA, 3
+    updates): the largest parameter difference, and that the recorded ones were recorded once."""
+    checks = {}
+    for algorithm in ("ppo", "impala"):
+        models = []
+        for graphs in (False, True):
+            spec = WORKLOADS["cartpole"]
+            config = workload_config(spec, algorithm, 4, device.type)
+            learner = make_learner(config, spec.observation_space, gym.spaces.Discrete(spec.actions))
+            learner.captured_steps = graphs
+            experience = synthetic_experience(spec.observation_space, spec.actions, config.algorithm.batch_size, 0)
+            for index in range(3):
+                learner.update(experience, env_frames=index * len(experience))
+            models.append(learner.model)
+            if graphs:
+                checks[f"{algorithm}_learner_recordings"] = learner._captured.recordings if learner._captured else 0
+        difference = max(float((a - b).detach().abs().max()) for a, b in zip(*(m.parameters() for m in models)))
+        checks[f"{algorithm}_learner_graph_vs_eager_max_abs"] = difference
+        checks[f"{algorithm}_learner_graph_vs_eager_ok"] = difference <= 1e-4
+    return checks
 
 
 def profile_update(workload: str, algorithm: str, threads: int, batch_size: int | None) -> dict:
@@ -229,10 +265,12 @@ def main() -> None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
-    try:
-        result["checks"] = correctness(device)
-    except Exception:  # the timing parts still run; the failure is in the JSON and the output
-        result["checks"] = {"error": traceback.format_exc()}
+    result["checks"] = {}
+    for part in (correctness, learner_checks):
+        try:
+            result["checks"].update(part(device))
+        except Exception:  # the timing parts still run; the failure is in the JSON and the output
+            result["checks"][f"{part.__name__}_error"] = traceback.format_exc()
     print("load average:", result["uptime"], "gpu:", result["gpu"], "torch:", torch.__version__, flush=True)
     print("checks:", json.dumps(result["checks"], default=str), flush=True)
     save()
@@ -249,42 +287,42 @@ def main() -> None:
     plan = ROWS[:3] if args.quick else ROWS
     print("\n| workload | algorithm | device | variant | threads | batch x epochs / minibatches | update (ms) | "
           "steps/s |\n|---|---|---|---|---:|---:|---:|---:|", flush=True)
+    runs = []
     for workload, algorithm in plan:
         batch = 512 if args.quick and workload.startswith("pong") else None
-        variants = [(name, (p, f, g)) for name, p, f, g in LADDER] if device.type == "cuda" else [("cpu-path", (True, True, True))]
-        if algorithm != "ppo" and device.type == "cuda":
-            variants = [v for v in variants if v[0] in ("baseline", "+fused")]  # graphs are PPO's
-        if device.type == "cuda" and workload.startswith("pong") and algorithm == "ppo":
-            variants += [(name, (True, True, True)) for name in EXTRA]  # settings beyond the learner's own
-        runs = [(device.type, args.cpu_threads, v) for v in variants]
-        runs.append(("cpu", args.cpu_threads, ("cpu", (True, True, True))))
-        if device.type == "cpu":
-            runs = runs[-1:]
-        for run_device, threads, (variant, paths) in runs:
-            if time.monotonic() - started > args.budget_seconds:
-                left_out.append(f"{workload} {algorithm} {run_device} {variant}")
-                continue
-            saved = {name: getattr(module, name) for module, name, _ in EXTRA.get(variant, ())}
-            try:
-                for module, name, value in EXTRA.get(variant, ()):
-                    setattr(module, name, value)
-                row = learner_row(workload, algorithm, run_device, threads, updates, variant, paths, batch)
-            except Exception:
-                row = {"workload": workload, "algorithm": algorithm, "device": run_device, "variant": variant,
-                       "error": traceback.format_exc()}
-                print(row["error"], flush=True)
-                rows.append(row)
-                continue
-            finally:
-                for module, name, _ in EXTRA.get(variant, ()):
-                    setattr(module, name, saved[name])
-            row["auto_device"] = choose_device("auto" if device.type == "cuda" else "cpu",
-                                               "cnn" if workload.startswith("pong") else "mlp", algorithm)[0].type
+        if device.type == "cuda":
+            runs += [(workload, algorithm, "cuda", name, paths, [], None, batch) for name, *paths in LADDER]
+        runs.append((workload, algorithm, "cpu", "cpu", (True, True, True, False), [], None, batch))
+    if device.type == "cuda":  # last: settings outside the config's own, on top of the default
+        default = tuple(LADDER[-1][1:])
+        runs += [("pong-nature", "ppo", "cuda", name, default, settings, precision, None)
+                 for name, (settings, precision) in EXTRA.items()]
+    for workload, algorithm, run_device, variant, paths, settings, precision, batch in runs:
+        if time.monotonic() - started > args.budget_seconds:
+            left_out.append(f"{workload} {algorithm} {run_device} {variant}")
+            continue
+        saved = [(module, name, getattr(module, name)) for module, name, _ in settings]
+        try:
+            for module, name, value in settings:
+                setattr(module, name, value)
+            row = learner_row(workload, algorithm, run_device, args.cpu_threads, updates, variant, paths, batch,
+                              precision)
+        except Exception:
+            row = {"workload": workload, "algorithm": algorithm, "device": run_device, "variant": variant,
+                   "error": traceback.format_exc()}
+            print(row["error"], flush=True)
             rows.append(row)
-            print(f"| {workload} | {algorithm} | {row['device']} | {variant} | {threads} | {row['batch']:,} x "
-                  f"{row['epochs']} / {row['minibatches']} | {row['update_seconds'] * 1e3:.1f} | "
-                  f"{row['steps_per_second']:,.0f} |", flush=True)
-            save()
+            continue
+        finally:
+            for module, name, value in saved:
+                setattr(module, name, value)
+        row["auto_device"] = choose_device("auto" if device.type == "cuda" else "cpu",
+                                           "cnn" if workload.startswith("pong") else "mlp", algorithm)[0].type
+        rows.append(row)
+        print(f"| {workload} | {algorithm} | {row['device']} | {variant} | {args.cpu_threads} | {row['batch']:,} x "
+              f"{row['epochs']} / {row['minibatches']} | {row['update_seconds'] * 1e3:.1f} | "
+              f"{row['steps_per_second']:,.0f} |", flush=True)
+        save()
     if device.type == "cuda" and time.monotonic() - started < args.budget_seconds + 30:
         try:
             result["profile"] = profile_update("pong-nature", "ppo", args.cpu_threads, None)
@@ -298,8 +336,7 @@ def main() -> None:
         if "error" in row:
             continue
         key = (row["workload"], row["algorithm"], row["device"])
-        default = "+graphs" if row["algorithm"] == "ppo" else "+fused"  # every path that applies
-        if row["device"] == "cpu" or row["variant"] == default:
+        if row["device"] == "cpu" or row["variant"] == DEFAULT:
             best[key] = row["steps_per_second"]
     for (workload, algorithm, dev), value in sorted(best.items()):
         if dev == "cuda" and (workload, algorithm, "cpu") in best:

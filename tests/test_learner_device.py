@@ -14,7 +14,7 @@ from lamarckian_hpc.config import ModelConfig, PPOConfig
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.rl import RolloutBatch, ppo_loss, ppo_update
 from lamarckian_hpc.rl.adam import Adam
-from lamarckian_hpc.rl.captured import CapturedPPOSteps, why_not_captured
+from lamarckian_hpc.rl.captured import CapturedSteps, why_not_captured
 from lamarckian_hpc.rl.device import choose_device, to_device
 from lamarckian_hpc.rl.optim import NONFINITE_STEPS, GuardedSteps
 
@@ -160,11 +160,11 @@ def test_the_recorded_update_equals_the_eager_one_and_skips_nonfinite_minibatche
         assert why_not_captured(model, optimizer) is None
         batch, rng = _batch(model, 256), np.random.default_rng(0)
         if captured:
-            steps = CapturedPPOSteps(model, optimizer, config)
-            diagnostics = [steps.update(batch, rng) for _ in range(2)]
+            steps = CapturedSteps(model, optimizer)
+            diagnostics = [ppo_update(model, optimizer, batch, config, rng, steps) for _ in range(2)]
             assert steps.recordings == 1
             before = _state(model, optimizer)
-            skipped = steps.update(_batch(model, 256, reward=float("nan")), rng)
+            skipped = ppo_update(model, optimizer, _batch(model, 256, reward=float("nan")), config, rng, steps)
             assert skipped[NONFINITE_STEPS] == 8
             assert all(torch.equal(a, b) for a, b in zip(before, _state(model, optimizer)))
         else:

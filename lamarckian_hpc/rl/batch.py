@@ -7,7 +7,7 @@ import torch
 
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
-from .device import to_device
+from .device import to_device, to_device_mapped
 from .ppo import RolloutBatch
 from .returns import generalized_advantages, next_values_of_fragments
 
@@ -23,10 +23,15 @@ def build_rollout_batch(
 ) -> RolloutBatch:
     """Estimate advantages with the current critic; one forward pass covers steps and bootstraps.
     The arrays go to `device` once (`rl.device.to_device`; `pinned` as there)."""
-    observations = to_device(experience.observations, device, pinned)
     bootstrap = to_device(experience.bootstrap_observations, device, pinned)
-    with torch.no_grad():
-        values = model.value(torch.cat([observations, bootstrap])).cpu().numpy()
+    if device.type == "cuda" and pinned:  # the critic's pass overlaps the copy (`to_device_mapped`)
+        with torch.no_grad():
+            observations, step_values = to_device_mapped(experience.observations, device, model.value)
+            values = torch.cat([step_values, model.value(bootstrap)]).cpu().numpy()
+    else:
+        observations = to_device(experience.observations, device, pinned)
+        with torch.no_grad():
+            values = model.value(torch.cat([observations, bootstrap])).cpu().numpy()
     step_values, bootstrap_values = values[: len(experience)], values[len(experience) :]
     next_values, segment_ends = next_values_of_fragments(
         step_values, experience.lengths, bootstrap_values, experience.terminated

@@ -1,4 +1,5 @@
-"""A PPO update's minibatch step recorded once as a CUDA graph, then replayed for every minibatch.
+"""An update's minibatch step recorded once as a CUDA graph, then replayed for every minibatch
+(PPO's and IMPALA's).
 
 Launched eagerly, one minibatch step of image Pong's CNN is about 150 kernels, each a few
 microseconds of Python and driver work on the host; with minibatches of 256 the GPU finishes each
@@ -6,39 +7,40 @@ kernel before the next is launched and waits (measured on an H200: 5,043 launche
 GPU busy 71 ms of about 200). A graph replays the whole step (gather the minibatch's rows, loss,
 backward, clipping, the fused Adam step, the diagnostics' sums) as one launch.
 
-What it takes: the step reads everything from static device buffers. The update's batch is
+What it takes: the step reads everything from static device buffers. The update's tensors are
 copied into them (device to device, a fraction of a millisecond), and before each replay the
 minibatch's indices into an index buffer; the minibatch order comes from the same generator, one
-permutation per epoch, as in `ppo_update`. The step is `GuardedSteps(sync_free=True)`'s: a
+permutation per epoch, as in the eager update. The step is `GuardedSteps(sync_free=True)`'s: a
 non-finite loss or gradient is skipped by the fused Adam kernel itself, and the loss parts are
 summed in place in device tensors read once per update. Recording runs a few warm-up steps first
 (CUDA's libraries allocate their workspaces there) with every step disallowed on the device, so
-parameters and moments are as before.
+parameters and moments are as before. The graph is recorded again when what it baked in changes:
+the algorithm's settings, the shapes, or the optimizer's state tensors (a checkpoint loaded).
 
-Where it does not apply, the eager steps run (`ppo_update`): on a CPU; with an optimizer other
-than `rl.adam.Adam`'s fused step; with several data-parallel processes (their gradients are
-reduced between backward and clipping, which a graph of one process cannot hold); and for a CNN
-under autocast (`model.cnn_precision: bfloat16`: autocast's weight cache cannot be recorded).
+Where it does not apply, the eager steps run: on a CPU; with an optimizer other than
+`rl.adam.Adam`'s fused step; with several data-parallel processes (their gradients are reduced
+between backward and clipping, which a graph of one process cannot hold); and where recording
+fails (said once in the log).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from ..config import PPOConfig
 from .adam import Adam
-from .device import to_device
 from .optim import GuardedSteps, skips_on_device
-from .ppo import RolloutBatch, ppo_loss
 
 log = logging.getLogger(__name__)
 
 #: Eager steps run before recording, all of them disallowed on the device (no parameter changes).
 WARMUP_STEPS = 3
+
+#: The loss of one minibatch, given its fields (the rows the indices pick): (loss, named parts).
+MinibatchLoss = Callable[[Sequence[Tensor]], tuple[Tensor, dict[str, Tensor]]]
 
 
 def data_parallel() -> bool:
@@ -48,7 +50,7 @@ def data_parallel() -> bool:
 
 
 def why_not_captured(model: torch.nn.Module, optimizer: object) -> str | None:
-    """None when a PPO update of `model` with `optimizer` can be recorded; else the reason."""
+    """None when an update of `model` with `optimizer` can be recorded; else the reason."""
     device = next(model.parameters()).device
     if device.type != "cuda":
         return f"the learner is on {device.type}"
@@ -56,42 +58,63 @@ def why_not_captured(model: torch.nn.Module, optimizer: object) -> str | None:
         return "the optimizer is not rl.adam.Adam's fused step"
     if data_parallel():
         return "the learner is one of several data-parallel processes"
-    if any(getattr(module, "compute_dtype", None) is not None for module in model.modules()):
-        return "the model computes under autocast (model.cnn_precision)"
     return None
 
 
-class CapturedPPOSteps:
-    """`ppo_update` with every minibatch step a replay of one recorded CUDA graph."""
+class RecordingFailed(RuntimeError):
+    """The step could not be recorded; nothing was changed, and the caller steps eagerly."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: Adam, config: PPOConfig) -> None:
-        self.model, self.optimizer, self.config = model, optimizer, config
+
+class CapturedSteps:
+    """Minibatch steps of one loss over static buffers, recorded once and replayed. An update calls
+    `begin`, then per epoch `load` (its tensors) and `replay_epoch` (an order), then `diagnostics`."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: Adam) -> None:
+        self.model, self.optimizer = model, optimizer
         self.device = next(model.parameters()).device
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.buffers: RolloutBatch | None = None
+        self.buffers: list[Tensor] = []
         self.index: Tensor | None = None
         self.steps: GuardedSteps | None = None
-        #: The tensors the graph read and wrote when it was recorded: if any has been replaced since
-        #: (a checkpoint loaded into the optimizer, a member's state copied in), it is recorded again.
+        self.key: Any = None
+        #: The tensors the graph read and wrote when it was recorded (see the module's doc).
         self._recorded_with: list[Tensor] = []
         self.recordings = 0
+        #: Why recording failed, once it has (then the learner steps eagerly from there on).
+        self.unavailable: str | None = None
 
-    def update(self, batch: RolloutBatch, rng: np.random.Generator) -> dict[str, float]:
-        """What `ppo_update(model, optimizer, batch, config, rng)` does, by replays."""
-        size = len(batch)
-        minibatch = min(self.config.minibatch_size, size)
-        if not self._still_recorded(batch, minibatch):
-            self._record(batch, minibatch)
-        assert self.graph is not None and self.buffers is not None and self.index is not None and self.steps
-        for field, buffer in zip(batch, self.buffers):
-            buffer[:size].copy_(field, non_blocking=True)
+    def begin(self) -> None:
+        """Start an update: the learning rate as the optimizer has it now, the sums at zero."""
         self.optimizer.sync_learning_rate()
-        self.steps.reset()
-        for _ in range(self.config.num_epochs):
-            order = to_device(rng.permutation(size), self.device)
-            for start in range(0, size - minibatch + 1, minibatch):
-                self.index.copy_(order[start : start + minibatch], non_blocking=True)
-                self.graph.replay()
+        if self.steps is not None:
+            self.steps.reset()
+
+    def load(self, fields: Sequence[Tensor], minibatch: int, loss: MinibatchLoss, max_grad_norm: float,
+             key: Any) -> None:
+        """Copy `fields` (rows first, all the same number) into the buffers, recording the step of
+        `loss` (gradients clipped to `max_grad_norm`) over minibatches of `minibatch` rows first if
+        the graph is missing or stale (`key`: the settings the step bakes in, compared with ==)."""
+        if not self._still_recorded(fields, minibatch, key):
+            try:
+                self._record(fields, minibatch, loss, max_grad_norm, key)
+            except Exception as error:  # torch raises plain RuntimeErrors for what cannot be recorded
+                self.graph = None
+                self.unavailable = f"{type(error).__name__}: {error}".splitlines()[0]
+                log.warning("minibatch step not recorded, launched eagerly instead: %s", self.unavailable)
+                raise RecordingFailed(self.unavailable) from error
+        for field, buffer in zip(fields, self.buffers):
+            buffer[: len(field)].copy_(field, non_blocking=True)
+
+    def replay_epoch(self, order: Tensor, size: int) -> None:
+        """One replay per whole minibatch of `order` (a device permutation of `size` rows)."""
+        assert self.graph is not None and self.index is not None
+        minibatch = len(self.index)
+        for start in range(0, size - minibatch + 1, minibatch):
+            self.index.copy_(order[start : start + minibatch], non_blocking=True)
+            self.graph.replay()
+
+    def diagnostics(self) -> dict[str, float]:
+        assert self.steps is not None
         return self.steps.diagnostics()
 
     def _state_tensors(self) -> list[Tensor]:
@@ -100,45 +123,46 @@ class CapturedPPOSteps:
             tensors += list(state.values())
         return tensors
 
-    def _still_recorded(self, batch: RolloutBatch, minibatch: int) -> bool:
-        if self.graph is None or self.buffers is None or self.index is None:
+    def _still_recorded(self, fields: Sequence[Tensor], minibatch: int, key: Any) -> bool:
+        if self.graph is None or self.index is None or len(fields) != len(self.buffers) or key != self.key:
             return False
-        if len(self.index) != minibatch or len(batch) > len(self.buffers.observations):
+        if len(self.index) != minibatch or len(fields[0]) > len(self.buffers[0]):
             return False
         if any(field.shape[1:] != buffer.shape[1:] or field.dtype != buffer.dtype
-               for field, buffer in zip(batch, self.buffers)):
+               for field, buffer in zip(fields, self.buffers)):
             return False
         current = self._state_tensors()
         return len(current) == len(self._recorded_with) and all(a is b for a, b in zip(current, self._recorded_with))
 
-    def _body(self) -> None:
-        assert self.buffers is not None and self.index is not None and self.steps is not None
-        minibatch = RolloutBatch(*(buffer[self.index] for buffer in self.buffers))
-        self.steps.step(*ppo_loss(self.model, minibatch, self.config))  # type: ignore[arg-type]
+    def _body(self, loss: MinibatchLoss) -> None:
+        assert self.index is not None and self.steps is not None
+        self.steps.step(*loss([buffer[self.index] for buffer in self.buffers]))
 
-    def _record(self, batch: RolloutBatch, minibatch: int) -> None:
+    def _record(self, fields: Sequence[Tensor], minibatch: int, loss: MinibatchLoss, max_grad_norm: float,
+                key: Any) -> None:
         self.graph = None
-        capacity = max(len(batch), len(self.buffers.observations) if self.buffers is not None else 0)
-        self.buffers = RolloutBatch(*(torch.zeros((capacity, *field.shape[1:]), dtype=field.dtype, device=self.device)
-                                      for field in batch))
-        for field, buffer in zip(batch, self.buffers):
-            buffer[: len(batch)].copy_(field)
+        capacity = max(len(fields[0]), len(self.buffers[0]) if self.buffers else 0)
+        self.buffers = [torch.zeros((capacity, *field.shape[1:]), dtype=field.dtype, device=self.device)
+                        for field in fields]
+        for field, buffer in zip(fields, self.buffers):
+            buffer[: len(field)].copy_(field)
         self.index = torch.arange(minibatch, device=self.device)
-        self.steps = GuardedSteps(self.model, self.optimizer, self.config.max_grad_norm, sync_free=True)
-        self.steps.allowed = torch.zeros((), dtype=torch.bool, device=self.device)
+        steps = self.steps = GuardedSteps(self.model, self.optimizer, max_grad_norm, sync_free=True)
+        steps.allowed = torch.zeros((), dtype=torch.bool, device=self.device)
         self.optimizer.sync_learning_rate()
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(WARMUP_STEPS):  # disallowed: the fused kernel leaves everything as it was
-                self._body()
+                self._body(loss)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._body()
-        self.steps.allowed.fill_(True)
-        self.steps.reset()
+            self._body(loss)
+        steps.allowed.fill_(True)
+        steps.reset()
         self.graph = graph
+        self.key = key.model_copy() if hasattr(key, "model_copy") else key  # a copy: configs are mutable
         self._recorded_with = self._state_tensors()
         self.recordings += 1
-        log.info("PPO minibatch step recorded as a CUDA graph (minibatch %d, batch capacity %d)", minibatch, capacity)
+        log.info("minibatch step recorded as a CUDA graph (minibatch %d, batch capacity %d)", minibatch, capacity)

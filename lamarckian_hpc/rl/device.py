@@ -16,6 +16,7 @@ device (a quarter of float32's bytes); the model converts them there.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import numpy as np
 import torch
@@ -56,15 +57,35 @@ def choose_device(requested: str, model_kind: str = "mlp", algorithm: str = "ppo
 def to_device(array: np.ndarray, device: torch.device, pinned: bool = True) -> Tensor:
     """`array` as a tensor on `device`, in its own dtype. On a GPU, through pinned memory without
     waiting (`pinned`; see the module's doc), or the plain pageable copy (pinned False)."""
+    return _moved(array, device, pinned, None)[0]
+
+
+def to_device_mapped(array: np.ndarray, device: torch.device, function: Callable[[Tensor], Tensor],
+                     pinned: bool = True) -> tuple[Tensor, Tensor]:
+    """`to_device(array, device)` and `function` of it, for a `function` of rows each on its own
+    (the critic's values): on a GPU it is queued for each chunk as the chunk is, so the device
+    computes one chunk while the host copies the next into pinned memory (image Pong: the critic's
+    pass over the batch hides under the copy). Elsewhere `function` of the whole tensor."""
+    return _moved(array, device, pinned, function)  # type: ignore[return-value]
+
+
+def _moved(array: np.ndarray, device: torch.device, pinned: bool,
+           function: Callable[[Tensor], Tensor] | None) -> tuple[Tensor, Tensor | None]:
     source = torch.from_numpy(array)
-    if device.type != "cuda" or not pinned:
-        return source.to(device)
-    if source.dim() == 0 or source.nbytes <= CHUNK_BYTES:
-        return source.pin_memory().to(device, non_blocking=True)
+    if device.type != "cuda" or not pinned or source.dim() == 0 or source.nbytes <= CHUNK_BYTES:
+        if device.type != "cuda" or not pinned:
+            target = source.to(device)
+        else:
+            target = source.pin_memory().to(device, non_blocking=True)
+        return target, None if function is None else function(target)
     source = source.contiguous()
     target = torch.empty(source.shape, dtype=source.dtype, device=device)
     rows = max(1, CHUNK_BYTES // max(1, source[0].nbytes))
+    outputs = []
     for start in range(0, len(source), rows):
         # The caching host allocator keeps each pinned chunk until its transfer is done.
-        target[start : start + rows].copy_(source[start : start + rows].pin_memory(), non_blocking=True)
-    return target
+        chunk = target[start : start + rows]
+        chunk.copy_(source[start : start + rows].pin_memory(), non_blocking=True)
+        if function is not None:
+            outputs.append(function(chunk))
+    return target, None if function is None else torch.cat(outputs)

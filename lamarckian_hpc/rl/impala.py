@@ -9,10 +9,22 @@ import torch
 from ..config import ImpalaConfig
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
+from .captured import CapturedSteps, RecordingFailed
 from .device import to_device
 from .optim import GuardedSteps
 from .returns import next_values_of_fragments
 from .vtrace import vtrace
+
+
+def impala_loss(model: ActorCritic, observations: torch.Tensor, actions: torch.Tensor, vs: torch.Tensor,
+                advantages: torch.Tensor, config: ImpalaConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The weighted actor-critic loss of one minibatch against its V-trace targets, and its parts."""
+    log_probs, entropy, predicted = model.evaluate(observations, actions)
+    policy_loss = -(advantages * log_probs).mean()
+    value_loss = 0.5 * (predicted - vs).pow(2).mean()
+    entropy_mean = entropy.mean()
+    loss = config.policy_weight * policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy_mean
+    return loss, {"loss_policy": policy_loss, "loss_value": value_loss, "entropy": entropy_mean}
 
 
 def impala_update(
@@ -23,13 +35,17 @@ def impala_update(
     rng: np.random.Generator,
     device: torch.device,
     pinned: bool = True,
+    captured: CapturedSteps | None = None,
 ) -> dict[str, float]:
     """`num_epochs` passes of V-trace targets and shuffled minibatch steps. The experience goes to
-    `device` once (`rl.device.to_device`); with a fused Adam nothing is read back per minibatch."""
+    `device` once (`rl.device.to_device`); with a fused Adam nothing is read back per minibatch;
+    with `captured`, each minibatch step is a replay of a recorded CUDA graph (`rl.captured`)."""
     observations = to_device(experience.observations, device, pinned)
     actions = to_device(experience.actions, device, pinned)
     bootstrap = to_device(experience.bootstrap_observations, device, pinned)
     steps = GuardedSteps(model, optimizer, config.max_grad_norm)
+    if captured is not None:
+        captured.begin()
     for _ in range(config.num_epochs):
         with torch.no_grad():  # targets from the current policy and critic, once per pass
             target_log_probs, _, values = model.evaluate(observations, actions)
@@ -43,12 +59,17 @@ def impala_update(
         vs_t, advantages_t = to_device(vs, device, pinned), to_device(advantages, device, pinned)
         order = to_device(rng.permutation(len(experience)), device, pinned)
         size = min(config.minibatch_size, len(experience))
+        if captured is not None:
+            try:
+                captured.load((observations, actions, vs_t, advantages_t), size,
+                              lambda fields: impala_loss(model, *fields, config), config.max_grad_norm, config)
+            except RecordingFailed:
+                captured = None
+            else:
+                captured.replay_epoch(order, len(experience))
+                continue
         for start in range(0, len(experience) - size + 1, size):
             index = order[start : start + size]
-            log_probs, entropy, predicted = model.evaluate(observations[index], actions[index])
-            policy_loss = -(advantages_t[index] * log_probs).mean()
-            value_loss = 0.5 * (predicted - vs_t[index]).pow(2).mean()
-            entropy_mean = entropy.mean()
-            loss = config.policy_weight * policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy_mean
-            steps.step(loss, {"loss_policy": policy_loss, "loss_value": value_loss, "entropy": entropy_mean})
-    return steps.diagnostics()
+            steps.step(*impala_loss(model, observations[index], actions[index], vs_t[index], advantages_t[index],
+                                    config))
+    return captured.diagnostics() if captured is not None else steps.diagnostics()

@@ -16,6 +16,7 @@ from torch import Tensor
 from ..config import PPOConfig
 from ..models import ActorCritic
 from .adam import Adam
+from .captured import CapturedSteps, RecordingFailed
 from .device import to_device
 from .optim import GuardedSteps
 
@@ -77,13 +78,26 @@ def ppo_update(
     batch: RolloutBatch,
     config: PPOConfig,
     rng: np.random.Generator,
+    captured: CapturedSteps | None = None,
 ) -> dict[str, float]:
     """`num_epochs` passes of shuffled minibatches; returns the mean of each loss part and the
     number of minibatches skipped for a non-finite loss. With `rl.adam.Adam`'s fused step (on a
-    GPU) nothing is read back before the end (`GuardedSteps`)."""
-    steps = GuardedSteps(model, optimizer, config.max_grad_norm)
+    GPU) nothing is read back before the end (`GuardedSteps`); with `captured`, each minibatch
+    step is a replay of a recorded CUDA graph (`rl.captured`), eager where recording fails."""
     size = len(batch)
     minibatch_size = min(config.minibatch_size, size)
+    if captured is not None:
+        try:
+            captured.begin()
+            captured.load(tuple(batch), minibatch_size, lambda fields: ppo_loss(model, RolloutBatch(*fields), config),
+                          config.max_grad_norm, config)
+        except RecordingFailed:
+            pass
+        else:
+            for _ in range(config.num_epochs):
+                captured.replay_epoch(to_device(rng.permutation(size), batch.old_log_probs.device), size)
+            return captured.diagnostics()
+    steps = GuardedSteps(model, optimizer, config.max_grad_norm)
     for _ in range(config.num_epochs):
         order = to_device(rng.permutation(size), batch.old_log_probs.device)
         for start in range(0, size - minibatch_size + 1, minibatch_size):
