@@ -15,9 +15,9 @@ Three parts, in at most about 8 minutes on one H200 with 16 cores:
    configs' settings: on the GPU with its paths added one at a time (`baseline`: pageable copies,
    host-checked steps, multi-tensor Adam, eager launches, what the learner did before; `+pinned`;
    `+fused`: fused Adam deciding on the device, nothing read back per minibatch; `+graphs`: the
-   recorded minibatch step; `+cudnn.benchmark`: every path, the GPU learner's default), on the
-   CPU's threads, and pong-nature PPO with settings beyond its config's (NCHW frames, TF32
-   matrix products, a bfloat16 CNN).
+   recorded minibatch step: every path, the GPU learner's default), on the CPU's threads, and
+   pong-nature PPO with settings beyond its config's (cudnn.benchmark, NCHW frames, TF32 matrix
+   products, a bfloat16 CNN).
 
     python benchmarks/gpu_learner_check.py [--device cuda] [--updates 5] [--quick] [--budget-seconds 420]
                                            [--output benchmarks/results/gpu_learner_check.json]
@@ -59,14 +59,14 @@ RESULTS = ROOT / "benchmarks" / "results" / "gpu_learner_check.json"
 ROWS = [("pong-nature", "ppo"), ("cartpole", "ppo"), ("football", "ppo"), ("cartpole", "impala"),
         ("football", "impala"), ("pong-nature", "impala")]
 #: The GPU's paths, added one at a time: (name, pinned transfers, fused Adam deciding on the
-#: device, recorded graphs, cudnn.benchmark). The last is what a GPU learner runs by default.
-LADDER = [("baseline", False, False, False, False), ("+pinned", True, False, False, False),
-          ("+fused", True, True, False, False), ("+graphs", True, True, True, False),
-          ("+cudnn.benchmark", True, True, True, True)]
+#: device, recorded graphs). The last is what a GPU learner runs by default.
+LADDER = [("baseline", False, False, False), ("+pinned", True, False, False), ("+fused", True, True, False),
+          ("+graphs", True, True, True)]
 DEFAULT = LADDER[-1][0]
 #: pong-nature PPO only, each on top of the default: settings outside the config's own
 #: ((module, attribute, value) to set, and the CNN's precision).
 EXTRA: dict[str, tuple[list[tuple[object, str, object]], str | None]] = {
+    "default, cudnn.benchmark": ([(torch.backends.cudnn, "benchmark", True)], None),
     "default, NCHW frames": ([(cnn, "GPU_MEMORY_FORMAT", torch.contiguous_format)], None),
     "default, TF32 matmuls": ([(torch.backends.cuda.matmul, "allow_tf32", True)], None),
     "default, bfloat16 CNN": ([], "bfloat16"),
@@ -165,19 +165,18 @@ def transfers(device: torch.device, frames: int, repeats: int = 5) -> list[dict]
 
 
 def learner_row(workload: str, algorithm: str, device: str, threads: int, updates: int, variant: str,
-                paths: tuple[bool, bool, bool, bool], batch_size: int | None, precision: str | None = None) -> dict:
-    """Part 3: one learner's update time with the GPU's paths `paths` (pinned, fused, graphs,
-    cudnn.benchmark; the learner's defaults on a CPU)."""
+                paths: tuple[bool, bool, bool], batch_size: int | None, precision: str | None = None) -> dict:
+    """Part 3: one learner's update time with the GPU's paths `paths` (pinned, fused, graphs; the
+    learner's defaults on a CPU)."""
     torch.set_num_threads(threads)
     spec = WORKLOADS[workload]
     config = workload_config(spec, algorithm, threads, device, batch_size, precision)
     learner = make_learner(config, spec.observation_space, gym.spaces.Discrete(spec.actions))
     if learner.device.type == "cuda":
-        pinned, fused, graphs, benchmark = paths
+        pinned, fused, graphs = paths
         learner.pinned_transfers = pinned
         learner.optimizer.fused = fused
         learner.captured_steps = graphs
-        torch.backends.cudnn.benchmark = benchmark
     experience = synthetic_experience(spec.observation_space, spec.actions, config.algorithm.batch_size, 0)
     seconds = update_seconds(learner, experience, updates)
     median = statistics.median(seconds[1:])
@@ -258,7 +257,7 @@ def main() -> None:
     result: dict = {"host": platform.node(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                     "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-                    "uptime": os.getloadavg(), "quick": args.quick}
+                    "load_average": os.getloadavg(), "quick": args.quick}
 
     def save() -> None:
         result["elapsed_seconds"] = time.monotonic() - started
@@ -271,7 +270,7 @@ def main() -> None:
             result["checks"].update(part(device))
         except Exception:  # the timing parts still run; the failure is in the JSON and the output
             result["checks"][f"{part.__name__}_error"] = traceback.format_exc()
-    print("load average:", result["uptime"], "gpu:", result["gpu"], "torch:", torch.__version__, flush=True)
+    print("load average:", result["load_average"], "gpu:", result["gpu"], "torch:", torch.__version__, flush=True)
     print("checks:", json.dumps(result["checks"], default=str), flush=True)
     save()
     result["transfers"] = transfers(device, 512 if args.quick else 8192, 2 if args.quick else 5)
@@ -292,7 +291,7 @@ def main() -> None:
         batch = 512 if args.quick and workload.startswith("pong") else None
         if device.type == "cuda":
             runs += [(workload, algorithm, "cuda", name, paths, [], None, batch) for name, *paths in LADDER]
-        runs.append((workload, algorithm, "cpu", "cpu", (True, True, True, False), [], None, batch))
+        runs.append((workload, algorithm, "cpu", "cpu", (True, True, True), [], None, batch))
     if device.type == "cuda":  # last: settings outside the config's own, on top of the default
         default = tuple(LADDER[-1][1:])
         runs += [("pong-nature", "ppo", "cuda", name, default, settings, precision, None)

@@ -65,10 +65,6 @@ class LearnerBase:
         self.captured_steps = True
         self._captured: CapturedSteps | None = None
         self._told_why_not = False
-        if self.device.type == "cuda":
-            # The minibatch shapes repeat every update: let cuDNN time its algorithms once and keep
-            # the fastest (image Pong's update on an H200: 60 ms instead of 68).
-            torch.backends.cudnn.benchmark = True
         self.model = model.to(self.device)
         # torch.optim.Adam's update, without the torch._dynamo import every torch optimizer makes (seconds).
         self.optimizer = Adam(self.model.parameters(), lr=config.algorithm.learning_rate, eps=1e-5)
