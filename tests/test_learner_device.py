@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from lamarckian_hpc.config import ModelConfig, PPOConfig
+from lamarckian_hpc.config import ModelConfig, PPOConfig, build_config
+from lamarckian_hpc.mdp.experience import ExperienceBatch
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.rl import RolloutBatch, ppo_loss, ppo_update
 from lamarckian_hpc.rl.adam import Adam
 from lamarckian_hpc.rl.captured import CapturedSteps, why_not_captured
 from lamarckian_hpc.rl.device import choose_device, to_device
 from lamarckian_hpc.rl.optim import NONFINITE_STEPS, GuardedSteps
+from lamarckian_hpc.runtime.algorithms import make_learner
 
 CUDA = torch.cuda.is_available()
 
@@ -143,6 +145,22 @@ def test_auto_takes_the_cpu_without_a_gpu_and_says_why():
     with pytest.raises(ValueError, match="runtime.device is 'cuda'"):
         choose_device("cuda")
     assert choose_device("cpu")[1] == "runtime.device is cpu"
+
+
+def test_a_learner_logs_its_device_and_why_and_trains_eagerly_on_the_cpu(caplog):
+    config = build_config({"env": {"id": "CartPole-v1"}, "algorithm": {"batch_size": 64, "num_minibatches": 2},
+                           "runtime": {"mode": "serial"}}, "test")
+    env = gym.make("CartPole-v1")
+    with caplog.at_level("INFO", logger="lamarckian_hpc.rl.learner"):
+        learner = make_learner(config, env.observation_space, env.action_space)
+    assert "learner on cpu: runtime.device is auto and torch sees no GPU" in caplog.text
+    assert learner.captured() is None
+    observations = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    experience = ExperienceBatch(observations=observations, actions=np.zeros(64, dtype=np.int64),
+                                 log_probs=np.full(64, -0.69, dtype=np.float32), rewards=np.ones(64, dtype=np.float32),
+                                 policy_versions=np.zeros(64, dtype=np.int64), lengths=np.array([64]),
+                                 terminated=np.array([False]), bootstrap_observations=observations[:1])
+    assert learner.update(experience, 0)[NONFINITE_STEPS] == 0.0
 
 
 def test_the_recorded_update_is_refused_on_the_cpu_with_its_reason():

@@ -15,14 +15,11 @@ device (a quarter of float32's bytes); the model converts them there.
 
 from __future__ import annotations
 
-import logging
 from typing import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
-
-log = logging.getLogger(__name__)
 
 #: Bytes per pinned staging copy: big enough that each transfer runs near the bus's speed, small
 #: enough that the host copies the next chunk while the bus moves this one.
