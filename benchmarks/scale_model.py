@@ -37,6 +37,17 @@ the actor's share (m * N = batch) and F stays at the credits' 1, so the queueing
 whatever the actor count. What the credits do not bound is a broadcast slower than an update,
 which `runtime.max_policy_lag` then drops.
 
+Learner ranks (`--learner-table-cores`, 6000): CartPole, Football and image Pong (DQN's CNN) with
+1-64 data-parallel ranks of CPU cores (`learner_ceiling.json`, one thread), GPUs (one H200 measured)
+and GPUs projected (targets). An update of the global batch B costs each of N ranks B/N frames of
+compute, the host's cost per frame (fan_in.py's CPU per message over the frames of a message and the
+rollouts a relay message carries, plus `--receive-ns-per-byte` beyond fan_in.py's frame) and one
+allreduce per minibatch step of the config (`allreduce.py`'s ring fit, one rank a host behind
+`--network-gbit`), in series; the batch is the config's, or one message from every actor when larger.
+It also searches, per workload, kind of rank and case (a batch of one message or one whole rollout
+per actor; 1 or `--relay-batch-rollouts` rollouts a message), the fewest ranks (to `--max-learners`)
+within 90% of linear sampling. Written under `learners`, drawn in scale_model_learners.png.
+
 Connections and memory at the learner: flat one experience connection per actor, tree one per
 first-layer relay plus the learner's node's own actors (`runtime.relay_tree`); memory and
 descriptors a line over connections from `fan_in.py`'s rows (100 to 6000 connections).
@@ -59,6 +70,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -284,6 +296,222 @@ def predict(fit: dict[str, Any], latency: dict[str, float], fan: dict[str, Any] 
     return rows
 
 
+# ---------------------------------------------------------------- learner ranks
+@dataclass(frozen=True)
+class ScaleWorkload:
+    """A workload of the learner table: its learner (a `learner_ceiling.py` workload, which names its
+    config), an actor core's env steps/s (None: the sampling fit's CartPole rate) and the GPU
+    learner's env steps/s today and projected."""
+
+    ceiling: str
+    steps_per_core: float | None
+    sampling_source: str
+    gpu_today: float
+    gpu_projected: float
+
+
+#: GPU figures: `learner_ceiling.py --device cuda` on one H200 (serial mode, each config's own
+#: minibatches); the projections are targets, not measurements: the image learner's 150,000 env
+#: steps/s after the GPU work, and for the MLPs the CPU's 16 threads of the same machine (7,642 and
+#: 36,244), the least the GPU learner is to reach.
+SCALE_WORKLOADS = {
+    "cartpole": ScaleWorkload("cartpole", None, "the sampling fit: a 0.05-core host's rate x 20", 5_890, 7_642),
+    "football": ScaleWorkload("football", 350.0, "gfootball's engine, about 350 steps/s per core (Learning page)",
+                              26_707, 36_244),
+    "image pong": ScaleWorkload("pong-nature", 750.0, "an actor of ppo_pong_image.yaml, about 750 steps/s per core "
+                                "(Environments guide)", 37_217, 150_000),
+}
+LEARNER_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+RANK_KINDS = ("cpu", "gpu_today", "gpu_projected")
+FRAME_EXTRA_BYTES = 24  # an env frame's action, log-probability, reward and policy version on the wire
+NEAR_LINEAR = 0.9
+
+
+def scenarios(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(batch policy, rollouts per message at the learner) of the near-linear search: today's relays
+    and aggregating ones, each with one message and one whole rollout per actor per update."""
+    return [(policy, rollouts) for policy in ("message", "rollout")
+            for rollouts in sorted({1, args.relay_batch_rollouts})]
+
+
+def learner_inputs(args: argparse.Namespace, fit: dict[str, Any], fan: dict[str, Any] | None) -> dict[str, Any]:
+    """Per workload, what the learner table is computed from: its config's batch, epochs and
+    minibatches, its gradient's floats, its bytes per frame, the learner's env steps/s per CPU core
+    (`learner_ceiling.json`, one thread) and per GPU, and an actor core's env steps/s."""
+    from learner_ceiling import WORKLOADS, workload_config
+
+    import allreduce
+
+    ceiling = _load(args.learner_ceiling) or {"rows": []}
+    reduce_run = _load(args.allreduce)
+    floats = (reduce_run or {}).get("gradient_floats") or allreduce.gradient_sizes()
+    per_core_cartpole = max(fit["host_rate"].values()) / ((fit["host_cpus"] or 1.0) / fit["actors_per_host"])
+    calibration = (fan or {}).get("calibration") or {}
+    calibration_bytes = calibration.get("message_bytes", 0) / max(calibration.get("message_steps", 1), 1)
+    inputs = {}
+    for name, spec in SCALE_WORKLOADS.items():
+        workload = WORKLOADS[spec.ceiling]
+        algorithm = workload_config(workload, "ppo", 1, "cpu").algorithm
+        rows = [r for r in ceiling["rows"] if r["workload"] == spec.ceiling and r["algorithm"] == "ppo"
+                and r.get("cnn_precision") in (None, "float32")]
+        cpu = [r for r in rows if r["device"] == "cpu" and r["threads"] == 1]
+        cpu = [r for r in cpu if r["label"] == args.ceiling_label] or cpu
+        if not cpu:
+            raise SystemExit(f"no one-thread PPO row for {spec.ceiling} in {args.learner_ceiling}: run "
+                             f"benchmarks/learner_ceiling.py --workloads {spec.ceiling} --threads 1")
+        minibatch = algorithm.batch_size // algorithm.num_minibatches  # a GPU row at the config's own minibatches
+        cuda = [r for r in rows if r["device"] == "cuda" and r["batch"] // r["minibatches"] == minibatch]
+        space = workload.observation_space
+        frame_bytes = int(np.prod(space.shape)) * space.dtype.itemsize + FRAME_EXTRA_BYTES
+        inputs[name] = {
+            "config": workload.config, "learner": spec.ceiling, "batch": algorithm.batch_size,
+            "minibatch_steps": algorithm.num_epochs * algorithm.num_minibatches,
+            "gradient_floats": floats[spec.ceiling],
+            "frame_bytes": frame_bytes, "bytes_beyond_calibration": max(0.0, frame_bytes - calibration_bytes),
+            "cpu_steps_per_s": cpu[-1]["steps_per_second"], "cpu_source": f"learner_ceiling.json ({cpu[-1]['label']})",
+            "gpu_today_steps_per_s": max(r["steps_per_second"] for r in cuda) if cuda else spec.gpu_today,
+            "gpu_today_source": "learner_ceiling.json (cuda)" if cuda else "learner_ceiling.py --device cuda, one H200",
+            "gpu_projected_steps_per_s": spec.gpu_projected, "gpu_projected_source": "projection (a target)",
+            "steps_per_core": spec.steps_per_core or per_core_cartpole, "sampling_source": spec.sampling_source,
+        }
+    fit_ring = (reduce_run or {}).get("fit") or allreduce.fit_ring()
+    latency = fit_ring["latency_s"] if args.ring_latency_us is None else args.ring_latency_us * 1e-6
+    return {"workloads": inputs, "ring": {"bytes_per_s": fit_ring["bytes_per_s"], "latency_s": latency},
+            "network_gbit": args.network_gbit, "network_latency_s": args.network_latency_us * 1e-6,
+            "receive_s_per_byte": args.receive_ns_per_byte * 1e-9, "near_linear": NEAR_LINEAR}
+
+
+def scale_batch(work: dict[str, Any], cores: int, args: argparse.Namespace, policy: str = "message") -> int:
+    """The global batch at `cores` actors: `--learner-batch`, else the config's or, when larger, one
+    message of `--num-envs` frames from every actor (`message`: the smallest batch whose credits let
+    every actor sample at once) or one whole rollout of `--rollout-steps` x `--num-envs` frames from
+    every actor (`rollout`)."""
+    if args.learner_batch and policy == "message":
+        return args.learner_batch
+    frames = args.num_envs * (args.rollout_steps if policy == "rollout" else 1)
+    return max(work["batch"], cores * frames)
+
+
+def learner_point(inputs: dict[str, Any], name: str, kind: str, learners: int, cores: int, fit: dict[str, Any],
+                  fan: dict[str, Any] | None, args: argparse.Namespace, rollouts_per_message: int,
+                  batch_policy: str = "message") -> dict[str, Any]:
+    """Env steps/s of `cores` actors and `learners` data-parallel ranks of `kind` on one workload.
+
+    An update of the global batch B costs each rank B/N frames of compute (1 / its ceiling each),
+    the learner's host cost per frame (the per-message CPU over the frames of a message, divided by
+    the rollouts a relay batch carries, and the bytes of a frame beyond fan_in.py's message), in
+    series, and one allreduce of the gradient per minibatch step (the ring model across hosts, one
+    rank a host). The learners train L = B / that; the actors sample as in the model above (the
+    credits cap the actors sampling at once); each rank's frames come in over its own host's link.
+    """
+    import allreduce
+
+    work = inputs["workloads"][name]
+    batch = scale_batch(work, cores, args, batch_policy)
+    frames = message_frames(batch, cores, args.num_envs, args.rollout_steps)
+    budget = max(1, math.ceil(fit["batches_in_flight"] * batch / frames))
+    per_frame = {"compute": 1 / work[f"{kind}_steps_per_s"],
+                 "messages": message_cost(fan, "relayed" if cores > args.cores_per_node else "direct",
+                                          math.ceil(cores / learners)) / (frames * rollouts_per_message),
+                 "bytes": work["bytes_beyond_calibration"] * inputs["receive_s_per_byte"]}
+    reduce_s = work["minibatch_steps"] * allreduce.ring_seconds(inputs["ring"], work["gradient_floats"], learners,
+                                                                inputs["network_gbit"], inputs["network_latency_s"])
+    parts = {key: batch / learners * value for key, value in per_frame.items()} | {"allreduce": reduce_s}
+    update_s = sum(parts.values())
+    linear = cores * work["steps_per_core"]
+    caps = {"actors": min(cores, budget) * work["steps_per_core"], "learners": batch / update_s,
+            "network": learners * inputs["network_gbit"] * 1e9 / 8 / work["frame_bytes"]}
+    bound = min(caps, key=caps.get)
+    steps = caps[bound]
+    if bound == "learners":
+        bound = f"learners: {max(parts, key=parts.get)}"
+    return {"workload": name, "ranks": kind, "learners": learners, "cores": cores, "batch": batch,
+            "minibatch_steps": work["minibatch_steps"], "message_frames": frames,
+            "rollouts_per_message": rollouts_per_message, "steps_per_s": steps, "linear_steps_per_s": linear,
+            "efficiency": steps / linear, "bound": bound, "update_s": update_s,
+            **{f"{key}_s": value for key, value in parts.items()}}
+
+
+def learner_table(inputs: dict[str, Any], fit: dict[str, Any], fan: dict[str, Any] | None,
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """The table at `--learner-cores-at` actor cores for 1-64 ranks of each kind, and per workload,
+    kind and relay batch the fewest ranks that keep throughput within 90% of linear sampling."""
+    rows = [learner_point(inputs, name, kind, count, args.learner_table_cores, fit, fan, args, 1)
+            for name in SCALE_WORKLOADS for kind in RANK_KINDS for count in LEARNER_COUNTS]
+    needed = []
+    for name in SCALE_WORKLOADS:
+        for kind in RANK_KINDS:
+            for policy, rollouts in scenarios(args):
+                curve = [learner_point(inputs, name, kind, count, args.learner_table_cores, fit, fan, args, rollouts,
+                                       policy) for count in range(1, args.max_learners + 1)]
+                enough = next((p for p in curve if p["efficiency"] >= NEAR_LINEAR), None)
+                best = max(curve, key=lambda p: p["steps_per_s"])
+                chosen = enough or best
+                needed.append({"workload": name, "ranks": kind, "batch": chosen["batch"],
+                               "rollouts_per_message": rollouts,
+                               "learners_needed": enough["learners"] if enough else None,
+                               "best_learners": best["learners"], "best_steps_per_s": best["steps_per_s"],
+                               "best_efficiency": best["efficiency"], "bound_there": chosen["bound"],
+                               "linear_steps_per_s": best["linear_steps_per_s"]})
+    return {"cores": args.learner_table_cores, "rows": rows, "needed": needed, "inputs": inputs}
+
+
+def learner_figure(table: dict[str, Any], inputs: dict[str, Any], fit: dict[str, Any], fan: dict[str, Any] | None,
+                   args: argparse.Namespace, path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no figure"
+    counts = sorted({round(v) for v in np.geomspace(1, args.max_learners, 40)})
+    fig, axes = plt.subplots(1, len(SCALE_WORKLOADS), figsize=(16, 4.2))
+    styles = {"cpu": ("C0", "CPU ranks (measured)"), "gpu_today": ("C1", "GPU ranks (measured)"),
+              "gpu_projected": ("C2", "GPU ranks (projected)")}
+    for axis, name in zip(axes, SCALE_WORKLOADS):
+        for kind, (color, label) in styles.items():
+            for rollouts, line in ((1, "-"), (args.relay_batch_rollouts, "--")):
+                curve = [learner_point(inputs, name, kind, n, table["cores"], fit, fan, args, rollouts)
+                         for n in counts]
+                axis.loglog(counts, [p["steps_per_s"] for p in curve], line, color=color,
+                            label=f"{label}, {rollouts} rollout{'s' if rollouts > 1 else ''}/message")
+        linear = inputs["workloads"][name]["steps_per_core"] * table["cores"]
+        axis.axhline(linear, color="0.4", ls=":", label="linear sampling")
+        axis.axhline(NEAR_LINEAR * linear, color="0.7", ls=":", label=f"{NEAR_LINEAR:.0%} of linear")
+        batch = scale_batch(inputs["workloads"][name], table["cores"], args)
+        axis.set(xlabel="learner ranks", ylabel="env steps/s (model)",
+                 title=f"{name}, {table['cores']:,} actor cores, batch {batch:,}")
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"wrote {path}"
+
+
+def _print_learners(table: dict[str, Any]) -> None:
+    inputs = table["inputs"]
+    print(f"\nlearner ranks at {table['cores']:,} cores: ring {inputs['ring']['bytes_per_s'] / 1e9:.2f} GB/s and "
+          f"{inputs['ring']['latency_s'] * 1e6:.0f} us a step + {inputs['network_gbit']:g} Gbit/s and "
+          f"{inputs['network_latency_s'] * 1e6:.0f} us across hosts")
+    for name, work in inputs["workloads"].items():
+        print(f"  {name}: batch {work['batch']:,}, {work['minibatch_steps']} minibatch steps, "
+              f"{work['gradient_floats']:,} floats, {work['frame_bytes']:,} B a frame; "
+              f"learner {work['cpu_steps_per_s']:,.0f}"
+              f" per CPU core, {work['gpu_today_steps_per_s']:,.0f} per GPU ({work['gpu_projected_steps_per_s']:,.0f} "
+              f"projected); actors {work['steps_per_core']:,.0f} per core")
+    print("\n| workload | ranks | learners | env steps/s | of linear | bound |\n|---|---|---:|---:|---:|---|")
+    for r in table["rows"]:
+        print(f"| {r['workload']} | {r['ranks']} | {r['learners']} | {r['steps_per_s']:,.0f} | "
+              f"{r['efficiency']:.1%} | {r['bound']} |")
+    print("\n| workload | ranks | batch | rollouts/message | learners for 90% | best | at | bound |\n"
+          "|---|---|---:|---:|---:|---:|---:|---|")
+    for r in table["needed"]:
+        print(f"| {r['workload']} | {r['ranks']} | {r['batch']:,} | {r['rollouts_per_message']} | "
+              f"{r['learners_needed'] or 'none'} | "
+              f"{r['best_efficiency']:.1%} | {r['best_learners']} | {r['bound_there']} |")
+
+
 def figure(rows: list[dict[str, Any]], points: list[dict[str, Any]], rate: str, path: Path) -> str:
     try:
         import matplotlib
@@ -363,6 +591,22 @@ def main() -> None:
     parser.add_argument("--broadcast", type=Path, default=RESULTS / "broadcast.json")
     parser.add_argument("--staleness", type=Path, default=None, help="accepted, not used (runs before credits)")
     parser.add_argument("--update-seconds", type=float, default=None, help=argparse.SUPPRESS)  # old option
+    parser.add_argument("--learner-ceiling", type=Path, default=RESULTS / "learner_ceiling.json")
+    parser.add_argument("--ceiling-label", default="after", help="learner_ceiling.json's rows of this label")
+    parser.add_argument("--allreduce", type=Path, default=RESULTS / "allreduce.json")
+    parser.add_argument("--network-gbit", type=float, default=10.0, help="each learner host's link (allreduce, ingress)")
+    parser.add_argument("--network-latency-us", type=float, default=25.0, help="one-way latency between hosts")
+    parser.add_argument("--receive-ns-per-byte", type=float, default=2.7,
+                        help="the learner's CPU per byte received beyond fan_in.py's messages (CURVE: 2.7)")
+    parser.add_argument("--relay-batch-rollouts", type=int, default=40,
+                        help="rollouts an aggregating relay sends up as one message (today 1)")
+    parser.add_argument("--ring-latency-us", type=float, default=None,
+                        help="the allreduce's software latency per ring step (default: allreduce.json's fit)")
+    parser.add_argument("--learner-table-cores", type=int, default=6000)
+    parser.add_argument("--max-learners", type=int, default=4096, help="the most ranks searched for 90%% of linear")
+    parser.add_argument("--learner-batch", type=int, default=None,
+                        help="global batch of the learner table (default: the config's, or one message of "
+                             "--num-envs frames per actor when larger)")
     parser.add_argument("--output", type=Path, default=RESULTS / "scale_model.json")
     args = parser.parse_args()
     hosts_run = _load(args.sampling_hosts)
@@ -376,6 +620,9 @@ def main() -> None:
     points = judge(latency_points(params, rows, broadcast) + sampling_points(fit, hosts_run, weights))
     prediction = predict(fit, weights, fan, args)
     _print(params, fit, points, prediction, fan)
+    inputs = learner_inputs(args, fit, fan)
+    learners = learner_table(inputs, fit, fan, args)
+    _print_learners(learners)
     checks = [p for p in points if p["role"] == "check"]
     missed = [p for p in points if not p["within"]]
     within = sum(p["within"] for p in points)
@@ -387,7 +634,11 @@ def main() -> None:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     note = figure(prediction, points, hosts_run["links"]["rate"], args.output.with_suffix(".png"))
     print(note)
+    learner_note = learner_figure(learners, inputs, fit, fan, args, args.output.with_name(
+        args.output.stem + "_learners.png"))
+    print(learner_note)
     args.output.write_text(json.dumps({
+        "learners": {**learners, "figure": learner_note},
         "prediction": prediction, "parameters_seconds": params, "sampling": fit,
         "calibration": {"source": args.sampling_hosts.name, "measured": hosts_run["date"],
                         "commit": hosts_run.get("commit"), "megabytes": hosts_run["links"]["megabytes"],

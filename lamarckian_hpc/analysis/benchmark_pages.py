@@ -125,6 +125,33 @@ def _scale_check(data: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(data["check"])
 
 
+RANK_NAMES = {"cpu": "CPU", "gpu_today": "GPU", "gpu_projected": "GPU projected"}
+
+
+def _scale_learners(data: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/scale_model.py's learner ranks: env steps/s at its cores, a row per learner count
+    and a column per workload and kind of rank, then linear sampling's figure for each column."""
+    rows = pd.DataFrame(data["learners"]["rows"])
+    rows["column"] = rows["workload"] + " " + rows["ranks"].map(RANK_NAMES)
+    table = rows.pivot_table(index="learners", columns="column", values="steps_per_s", sort=False).round(0)
+    linear = rows.groupby("column", sort=False)["linear_steps_per_s"].first().round(0)
+    table.loc["linear sampling"] = linear
+    return table.reset_index()
+
+
+def _scale_needed(data: dict[str, Any]) -> pd.DataFrame:
+    """The fewest learner ranks within 90% of linear sampling per workload, kind of rank and case
+    (batch, rollouts a message at the learner), or the best the model finds and where."""
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for row in data["learners"]["needed"]:
+        case = f"batch {row['batch']:,}, {row['rollouts_per_message']} rollout(s)/message"
+        answer = (str(row["learners_needed"]) if row["learners_needed"] else
+                  f"none: best {row['best_efficiency']:.1%} at {row['best_learners']} ({row['bound_there']})")
+        cells.setdefault((row["workload"], RANK_NAMES[row["ranks"]]), {})[case] = answer
+    return pd.DataFrame([{"workload": workload, "ranks": ranks, **answers}
+                         for (workload, ranks), answers in cells.items()])
+
+
 def _soak(data: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame([data["summary"]])
 
@@ -252,7 +279,10 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "vs_rllib_pong_image_float32": _vs_rllib,
     "vs_rllib_football_empty_goal_close": _vs_rllib, "vs_rllib_football_empty_goal_close.curve": _score_curve,
     "vs_rllib_football_11_vs_11_easy": _vs_rllib, "vs_rllib_football_11_vs_11_easy.curve": _score_curve,
-    "scale_model.check": _scale_check, "soak": _soak,
+    "scale_model.check": _scale_check, "scale_model.learners": _scale_learners,
+    "scale_model.needed": _scale_needed, "soak": _soak,
+    "allreduce": lambda data: pd.DataFrame(data["rows"]),
+    "allreduce.calibration": lambda data: pd.DataFrame(data["fit"]["points"]),
     "faults.tried": _fault_totals,
     "pbt_vs_tune_run2": pbt_vs_tune_frame, "pbt_vs_tune_idle": pbt_vs_tune_frame,
     "pbt_vs_tune_quiet": pbt_vs_tune_frame, "pbt_vs_tune_batched": pbt_vs_tune_frame,
