@@ -172,3 +172,28 @@ def test_a_sink_that_fails_logs_one_line_and_the_run_goes_on(tmp_path, caplog):
     assert len(lines) == 1 and "stopped, the run goes on" in lines[0].getMessage()
     with open_run(result.path) as reader:
         assert reader.closed_cleanly and reader.metric("learning_rate").env_frames[-1] == 2048
+
+
+def test_a_pbt_run_resumed_twice_from_one_checkpoint_keeps_each_step_once(tmp_path):
+    """Resumed to a larger budget, then resumed again from the earlier checkpoint (as after a kill
+    between an interval's rows and its checkpoint): the intervals done twice appear once, as in the
+    run file, for the run's metrics and for every member."""
+    from lamarckian_hpc.cli import main
+
+    board = tmp_path / "board"
+    common = [str(ROOT / "configs" / "pbt_ppo_cartpole.yaml"), "runtime.mode=serial", "algorithm.population_size=2",
+              "algorithm.interval_env_frames=256", "ppo.num_epochs=1", "stop.target_return=null",
+              f"storage.directory={tmp_path}", "storage.run_name=pbt"]
+    assert main(["evolve", *common, "stop.total_env_frames=512", "--tensorboard", str(board)]) == 0
+    run = tmp_path / "pbt.h5"
+    checkpoint = checkpoint_path(run)
+    after_one = checkpoint.read_bytes()
+    assert main(["evolve", "--resume", str(run), "stop.total_env_frames=1024"]) == 0  # writes to board again
+    checkpoint.write_bytes(after_one)
+    assert main(["evolve", "--resume", str(run), "stop.total_env_frames=1280"]) == 0
+    series = scalars(board / "pbt")
+    assert len(list((board / "pbt").iterdir())) == 3
+    steps = [step for step, _ in series["best_return"]]
+    assert steps == sorted(set(steps))
+    assert_matches_run_file(series, run, ["best_return", "median_return", "copies"])
+    assert [step for step, _ in series["member_1/objective"]] == steps
