@@ -197,3 +197,32 @@ def test_a_pbt_run_resumed_twice_from_one_checkpoint_keeps_each_step_once(tmp_pa
     assert steps == sorted(set(steps))
     assert_matches_run_file(series, run, ["best_return", "median_return", "copies"])
     assert [step for step, _ in series["member_1/objective"]] == steps
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real tmpfs of 256 kB, filled to the last byte before the run starts."""
+    from test_disk_full import _tmpfs
+
+    for disk in _tmpfs(tmp_path, "256k"):
+        filler = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(filler, b"\0" * 512):
+                pass
+        except OSError:  # no space left
+            pass
+        finally:
+            os.close(filler)
+        yield disk
+
+
+def test_a_sink_whose_disk_is_full_logs_one_line_and_the_run_and_its_file_go_on(tmp_path, full_disk, caplog):
+    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.tensorboard_sink"):
+        result = lamarckian_hpc.run(ROOT / "configs" / "ppo_cartpole.yaml", [
+            *SERIAL, "stop.total_env_steps=4096", "storage.metrics_interval_seconds=0.01",
+            f"storage.tensorboard={full_disk / 'tb'}"], output=tmp_path / "ppo.h5")
+    lines = [record.getMessage() for record in caplog.records
+             if record.name == "lamarckian_hpc.runtime.tensorboard_sink"]
+    assert len(lines) == 1 and "No space left on device" in lines[0] and "\n" not in lines[0], lines
+    with open_run(result.path) as reader:
+        assert reader.closed_cleanly and reader.metric("learning_rate").env_frames.tolist() == list(range(512, 4097, 512))
