@@ -40,14 +40,16 @@ def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(event.step, event.value) for event in reader.Scalars(tag)] for tag in reader.Tags()["scalars"]}
 
 
-def assert_matches_run_file(series: dict[str, list[tuple[int, float]]], run: Path, names: list[str]) -> None:
-    """Each named series holds exactly the run file's rows of that metric: same steps (env frames),
-    same values (as 32-bit floats)."""
+def assert_matches_run_file(series: dict[str, list[tuple[int, float]]], run: Path, names: list[str],
+                            step: str = "env_frames") -> None:
+    """Each named series holds exactly the run file's rows of that metric: same steps (the rows'
+    env frames; `policy_version`, the generation, for a population run), same values (as 32-bit
+    floats)."""
     with open_run(run) as reader:
         for name in names:
             rows = reader.metric(name)
             steps = [step for step, _ in series[name]]
-            assert steps == rows.env_frames.tolist(), name
+            assert steps == getattr(rows, step).tolist(), name
             np.testing.assert_allclose([value for _, value in series[name]], rows.value.astype(np.float32),
                                        rtol=1e-6, err_msg=name)
 
@@ -131,7 +133,7 @@ def test_pbt_members_and_league_learners_get_a_series_each(tmp_path):
         "stop.total_env_frames=768", "ppo.num_epochs=1", "stop.target_return=null", f"storage.tensorboard={board}"],
         output=tmp_path / "pbt.h5").path
     series = scalars(board / "pbt")
-    assert_matches_run_file(series, pbt, ["best_return", "median_return"])
+    assert_matches_run_file(series, pbt, ["best_return", "median_return"], "policy_version")
     steps = [step for step, _ in series["best_return"]]
     with open_run(pbt) as reader:
         population = reader.population()
@@ -152,13 +154,13 @@ def test_pbt_members_and_league_learners_get_a_series_each(tmp_path):
         output=tmp_path / "league.h5").path
     learners = ["main_0", "main_exploiter_0", "league_exploiter_0"]
     assert_matches_run_file(scalars(board / "league"), league, [f"{kind}_{name}" for name in learners
-                                                                for kind in ("elo", "return")])
+                                                                for kind in ("elo", "return")], "policy_version")
 
     nsga2 = lamarckian_hpc.run(ROOT / "configs" / "nsga2_zdt1.yaml", [
         "runtime.mode=serial", "algorithm.generations=3", "algorithm.population_size=8",
         f"storage.tensorboard={board}"], output=tmp_path / "nsga2.h5").path
     series = scalars(board / "nsga2")
-    assert_matches_run_file(series, nsga2, ["hypervolume"])
+    assert_matches_run_file(series, nsga2, ["hypervolume"], "policy_version")  # one point per generation
     assert not any(tag.startswith("member_") for tag in series)  # NSGA-II's individuals are no members
 
 
@@ -195,7 +197,7 @@ def test_a_pbt_run_resumed_twice_from_one_checkpoint_keeps_each_step_once(tmp_pa
     assert len(list((board / "pbt").iterdir())) == 3
     steps = [step for step, _ in series["best_return"]]
     assert steps == sorted(set(steps))
-    assert_matches_run_file(series, run, ["best_return", "median_return", "copies"])
+    assert_matches_run_file(series, run, ["best_return", "median_return", "copies"], "policy_version")
     assert [step for step, _ in series["member_1/objective"]] == steps
 
 

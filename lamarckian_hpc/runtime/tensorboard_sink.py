@@ -6,12 +6,13 @@ It is an observer, like the run file's recorder: of a trainer's update reports (
 every workload that trains: serial, distributed and launched runs alike, in the process that writes
 the run file) and of the population workflow's generation reports (`on_generation_end`: PBT, EMOGI,
 NSGA-II and the other evolution runs, game testing, the league). It writes what the run file gets,
-under the run file's metric names, the step being env frames (a population run: the generation's x
-axis, as in the run file), and flushes when the run file does: every
+under the run file's metric names, at the step of the run file's rows: env frames in training, the
+generation (the rows' `policy_version`: a PBT interval, an EMOGI or league generation) in a
+population run, whose env frames need not grow (EMOGI's count a generation's offspring); and it
+flushes when the run file does: every
 `storage.metrics_interval_seconds` in training, every generation in a population run. A PBT run
 also gets one series per member slot from its `/population` rows: `member_<slot>/objective` (the
-member's score, its mean return) and `member_<slot>/<hyperparameter>`, at the interval's step (one
-step axis per file: a resumed run's purge applies to every series). A league's per-learner series
+member's score, its mean return) and `member_<slot>/<hyperparameter>`, at the interval's step. A league's per-learner series
 (`elo_<learner>`, `return_<learner>`, `win_rate_vs_targets_<learner>`) and NSGA-II's `hypervolume`
 are run-file metrics already.
 
@@ -88,7 +89,7 @@ class TensorBoardSink:
         scalars = dict(report.metrics)
         if report.members and report.rows is not None:
             scalars.update(self._member_scalars(report.rows))
-        self.write(scalars, report.env_frames, flush=True)
+        self.write(scalars, report.generation, flush=True)
 
     def _member_scalars(self, rows: Mapping[str, Any]) -> dict[str, float]:
         """`member_<slot>/objective` (`objective_<k>` for several) and `member_<slot>/<genome name>`

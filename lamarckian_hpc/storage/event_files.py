@@ -3,7 +3,8 @@ rows, after the fact) and the live TensorBoard sink of a running run (`storage.t
 
 Both write `DIR/<run name>/events.out.tfevents.<ns>.<host>.lamarckian-hpc`: one folder per run, so
 that `tensorboard --logdir DIR` lists runs side by side by name, and scalar series tagged with the
-run file's metric names, the step being env frames. TensorBoard keeps scalars as 32-bit floats.
+run file's metric names, the step being env frames (the live sink of a population run: the
+generation). TensorBoard keeps scalars as 32-bit floats.
 The suffix marks the files as ours: an export replaces the run's earlier event files of that
 suffix and nothing else. Names start with the time in nanoseconds, so TensorBoard, which reads a
 folder's files in name order, reads a resumed run's files in the order they were written.
