@@ -51,7 +51,7 @@ from lamarckian_hpc.mdp import make_gym_env
 from lamarckian_hpc.runtime.messages import experience_message
 from lamarckian_hpc.runtime.sampling import make_sampling_side
 from lamarckian_hpc.runtime.training_run import run_training
-from lamarckian_hpc.storage import open_run
+from lamarckian_hpc.storage import FILE_FORMAT, open_run
 from lamarckian_hpc.storage.trajectories import CHUNK_BYTES, MAX_CHUNK_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def measure_codecs() -> list[dict[str, Any]]:
         for label, compression, level in CODECS:
             with tempfile.TemporaryDirectory() as folder:
                 path = os.path.join(folder, "codec.h5")
-                with h5py.File(path, "w", libver="latest") as file:
+                with h5py.File(path, "w", libver=FILE_FORMAT) as file:
                     dataset = file.create_dataset("observations", shape=(0, *data.shape[1:]), dtype=data.dtype,
                                                   maxshape=(None, *data.shape[1:]), chunks=(chunk_rows, *data.shape[1:]),
                                                   compression=compression, compression_opts=level)

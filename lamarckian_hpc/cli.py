@@ -36,12 +36,14 @@ def _config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[st
     """The config file and overrides of a run command. With `--resume RUN` the run continues with
     the config it stored, and the positional config slot may hold the first override (a longer
     budget, say)."""
+    # --tensorboard DIR is the override storage.tensorboard=DIR, given last so that it wins
+    tensorboard = [f"storage.tensorboard={args.tensorboard}"] if args.tensorboard is not None else []
     if args.resume is None:
-        return args.config, list(args.overrides)
+        return args.config, [*args.overrides, *tensorboard]
     overrides = [args.config, *args.overrides] if args.config is not None else list(args.overrides)
     if any("=" not in override for override in overrides):
         raise ConfigError("error: --resume continues a run with its own config; give overrides, not a file")
-    return None, overrides
+    return None, [*overrides, *tensorboard]
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -333,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("config", nargs="?", help=config_help)
         command.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config fields")
         command.add_argument("--resume", metavar="RUN", help=resume_help)
+        command.add_argument("--tensorboard", type=Path, metavar="DIR",
+                             help="also write the metrics live as TensorBoard event files in DIR/<run name>/ "
+                                  "(storage.tensorboard; needs the export extra)")
         command.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
                              help="with --resume of a training run: continue from the newest checkpoint (last, the "
                                   "default), the best kept one (best) or a checkpoint file")

@@ -44,17 +44,24 @@ def test_the_second_pass_runs_what_skipped_with_the_parts_required():
     second = [i for i, command in enumerate(commands) if "--skipped-last-run" in command]
     assert len(second) == 1
     before = "\n".join(commands[:second[0]])
-    for part in ("SLURM", "MPI", "FOOTBALL", "ATARI"):
+    for part in ("SLURM", "MPI", "FOOTBALL", "ATARI", "HDF5_READERS"):
         assert f"LAMARCKIAN_HPC_REQUIRE_{part}=1" in before
     assert "testcluster/start.sh" in before and "install_football.sh" in before
+    # tests/test_run_file_readers.py: h5dump of HDF5 1.10, and an h5py on an older HDF5 in a venv of its own
+    assert re.search(r"apt-get install .*\bhdf5-tools\b", before)
+    older = re.search(r'export LAMARCKIAN_HPC_OLDER_H5PY_PYTHON="(\$work/[^/"]+)/bin/python"', before)
+    assert older and f'python3 -m venv "{older.group(1)}"' in before
+    assert re.search(rf'"{re.escape(older.group(1))}/bin/pip" install .*"h5py==3\.9\.0"', before)
 
 
 def test_the_lowest_versions_pass_uses_constraints_min_in_a_venv_of_its_own():
     commands = _commands()
     install = [i for i, command in enumerate(commands) if "-c constraints-min.txt" in command]
     assert len(install) == 1
-    venvs = [i for i, command in enumerate(commands[:install[0]]) if command.startswith("python3 -m venv ")]
-    assert len(venvs) == 2, "the lowest versions need a virtual environment of their own"
+    before = [command.replace('"', "") for command in commands[:install[0]]]
+    venvs = [command.split()[3] for command in before if command.startswith("python3 -m venv ")]
+    assert len(venvs) >= 2 and venvs[-1] not in venvs[:-1], "the lowest versions need a virtual environment of their own"
+    assert f"source {venvs[-1]}/bin/activate" in before
     assert any('-m "not slow"' in command for command in commands[install[0]:])
 
 

@@ -5,6 +5,7 @@ without sacct. Every wait has a deadline."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import queue
 import re
@@ -233,7 +234,8 @@ def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_pa
     from lamarckian_hpc.storage import open_run
 
     # The wall-time budget counts across the requeue: it leaves the resumed run time to train.
-    launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=25"],
+    board = tmp_path / "tb"  # the live TensorBoard sink, written by the job's learner on the shared file system
+    launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=25", f"storage.tensorboard={board}"],
                     ["--nodes", "4", "--cpus-per-node", "2", "--time", "10", "--object-store-mb", "100"])
     checkpoint = launch.run_path.with_suffix(".ckpt")
     _wait_until(checkpoint.is_file, 180, "the first checkpoint")
@@ -260,3 +262,13 @@ def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_pa
         if len(rows.policy_version) > 1:                        # nothing recorded twice, nothing out of order
             assert np.all(np.diff(rows.policy_version) > 0), name
             assert np.all(np.diff(rows.env_frames) >= 0), name
+    # The job wrote its event files, one per process of the run (before and after the requeue), and
+    # TensorBoard reads the run file's rows from them, the requeued process's purge included.
+    assert len(list((board / "run").glob("events.out.tfevents.*"))) == 2
+    if importlib.util.find_spec("tensorboard") is not None:
+        from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+        events = EventAccumulator(str(board / "run"), size_guidance={SCALARS: 0})
+        events.Reload()
+        for name in ("episode_return_mean", "env_frames_per_second"):
+            assert [event.step for event in events.Scalars(name)] == series[name].env_frames.tolist(), name

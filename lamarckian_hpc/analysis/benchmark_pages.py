@@ -309,6 +309,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "trajectory_cost": lambda data: pd.DataFrame(data["results"]),
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),
+    "tensorboard_sink": lambda data: pd.DataFrame(data["results"]),
     "multiagent_vs_rllib": _multiagent_vs_rllib,
     "league_connect_four": _board_game_curve, "league_connect_four.runs": _board_game_runs,
     "fan_in.calibration": lambda data: pd.DataFrame([data["calibration"]]),

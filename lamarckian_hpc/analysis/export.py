@@ -9,14 +9,16 @@ Both exports go to `DIR/<run name>/`, so one DIR holds many runs side by side (`
   step is the row's `env_frames`; the event's wall time is the run's start (/meta `start_time`)
   plus the row's `wall_time`, or the row's `wall_time` alone when the start is not recorded.
   TensorBoard keeps scalars as 32-bit floats. The event file carries the suffix
-  `.lamarckian-hpc`; exporting again replaces the run's earlier export, and nothing else.
+  `.lamarckian-hpc`; exporting again replaces the run's earlier event files of that suffix (an
+  earlier export's, or those the live sink wrote while it ran), and nothing else.
 - CSV: one file per metric, `<metric>.csv`, with the columns of the run file's
   `/metrics/<metric>` group (wall_time, env_frames, policy_version, value) at full precision.
   One file per metric rather than one wide table: metrics are written at different rows (the
   return only once episodes end), so a wide table would be mostly empty cells.
 
-Metrics without rows are left out of both. TensorBoard files are written with `tensorboardX`
-(the `export` extra), imported only when asked for.
+Metrics without rows are left out of both. TensorBoard files are written by
+`storage.event_files.EventWriter`, the writer of the live sink (`storage.tensorboard`) too, with
+`tensorboardX` (the `export` extra), imported only when asked for.
 """
 
 from __future__ import annotations
@@ -25,19 +27,16 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+from ..storage.event_files import (EVENT_FILE_SUFFIX, INSTALL_HINT, EventWriter, TensorBoardMissing, event_files,
+                                   event_folder)
 from .loader import RunData
 
-#: Suffix of the event files this module writes, so that a new export replaces only its own.
-EVENT_FILE_SUFFIX = ".lamarckian-hpc"
-INSTALL_HINT = "pip install -c constraints.txt -e '.[export]' (or pip install 'tensorboardX>=2.6.2.2')"
-
-
-class TensorBoardMissing(ImportError):
-    """tensorboardX is not installed; the message says how to install it."""
+__all__ = ["EVENT_FILE_SUFFIX", "INSTALL_HINT", "TensorBoardMissing", "export_csv", "export_tensorboard", "run_folder",
+           "start_seconds"]
 
 
 def run_folder(run: RunData, out_dir: str | Path) -> Path:
-    return Path(out_dir) / run.name
+    return event_folder(out_dir, run.name)
 
 
 def start_seconds(meta: dict[str, Any]) -> float:
@@ -68,23 +67,22 @@ def export_csv(run: RunData, out_dir: str | Path) -> list[Path]:
 
 
 def export_tensorboard(run: RunData, out_dir: str | Path) -> Path:
-    """One event file under `out_dir/<run>/` with every metric's rows as scalars; replaces an
-    earlier export of the run. Raises TensorBoardMissing without tensorboardX."""
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError:
-        raise TensorBoardMissing(f"error: --tensorboard needs tensorboardX: {INSTALL_HINT}") from None
+    """One event file under `out_dir/<run>/` with every metric's rows as scalars; replaces the
+    run's earlier event files (an earlier export's, or the live sink's). Raises TensorBoardMissing
+    without tensorboardX."""
     folder = run_folder(run, out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    for earlier in folder.glob(f"events.out.tfevents.*{EVENT_FILE_SUFFIX}"):
-        earlier.unlink()
+    earlier = event_files(folder) if folder.is_dir() else []
     start = start_seconds(run.meta)
-    writer = SummaryWriter(logdir=str(folder), filename_suffix=EVENT_FILE_SUFFIX, flush_secs=3600)
+    try:
+        writer = EventWriter(folder)
+    except TensorBoardMissing as error:
+        raise TensorBoardMissing(f"error: --tensorboard needs tensorboardX: {INSTALL_HINT}") from error
     try:
         for name, rows in run.metrics.groupby("metric", sort=True):
             for row in rows.itertuples(index=False):
-                writer.add_scalar(str(name), float(row.value), global_step=int(row.env_frames),
-                                  walltime=start + float(row.wall_time))
+                writer.scalars({str(name): float(row.value)}, int(row.env_frames), start + float(row.wall_time))
     finally:
         writer.close()
-    return max(folder.glob(f"events.out.tfevents.*{EVENT_FILE_SUFFIX}"), key=lambda path: path.stat().st_mtime)
+    for path in earlier:
+        path.unlink()
+    return writer.path

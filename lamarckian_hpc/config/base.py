@@ -103,3 +103,8 @@ class StorageConfig(Section):
                           "stop.return_window episodes was the highest when it was saved, as "
                           "<run>.checkpoints/best.ckpt (for evaluate and --resume --checkpoint best).")
     trajectories: TrajectoriesConfig = Field(default_factory=TrajectoriesConfig)
+    tensorboard: Path | None = Field(
+        None, description="Also write the run's metrics live as TensorBoard event files in DIR/<run name>/ "
+        "(`tensorboard --logdir DIR`), with the run file's metric names, flushed with it; a population run adds "
+        "one series per PBT member. Needs tensorboardX (the export extra); a sink that fails logs one line and the "
+        "run goes on.")

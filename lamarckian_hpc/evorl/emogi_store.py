@@ -20,6 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from ..storage import FILE_FORMAT
 from .behaviour import BEHAVIOUR_NAMES, GENOME_NAMES
 from .emogi import EMOGIResult
 
@@ -32,7 +33,7 @@ def population_shape() -> tuple[int, int, tuple[str, ...]]:
 
 def write_results(path: str | Path, result: EMOGIResult) -> None:
     """Add the `/emogi` group to a run file its writer has closed."""
-    with h5py.File(path, "r+", locking="best-effort") as file:
+    with h5py.File(path, "r+", libver=FILE_FORMAT, locking="best-effort") as file:  # the run file's format
         group = file.require_group(GROUP)
         measured = [m for m in result.history if m.behaviour is not None]
         failed = [m for m in result.history if m.behaviour is None]

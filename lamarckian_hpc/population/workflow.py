@@ -20,11 +20,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from ..runtime.checkpoint import save_run_state
+from ..runtime.observers import GenerationObserver, GenerationReport
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
 from .worker_pool import HostFactory, Request, WorkerPool, make_pool
@@ -182,11 +183,13 @@ def restore_members(pool: WorkerPool, states: list[Any]) -> None:
 
 def run_population(program: PopulationProgram, runtime: PopulationRuntime, writer: RunWriter | None = None,
                    checkpointing: Checkpointing | None = None, resume: dict[str, Any] | None = None,
-                   report: Callable[[str], None] | None = None, pool: WorkerPool | None = None) -> float:
+                   report: Callable[[str], None] | None = None, pool: WorkerPool | None = None,
+                   observers: Sequence[GenerationObserver] = ()) -> float:
     """Run `program` to its end; returns the run's wall time in seconds (earlier processes included).
 
     `resume` is a state saved by an earlier process of this run: the program, its members and the
-    clock continue from it. A pool given by the caller is used and left open."""
+    clock continue from it. A pool given by the caller is used and left open. `observers` (the live
+    TensorBoard sink) are told each generation once the run file has it."""
     owns_pool = pool is None
     if pool is None:
         pool = make_pool(runtime.mode, program.host_factory(), program.num_slots, runtime.num_workers,
@@ -218,6 +221,12 @@ def run_population(program: PopulationProgram, runtime: PopulationRuntime, write
                 writer.append_many(record.metrics, env_frames=record.env_frames, policy_version=generation,
                                    wall_time=wall_time)
                 writer.flush()  # before the checkpoint: the file holds every row the checkpoint covers
+            if observers:
+                members = (program.num_slots > 0 and record.rows is not None
+                           and len(record.rows["id"]) == program.num_slots)
+                told = GenerationReport(generation, record.env_frames, wall_time, record.metrics, record.rows, members)
+                for observer in observers:
+                    observer.on_generation_end(told)
             generation += 1
             if checkpointing is not None and checkpointing.due(program.finished_reason() is not None):
                 members = member_states(pool, program.num_slots) if program.num_slots else []

@@ -1,8 +1,10 @@
-"""What a trainer tells the outside world after each update, and the observers that listen.
+"""What a trainer tells the outside world after each update, what the population workflow tells it
+after each generation, and the observers that listen.
 
-The trainer does not know about files or terminals: the HDF5 recorder and the console progress
-subscribe to `on_update_end`, so a test can train with neither and a new sink never changes the
-training loop.
+The trainer does not know about files or terminals: the HDF5 recorder, the console progress and the
+live TensorBoard sink subscribe to `on_update_end`, so a test can train with none of them and a new
+sink never changes the training loop. The population workflow writes its run file itself and then
+hands the same generation to its observers (`on_generation_end`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # actor processes import this module: h5py stays out of them
+    import numpy as np
+
     from ..storage.trajectories import EpisodeRecord
 
 
@@ -45,3 +49,20 @@ class TrainObserver(Protocol):
     def on_update_end(self, report: UpdateReport) -> None: ...
 
     def on_train_end(self, result: TrainResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class GenerationReport:
+    """One generation of a population run, as its run file got it (after the flush)."""
+
+    generation: int  # the metrics' policy_version in the run file (PBT: the interval)
+    env_frames: int  # the x axis of the generation's metric row (env frames, episodes or evaluations)
+    wall_time: float  # seconds since the run started
+    metrics: dict[str, float]
+    rows: dict[str, np.ndarray] | None = None  # the /population rows of the generation
+    #: the rows are the population's members slot by slot (PBT): row k is member slot k every generation
+    members: bool = False
+
+
+class GenerationObserver(Protocol):
+    def on_generation_end(self, report: GenerationReport) -> None: ...

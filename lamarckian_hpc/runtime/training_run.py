@@ -19,6 +19,7 @@ from .node_watch import NodeLostError
 from .observers import TrainObserver, TrainResult
 from .recording import MetricsRecorder, trajectory_writer_options
 from .sampling import POLICY_ID
+from .tensorboard_sink import TensorBoardSink, tensorboard_sink
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
         trainer = make_trainer(config)
     except ValueError as error:
         raise TrainingSetupError(str(error)) from None
+    sink: TensorBoardSink | None = None
     try:
         layout = getattr(trainer, "tree", None)
         meta = {**(meta or {}), **(layout.meta() if layout is not None else {"broadcast_layout": "serial"})}
@@ -105,6 +107,9 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
                                     resumed_from=saved.policy_version if saved is not None else None)
         # The checkpointer follows the recorder: it flushes the rows the checkpoint covers.
         trainer.observers += [recorder, checkpointer, *observers]
+        sink = tensorboard_sink(storage, run_path, resumed=saved is not None)
+        if sink is not None:
+            trainer.observers.append(sink)
         try:
             result = trainer.train()  # the recorder closes the file as completed when training ends
         except NodeLostError:
@@ -116,5 +121,7 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
             writer.close(completed=False)
             raise
     finally:
+        if sink is not None:  # a run that failed keeps the events of its last updates too
+            sink.close()
         trainer.close()
     return result

@@ -4,7 +4,12 @@ The file must be readable while it grows (a reader on a login node watches a run
 must stay intact when the writer is killed (SIGKILL by Slurm at the time limit). Both come from
 HDF5's single-writer/multiple-reader mode (SWMR), which has rules this module works around:
 
-- SWMR needs the newest file format, so the file is created with ``libver="latest"``.
+- SWMR needs the HDF5 1.10 file format (superblock version 3), so the file is created with
+  ``libver=FILE_FORMAT``, ``("v110", "v110")``: the oldest format SWMR allows, and never newer.
+  ``libver="latest"`` would take the format of whichever HDF5 h5py bundles (2.0 with h5py 3.16),
+  whose layout and datatype messages HDF5 1.10-1.14 cannot read (gzip-compressed and boolean
+  datasets among them); the 1.10 format opens in every HDF5 from 1.10.0 on, in clusters' modules,
+  MATLAB, Julia and ``h5dump`` alike. Everything else the package writes with h5py uses it too.
 - No group, dataset or attribute may be created once SWMR writing has started. Everything is
   therefore created in ``RunWriter.__init__``: ``/meta`` attributes, the ``/config`` JSON
   attribute, one group per declared metric, and the ``/status/closed`` flag. Metric names are
@@ -113,6 +118,9 @@ METRIC_COLUMN_DTYPES: dict[str, np.dtype] = {
 }
 METRIC_CHUNK_ROWS = 1024
 FILE_LOCKING = "best-effort"
+#: HDF5 library version bounds of every file the package writes (h5py's ``libver``): the 1.10 file
+#: format, the oldest that SWMR allows, so that HDF5 1.10 and later read the files.
+FILE_FORMAT: tuple[str, str] = ("v110", "v110")
 #: Suffix of a run file while it is created; it gets its name once it is valid and in SWMR mode.
 CREATING_SUFFIX = ".creating"
 
@@ -234,7 +242,7 @@ class RunWriter:
         creating = self.path.with_name(self.path.name + CREATING_SUFFIX)
         os.close(create_private_file(creating))  # HDF5 truncates it and keeps its mode
         try:
-            file = h5py.File(creating, "w", libver="latest", locking=FILE_LOCKING)
+            file = h5py.File(creating, "w", libver=FILE_FORMAT, locking=FILE_LOCKING)
         except BaseException:
             creating.unlink(missing_ok=True)
             raise
