@@ -122,10 +122,10 @@ def correctness(device: torch.device) -> dict:
         batch, rng = _small_batch(model, 1024), np.random.default_rng(0)
         if captured:
             steps = CapturedSteps(model, optimizer)
-            diagnostics = [ppo_update(model, optimizer, batch, config, rng, steps) for _ in range(3)]
+            diagnostics = [ppo_update(model, optimizer, batch, config, rng, captured=steps) for _ in range(3)]
             checks["graph_recordings"] = steps.recordings
             before = [t.clone() for t in steps._state_tensors()]
-            skipped = ppo_update(model, optimizer, _small_batch(model, 1024, nan=True), config, rng, steps)
+            skipped = ppo_update(model, optimizer, _small_batch(model, 1024, nan=True), config, rng, captured=steps)
             after = steps._state_tensors()
             checks["graph_nan_batch_skipped_steps"] = skipped["nonfinite_steps"]
             checks["graph_nan_batch_state_unchanged"] = all(torch.equal(a, b) for a, b in zip(before, after))

@@ -147,6 +147,7 @@ def test_auto_takes_the_cpu_without_a_gpu_and_says_why():
     assert choose_device("cpu")[1] == "runtime.device is cpu"
 
 
+@pytest.mark.skipif(CUDA, reason="checks the choice on a machine without a GPU")
 def test_a_learner_logs_its_device_and_why_and_trains_eagerly_on_the_cpu(caplog):
     config = build_config({"env": {"id": "CartPole-v1"}, "algorithm": {"batch_size": 64, "num_minibatches": 2},
                            "runtime": {"mode": "serial"}}, "test")
@@ -179,10 +180,10 @@ def test_the_recorded_update_equals_the_eager_one_and_skips_nonfinite_minibatche
         batch, rng = _batch(model, 256), np.random.default_rng(0)
         if captured:
             steps = CapturedSteps(model, optimizer)
-            diagnostics = [ppo_update(model, optimizer, batch, config, rng, steps) for _ in range(2)]
+            diagnostics = [ppo_update(model, optimizer, batch, config, rng, captured=steps) for _ in range(2)]
             assert steps.recordings == 1
             before = _state(model, optimizer)
-            skipped = ppo_update(model, optimizer, _batch(model, 256, reward=float("nan")), config, rng, steps)
+            skipped = ppo_update(model, optimizer, _batch(model, 256, reward=float("nan")), config, rng, captured=steps)
             assert skipped[NONFINITE_STEPS] == 8
             assert all(torch.equal(a, b) for a, b in zip(before, _state(model, optimizer)))
         else:
