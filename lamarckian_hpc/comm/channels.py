@@ -26,12 +26,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
 import zmq
 
+from .bundle import is_bundle, unpack_bundle
 from .credits import CreditLedger
 from .limits import CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, authenticate
@@ -300,6 +302,9 @@ class ExperienceReceiver:
         self.ledger = CreditLedger(credit_budget)
         self.malformed = 0
         self.received = 0
+        self.taken = 0  # ZeroMQ messages taken off the socket (a bundle is one)
+        self.bundles = 0  # relay bundles taken (their parts count in `received`)
+        self._parts: deque[tuple[tuple[bytes, ...], list[Any]]] = deque()  # of a bundle, still to return
         self._reclaimed_at = time.monotonic()
 
     def bind_ipc(self, path: str) -> str:
@@ -309,13 +314,32 @@ class ExperienceReceiver:
 
     def receive(self, timeout_ms: int = 0) -> Message | None:
         """The next well-formed message other than a credit request, or None when none arrives
-        within timeout_ms. Credits are granted on the way."""
+        within timeout_ms. A relay's bundle (`comm.bundle`) is unpacked here and its parts are
+        returned one by one, each as if it had come alone; a malformed part is dropped and
+        counted alone. Credits are granted on the way."""
         deadline = time.monotonic() + timeout_ms / 1000
         try:
-            while self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
-                frames = self.socket.recv_multipart(copy=False)
+            while True:
+                if self._parts:
+                    route, body = self._parts.popleft()
+                elif self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
+                    self.taken += 1
+                    try:
+                        route, body = split_route(self.socket.recv_multipart(copy=False))
+                        if is_bundle(body):
+                            parts = [(route + below, part) for below, part in unpack_bundle(body)]
+                            self.bundles += 1
+                            self._parts.extend(parts)
+                            continue
+                    except WireError as error:
+                        self.malformed += 1
+                        log_malformed(self.malformed, "message", error)
+                        continue
+                else:
+                    return None
                 try:
-                    route, body = split_route(frames)
+                    if len(route) > MAX_ROUTE_FRAMES:
+                        raise WireError(f"a route of {len(route)} routing ids; at most {MAX_ROUTE_FRAMES}")
                     message = decode(body, known_kinds=self.known_kinds)
                 except WireError as error:
                     self.malformed += 1
@@ -337,7 +361,6 @@ class ExperienceReceiver:
                     self.ledger.seen(key, route)
                 self.received += 1
                 return message
-            return None
         finally:
             self.grant()
 

@@ -1,0 +1,263 @@
+"""Relays that aggregate: many actors' rollouts go up as one message, bounded in bytes, waiting time
+and frames, and the learner unpacks it into its rollouts with credits spent and granted per actor.
+
+Real ZeroMQ sockets with the job's CURVE keys, a real relay process (`spawn_relay_addresses`) for
+the run's path, relays in a thread where their counters are read; bundles that are not well
+formed are refused by the checks alone, and a malformed part costs only itself."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from lamarckian_hpc.comm import BROADCAST, ExperienceReceiver, ExperienceSender, JobKeys, Message, WeightPublisher, encode
+from lamarckian_hpc.comm.bundle import (BUNDLE_MARKER, MAX_BUNDLE_FRAMES, MAX_BUNDLE_PARTS, Bundler, pack_bundle,
+                                        unpack_bundle)
+from lamarckian_hpc.comm.relay import Relay, RelaySpec, spawn_relay_addresses
+from lamarckian_hpc.comm.topology import build_tree
+from lamarckian_hpc.comm.wire import WireError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def experience(actor: int, count: int) -> Message:
+    return Message("experience", f"actor-{actor}", 3, {"x": np.full(16, actor, np.float32),
+                                                       "n": np.array([count], np.int64)}, {"actor": actor})
+
+
+def frames_of(message: Message) -> list[bytes]:
+    return [bytes(frame) for frame in encode(message)]
+
+
+@pytest.fixture
+def context():
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+# ---------------------------------------------------------------- the format and its checks
+def test_a_bundle_unpacks_into_its_parts_as_views_of_one_payload() -> None:
+    parts = [((b"a",), frames_of(experience(1, 0))), ((b"r2", b"b"), frames_of(experience(2, 5)))]
+    frames = pack_bundle(parts)
+    assert len(frames) == 3 and frames[0] == BUNDLE_MARKER  # marker, header, one payload
+    unpacked = unpack_bundle(frames)
+    assert [route for route, _ in unpacked] == [(b"a",), (b"r2", b"b")]
+    for (_, original), (_, views) in zip(parts, unpacked):
+        assert [bytes(view) for view in views] == original
+        assert all(view.readonly for view in views)
+
+
+def _bundle(header: object, payload: bytes = b"") -> list[bytes]:
+    return [BUNDLE_MARKER, msgpack.packb(header, use_bin_type=True), payload]
+
+
+@pytest.mark.parametrize("frames, says", [
+    (_bundle({"parts": [[[b"a"], [3]]]}, b"ab"), "payload of 2"),  # lengths do not add up
+    (_bundle({"parts": []}), "1 to"),
+    (_bundle({"parts": [[[b"a", b"b", b"c", b"d"], [1]]]}, b"x"), "route"),  # deeper than any tree
+    (_bundle({"parts": [[[], [1]]]}, b"x"), "route"),
+    (_bundle({"parts": [[[b"a"], []]]}), "frames"),
+    (_bundle({"parts": [[[b"a"], [-1]]]}), "frames"),
+    (_bundle({"parts": [[["a"], [1]]]}, b"x"), "route"),  # a str is not a routing id
+    (_bundle({"parts": [[[b"a"], [1]]] * (MAX_BUNDLE_PARTS + 1)}, b"x" * (MAX_BUNDLE_PARTS + 1)), "msgpack|1 to"),
+    (_bundle({"parts": [[[b"a"], [0] * 257]] * (MAX_BUNDLE_FRAMES // 257 + 1)}), f"more than {MAX_BUNDLE_FRAMES}"),
+    (_bundle([1, 2]), "1 to"),
+    ([BUNDLE_MARKER, b"\xc1", b""], "not msgpack"),
+    ([BUNDLE_MARKER, b"", b"", b""], "marker, header and payload"),
+])
+def test_a_bundle_that_is_not_well_formed_is_refused(frames, says) -> None:
+    with pytest.raises(WireError, match=says):
+        unpack_bundle(frames)
+
+
+def test_the_batch_is_bounded_in_bytes_parts_and_waiting_time() -> None:
+    part = ((b"a",), [b"h" * 100, b"x" * 900])  # 1,000 bytes
+    bundler = Bundler(max_bytes=3_500, wait_ms=5)
+    assert bundler.due_in() is None  # empty: nothing is due
+    for _ in range(3):
+        assert bundler.fits(part)
+        bundler.add(part)
+    assert not bundler.fits(part)  # a fourth would pass 3,500 bytes
+    assert 0 < bundler.due_in() <= 0.005
+    time.sleep(0.006)
+    assert bundler.due_in() == 0.0
+    assert len(bundler.take()) == 3 and bundler.due_in() is None and bundler.bytes == 0
+    big = ((b"a",), [b"y" * 10_000])
+    assert bundler.fits(big)  # an empty batch takes a part larger than the bound: it goes alone
+    bundler.add(big)
+    assert not bundler.fits(part)
+
+
+# ---------------------------------------------------------------- through a relay process
+def _relay_spec(tmp_path, tree, receiver_address, publisher_address, relay_folder, node="node1", **bundle):
+    return RelaySpec(node, tree.to_dict(), {"node0": publisher_address}, ipc_path=f"{tmp_path}/{node}w.ipc",
+                     key_folder=str(relay_folder), experience_upstreams={"node0": receiver_address},
+                     experience_ipc_path=f"{tmp_path}/{node}e.ipc", **bundle)
+
+
+def test_a_relay_process_sends_many_rollouts_as_one_message_and_credits_stay_per_rollout(context, tmp_path) -> None:
+    keys = JobKeys.create(tmp_path / "keys")
+    relay_folder = keys.write_relay_folder()
+    budget, actors = 12, 8
+    receiver = ExperienceReceiver(context, {"experience"}, keys=keys, credit_budget=budget)
+    publisher = WeightPublisher(context, keys=keys)
+    tree = build_tree(["node0", "node1"])
+    # A long wait, so that every actor's rollout of a round is in one bundle, whatever the load.
+    process, _ = spawn_relay_addresses(_relay_spec(tmp_path, tree, receiver.address, publisher.address,
+                                                   relay_folder, bundle_wait_ms=200.0))
+    actor_keys = JobKeys.load(keys.actor_folder)
+    senders = [ExperienceSender(context, f"ipc://{tmp_path}/node1e.ipc", keys=actor_keys, trust=BROADCAST, window=2)
+               for _ in range(actors)]
+    try:
+        got: dict[int, list[int]] = {actor: [] for actor in range(actors)}
+        sent = [0] * actors
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < 48:
+            assert time.monotonic() < deadline, f"{got} through the relay"
+            for actor, sender in enumerate(senders):
+                while sender.take_credit(0):
+                    assert sender.send(experience(actor, sent[actor]), timeout_ms=1000, credited=True)
+                    sent[actor] += 1
+            message = receiver.receive(20)
+            if message is not None:
+                actor = int(message.meta["actor"])
+                assert np.all(message.arrays["x"] == actor)
+                got[actor].append(int(message.arrays["n"][0]))
+            assert receiver.ledger.in_flight <= budget
+        # Each actor's rollouts arrived whole and in order, each one spent its actor's credit.
+        for actor, counts in got.items():
+            assert counts == list(range(len(counts)))
+        accounts = receiver.ledger.accounts
+        assert len(accounts) == actors and {account.route[0] for account in accounts.values()} == {b"relay:node1"}
+        assert sorted(account.spent for account in accounts.values()) == sorted(map(len, got.values()))
+        assert receiver.ledger.uncredited == 0 and receiver.malformed == 0
+        # Far fewer messages than rollouts at the learner: the relay's batches (credit requests too).
+        assert receiver.bundles >= 1
+        assert receiver.taken <= receiver.received / 2, (receiver.taken, receiver.received)
+        assert sum(sender.spent for sender in senders) <= receiver.received + budget
+    finally:
+        process.kill()
+        process.join(5)
+        for sender in senders:
+            sender.close()
+        publisher.close()
+        receiver.close()
+
+
+def _thread_relay(spec: RelaySpec) -> tuple[Relay, threading.Thread]:
+    relay = Relay(spec, zmq.Context())
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    return relay, thread
+
+
+def _send_all(senders, rounds: int, receiver: ExperienceReceiver, expect: int, seconds: float = 30) -> list[float]:
+    """Each sender sends `rounds` credited messages as credits allow; the receive times of `expect`."""
+    times, deadline, sent = [], time.monotonic() + seconds, [0] * len(senders)
+    while len(times) < expect:
+        assert time.monotonic() < deadline, f"{len(times)} of {expect} messages arrived"
+        for k, sender in enumerate(senders):
+            if sent[k] < rounds and sender.take_credit(0):
+                sender.send(experience(k, sent[k]), timeout_ms=1000, credited=True)
+                sent[k] += 1
+        if receiver.receive(5) is not None:
+            times.append(time.monotonic())
+    return times
+
+
+def test_a_bundle_never_passes_its_byte_bound_and_a_lone_rollout_waits_only_the_wait(context, tmp_path) -> None:
+    receiver = ExperienceReceiver(context, {"experience"}, credit_budget=64)
+    publisher = WeightPublisher(context)
+    tree = build_tree(["node0", "node1"])
+    one = sum(len(frame) for frame in frames_of(experience(0, 0)))
+    relay, thread = _thread_relay(RelaySpec("node1", tree.to_dict(), {"node0": publisher.address},
+                                            experience_upstreams={"node0": receiver.address},
+                                            experience_ipc_path=f"{tmp_path}/e.ipc",
+                                            bundle_wait_ms=300.0, bundle_bytes=3 * one))
+    senders = [ExperienceSender(context, f"ipc://{tmp_path}/e.ipc", window=1) for _ in range(9)]
+    try:
+        _send_all(senders, 1, receiver, 9)
+        # Nine rollouts of `one` bytes under a bound of three: three bundles at least, none larger.
+        # (Each sender's credit request came up the same way: 18 messages.)
+        assert relay.stats.experience_up == 18 and relay.stats.bundles_up >= 3
+        assert receiver.received == 9 and receiver.taken < 18
+        # One rollout alone is held at most the wait: 300 ms, not for ever (nothing else comes).
+        started = time.monotonic()
+        (arrived,) = _send_all(senders[:1], 2, receiver, 1)
+        assert 0.25 <= arrived - started < 2.0, arrived - started
+    finally:
+        relay.stop_event.set()
+        thread.join(5)
+        for sender in senders:
+            sender.close()
+        publisher.close()
+        receiver.close()
+
+
+def test_two_layers_of_relays_send_one_bundle_with_every_rollouts_route(context, tmp_path) -> None:
+    """A first-layer relay opens the bundles of the relay below and sends their parts in its own:
+    the learner still sees each actor's own route (relays on the way, then the actor), and its
+    grants reach the actors below both relays."""
+    receiver = ExperienceReceiver(context, {"experience"}, credit_budget=8)
+    publisher = WeightPublisher(context)
+    tree = build_tree(["node0", "node1", "node2", "node3", "node4"])  # node4 under node1
+    assert tree.parent_of("node4") == "node1"
+    upper, upper_thread = _thread_relay(RelaySpec(
+        "node1", tree.to_dict(), {"node0": publisher.address}, experience_upstreams={"node0": receiver.address},
+        experience_ipc_path=f"{tmp_path}/1.ipc", bundle_wait_ms=50.0))
+    lower, lower_thread = _thread_relay(RelaySpec(
+        "node4", tree.to_dict(), {"node0": publisher.address, "node1": upper.address},
+        experience_upstreams={"node0": receiver.address, "node1": upper.experience_address},
+        experience_ipc_path=f"{tmp_path}/4.ipc", bundle_wait_ms=20.0))
+    below = [ExperienceSender(context, f"ipc://{tmp_path}/4.ipc", window=1) for _ in range(4)]
+    beside = [ExperienceSender(context, f"ipc://{tmp_path}/1.ipc", window=1) for _ in range(2)]
+    try:
+        _send_all(below + beside, 5, receiver, 30)
+        routes = {account.route for account in receiver.ledger.accounts.values()}
+        assert len(routes) == 6
+        assert sum(1 for route in routes if route[:2] == (b"relay:node1", b"relay:node4") and len(route) == 3) == 4
+        assert sum(1 for route in routes if len(route) == 2 and route[0] == b"relay:node1") == 2
+        assert all(account.spent == 5 for account in receiver.ledger.accounts.values())
+        assert lower.stats.experience_up >= 20 and upper.stats.experience_up >= 30
+        assert receiver.taken < receiver.received  # bundles, not one message per rollout
+        assert receiver.malformed == 0 and upper.stats.malformed_up == 0
+    finally:
+        for relay, thread in ((lower, lower_thread), (upper, upper_thread)):
+            relay.stop_event.set()
+            thread.join(5)
+        for sender in below + beside:
+            sender.close()
+        publisher.close()
+        receiver.close()
+
+
+def test_the_learner_drops_a_malformed_part_and_keeps_the_others(context) -> None:
+    receiver = ExperienceReceiver(context, {"experience"}, credit_budget=8)
+    relay = context.socket(zmq.DEALER)  # what a relay's DEALER sends
+    relay.setsockopt(zmq.ROUTING_ID, b"relay:x")
+    relay.setsockopt(zmq.LINGER, 0)
+    relay.connect(receiver.address)
+    try:
+        good = frames_of(experience(1, 0))
+        bad = [good[0], good[1][:-4], *good[2:]]  # an array frame short of its shape
+        relay.send_multipart([b"", *pack_bundle([((b"a",), good), ((b"b",), bad), ((b"c",), frames_of(experience(3, 0)))])])
+        relay.send_multipart([b"", BUNDLE_MARKER, b"\xc1", b""])  # a bundle not well formed: dropped whole
+        relay.send_multipart([b"", *pack_bundle([((b"d",), frames_of(experience(4, 0)))])])
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            message = receiver.receive(50)
+            if message is not None:
+                got.append(int(message.meta["actor"]))
+        assert got == [1, 3, 4]
+        assert receiver.malformed == 2 and receiver.bundles == 2 and receiver.taken == 3
+        assert receiver.receive(100) is None  # and the learner goes on serving
+    finally:
+        relay.close()
+        receiver.close()
