@@ -10,14 +10,13 @@ from __future__ import annotations
 import threading
 import time
 
-import msgpack
 import numpy as np
 import pytest
 import zmq
 
-from lamarckian_hpc.comm import BROADCAST, ExperienceReceiver, ExperienceSender, JobKeys, Message, WeightPublisher, encode
-from lamarckian_hpc.comm.bundle import (BUNDLE_MARKER, MAX_BUNDLE_FRAMES, MAX_BUNDLE_PARTS, Bundler, pack_bundle,
-                                        unpack_bundle)
+from lamarckian_hpc.comm import (BROADCAST, ExperienceReceiver, ExperienceSender, JobKeys, Message, WeightPublisher,
+                                 decode, encode)
+from lamarckian_hpc.comm.bundle import MAX_BUNDLE_PARTS, Bundler, bundle, part_bytes, unbundle
 from lamarckian_hpc.comm.relay import Relay, RelaySpec, spawn_relay_addresses
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.comm.wire import WireError
@@ -42,42 +41,71 @@ def context():
 
 
 # ---------------------------------------------------------------- the format and its checks
-def test_a_bundle_unpacks_into_its_parts_as_views_of_one_payload() -> None:
-    parts = [((b"a",), frames_of(experience(1, 0))), ((b"r2", b"b"), frames_of(experience(2, 5)))]
-    frames = pack_bundle(parts)
-    assert len(frames) == 3 and frames[0] == BUNDLE_MARKER  # marker, header, one payload
-    unpacked = unpack_bundle(frames)
-    assert [route for route, _ in unpacked] == [(b"a",), (b"r2", b"b")]
-    for (_, original), (_, views) in zip(parts, unpacked):
-        assert [bytes(view) for view in views] == original
-        assert all(view.readonly for view in views)
+def hello(actor: int) -> Message:
+    return Message("hello", f"actor-{actor}", -1, {}, {"actor": actor})
 
 
-def _bundle(header: object, payload: bytes = b"") -> list[bytes]:
-    return [BUNDLE_MARKER, msgpack.packb(header, use_bin_type=True), payload]
+def test_a_bundle_is_one_message_whose_parts_are_views_of_its_arrays() -> None:
+    parts = [((b"a",), experience(1, 0)), ((b"r2", b"b"), experience(2, 5)), ((b"c",), hello(3)),
+             ((b"a",), experience(1, 1))]
+    frames = encode(bundle(parts, "relay:x"))
+    assert len(frames) == 1 + 2  # a header and one frame per array of the experience group: x and n
+    message = decode(frames, {"bundle"})
+    unbundled = unbundle(message)
+    assert [route for route, _ in unbundled] == [(b"a",), (b"r2", b"b"), (b"c",), (b"a",)]
+    for (_, original), (_, part) in zip(parts, unbundled):
+        assert (part.kind, part.sender, part.policy_version, part.meta) == (
+            original.kind, original.sender, original.policy_version, original.meta)
+        assert part.arrays.keys() == original.arrays.keys()
+        for name, array in original.arrays.items():
+            assert np.array_equal(part.arrays[name], array) and part.arrays[name].base is not None  # a view
+    with pytest.raises(ValueError, match="0-d"):
+        bundle([((b"a",), Message("experience", "a", 1, {"s": np.float32(1.0)}))], "relay:x")
 
 
-@pytest.mark.parametrize("frames, says", [
-    (_bundle({"parts": [[[b"a"], [3]]]}, b"ab"), "payload of 2"),  # lengths do not add up
-    (_bundle({"parts": []}), "1 to"),
-    (_bundle({"parts": [[[b"a", b"b", b"c", b"d"], [1]]]}, b"x"), "route"),  # deeper than any tree
-    (_bundle({"parts": [[[], [1]]]}, b"x"), "route"),
-    (_bundle({"parts": [[[b"a"], []]]}), "frames"),
-    (_bundle({"parts": [[[b"a"], [-1]]]}), "frames"),
-    (_bundle({"parts": [[["a"], [1]]]}, b"x"), "route"),  # a str is not a routing id
-    (_bundle({"parts": [[[b"a"], [1]]] * (MAX_BUNDLE_PARTS + 1)}, b"x" * (MAX_BUNDLE_PARTS + 1)), "msgpack|1 to"),
-    (_bundle({"parts": [[[b"a"], [0] * 257]] * (MAX_BUNDLE_FRAMES // 257 + 1)}), f"more than {MAX_BUNDLE_FRAMES}"),
-    (_bundle([1, 2]), "1 to"),
-    ([BUNDLE_MARKER, b"\xc1", b""], "not msgpack"),
-    ([BUNDLE_MARKER, b"", b"", b""], "marker, header and payload"),
+def _tampered(change) -> Message:
+    message = decode(encode(bundle([((b"a",), experience(1, 0)), ((b"b",), experience(2, 0))], "relay:x")))
+    meta = {"groups": [list(g) for g in message.meta["groups"]], "parts": [list(p) for p in message.meta["parts"]]}
+    arrays = dict(message.arrays)
+    change(meta, arrays)
+    return Message("bundle", "relay:x", -1, arrays, meta)
+
+
+def _set(index: int, value):
+    def change(meta, arrays):
+        meta["parts"][0][index] = value
+    return change
+
+
+@pytest.mark.parametrize("change, says", [
+    (_set(6, [17, 1]), "do not add up"),  # rows beyond the arrays
+    (_set(6, [15, 1]), "do not add up"),  # rows short of them
+    (_set(6, [16]), "rows do not match"),
+    (_set(6, [16, -1]), "rows do not match"),
+    (_set(0, 3), "group 3"),
+    (_set(1, [b"a", b"b", b"c", b"d"]), "route"),  # deeper than any tree
+    (_set(1, []), "route"),
+    (_set(1, ["a"]), "route"),  # a str is not a routing id
+    (_set(1, [b"x" * 256]), "route"),
+    (_set(4, 1 << 63), "int64"),
+    (_set(4, "3"), "int64"),
+    (_set(5, [1]), "wrong type"),
+    (_set(2, 7), "wrong type"),
+    (lambda meta, arrays: meta["parts"].append([0, [b"a"], "x", "y", 0, {}]), "group, route"),
+    (lambda meta, arrays: meta.update(parts=[]), "1 to"),
+    (lambda meta, arrays: meta.update(parts=meta["parts"] * (MAX_BUNDLE_PARTS // 2 + 1)), "1 to"),
+    (lambda meta, arrays: meta.update(groups=[["x", "m"]]), "lacks array"),
+    (lambda meta, arrays: meta.update(groups="x"), "groups"),
+    (lambda meta, arrays: arrays.update({"9:z": np.zeros(1)}), "not its groups"),
 ])
-def test_a_bundle_that_is_not_well_formed_is_refused(frames, says) -> None:
+def test_a_bundle_that_does_not_add_up_is_refused(change, says) -> None:
     with pytest.raises(WireError, match=says):
-        unpack_bundle(frames)
+        unbundle(_tampered(change))
 
 
 def test_the_batch_is_bounded_in_bytes_parts_and_waiting_time() -> None:
-    part = ((b"a",), [b"h" * 100, b"x" * 900])  # 1,000 bytes
+    part = ((b"a",), Message("experience", "a", 1, {"x": np.zeros(230, np.float32)}))  # 920 + 80 bytes
+    assert part_bytes(part[1]) == 1_000
     bundler = Bundler(max_bytes=3_500, wait_ms=5)
     assert bundler.due_in() is None  # empty: nothing is due
     for _ in range(3):
@@ -88,10 +116,16 @@ def test_the_batch_is_bounded_in_bytes_parts_and_waiting_time() -> None:
     time.sleep(0.006)
     assert bundler.due_in() == 0.0
     assert len(bundler.take()) == 3 and bundler.due_in() is None and bundler.bytes == 0
-    big = ((b"a",), [b"y" * 10_000])
+    big = ((b"a",), Message("experience", "a", 1, {"x": np.zeros(10_000, np.float32)}))
     assert bundler.fits(big)  # an empty batch takes a part larger than the bound: it goes alone
     bundler.add(big)
     assert not bundler.fits(part)
+    bundler.take()
+    # At most MAX_ARRAYS arrays over the groups of one bundle: a group of 200 arrays, then another.
+    wide = [((b"a",), Message("k", "a", 1, {f"{g}{i}": np.zeros(1) for i in range(200)})) for g in "pq"]
+    roomy = Bundler(max_bytes=1 << 30, wait_ms=5)
+    roomy.add(wide[0])
+    assert roomy.fits(wide[0]) and not roomy.fits(wide[1])
 
 
 # ---------------------------------------------------------------- through a relay process
@@ -237,18 +271,18 @@ def test_two_layers_of_relays_send_one_bundle_with_every_rollouts_route(context,
         receiver.close()
 
 
-def test_the_learner_drops_a_malformed_part_and_keeps_the_others(context) -> None:
+def test_the_learner_drops_a_part_it_does_not_take_or_a_bundle_that_does_not_add_up(context) -> None:
     receiver = ExperienceReceiver(context, {"experience"}, credit_budget=8)
     relay = context.socket(zmq.DEALER)  # what a relay's DEALER sends
     relay.setsockopt(zmq.ROUTING_ID, b"relay:x")
     relay.setsockopt(zmq.LINGER, 0)
     relay.connect(receiver.address)
     try:
-        good = frames_of(experience(1, 0))
-        bad = [good[0], good[1][:-4], *good[2:]]  # an array frame short of its shape
-        relay.send_multipart([b"", *pack_bundle([((b"a",), good), ((b"b",), bad), ((b"c",), frames_of(experience(3, 0)))])])
-        relay.send_multipart([b"", BUNDLE_MARKER, b"\xc1", b""])  # a bundle not well formed: dropped whole
-        relay.send_multipart([b"", *pack_bundle([((b"d",), frames_of(experience(4, 0)))])])
+        stranger = Message("weights", "actor-2", 3, {"x": np.zeros(16, np.float32), "n": np.zeros(1, np.int64)})
+        relay.send_multipart([b"", *encode(bundle([((b"a",), experience(1, 0)), ((b"b",), stranger),
+                                                   ((b"c",), experience(3, 0))], "relay:x"))])
+        relay.send_multipart([b"", *encode(_tampered(_set(6, [17, 1])))])  # dropped whole
+        relay.send_multipart([b"", *encode(bundle([((b"d",), experience(4, 0))], "relay:x"))])
         got = []
         deadline = time.monotonic() + 10
         while len(got) < 3 and time.monotonic() < deadline:
@@ -257,6 +291,7 @@ def test_the_learner_drops_a_malformed_part_and_keeps_the_others(context) -> Non
                 got.append(int(message.meta["actor"]))
         assert got == [1, 3, 4]
         assert receiver.malformed == 2 and receiver.bundles == 2 and receiver.taken == 3
+        assert receiver.received == 3
         assert receiver.receive(100) is None  # and the learner goes on serving
     finally:
         relay.close()

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 import zmq
 
-from .bundle import is_bundle, unpack_bundle
+from .bundle import BUNDLE, unbundle
 from .credits import CreditLedger
 from .limits import CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, authenticate
@@ -298,13 +298,13 @@ class ExperienceReceiver:
         self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted relay takes its name over at once
         self.socket.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
         self.address = bind_random(self.socket, host)
-        self.known_kinds = frozenset(known_kinds) | {CREDIT}
+        self.known_kinds = frozenset(known_kinds) | {CREDIT, BUNDLE}
         self.ledger = CreditLedger(credit_budget)
         self.malformed = 0
         self.received = 0
         self.taken = 0  # ZeroMQ messages taken off the socket (a bundle is one)
         self.bundles = 0  # relay bundles taken (their parts count in `received`)
-        self._parts: deque[tuple[tuple[bytes, ...], list[Any]]] = deque()  # of a bundle, still to return
+        self._parts: deque[tuple[tuple[bytes, ...], Message]] = deque()  # of a bundle, still to return
         self._reclaimed_at = time.monotonic()
 
     def bind_ipc(self, path: str) -> str:
@@ -314,22 +314,23 @@ class ExperienceReceiver:
 
     def receive(self, timeout_ms: int = 0) -> Message | None:
         """The next well-formed message other than a credit request, or None when none arrives
-        within timeout_ms. A relay's bundle (`comm.bundle`) is unpacked here and its parts are
-        returned one by one, each as if it had come alone; a malformed part is dropped and
-        counted alone. Credits are granted on the way."""
+        within timeout_ms. A relay's bundle (`comm.bundle`) is decoded once here and its parts are
+        returned one by one, each as if it had come alone; a bundle that does not add up is
+        dropped whole, a part of a kind not taken here alone, both counted. Credits are granted
+        on the way."""
         deadline = time.monotonic() + timeout_ms / 1000
         try:
             while True:
                 if self._parts:
-                    route, body = self._parts.popleft()
+                    route, message = self._parts.popleft()
                 elif self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
                     self.taken += 1
                     try:
                         route, body = split_route(self.socket.recv_multipart(copy=False))
-                        if is_bundle(body):
-                            parts = [(route + below, part) for below, part in unpack_bundle(body)]
+                        message = decode(body, known_kinds=self.known_kinds)
+                        if message.kind == BUNDLE:
+                            self._parts.extend((route + below, part) for below, part in unbundle(message))
                             self.bundles += 1
-                            self._parts.extend(parts)
                             continue
                     except WireError as error:
                         self.malformed += 1
@@ -337,13 +338,10 @@ class ExperienceReceiver:
                         continue
                 else:
                     return None
-                try:
-                    if len(route) > MAX_ROUTE_FRAMES:
-                        raise WireError(f"a route of {len(route)} routing ids; at most {MAX_ROUTE_FRAMES}")
-                    message = decode(body, known_kinds=self.known_kinds)
-                except WireError as error:
+                if len(route) > MAX_ROUTE_FRAMES or message.kind not in self.known_kinds or message.kind == BUNDLE:
                     self.malformed += 1
-                    log_malformed(self.malformed, "message", error)
+                    log_malformed(self.malformed, "bundle part", WireError(
+                        f"kind {message.kind!r} by a route of {len(route)} routing ids"))
                     continue
                 key = route[-1]
                 if message.kind == CREDIT:

@@ -46,13 +46,14 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .bundle import DEFAULT_BUNDLE_BYTES, DEFAULT_BUNDLE_WAIT_MS, MAX_PART_ROUTE, Bundler, is_bundle, pack_bundle, unpack_bundle
+from .bundle import (BUNDLE, DEFAULT_BUNDLE_BYTES, DEFAULT_BUNDLE_WAIT_MS, MAX_PART_ROUTE, Bundler, bundle, stackable,
+                     unbundle)
 from .channels import (SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, log_malformed, make_socket,
                        split_route)
 from .limits import DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, stop_authenticator
 from .topology import BroadcastTree
-from .wire import WireError, decode
+from .wire import Message, WireError, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +205,9 @@ class Relay:
                     continue
                 try:
                     route, body = split_route(frames)
-                    parts = ([(route + below, part) for below, part in unpack_bundle(body)] if is_bundle(body)
-                             else [(route, body)])
+                    message = decode(body)
+                    parts = ([(route + below, part) for below, part in unbundle(message)] if message.kind == BUNDLE
+                             else [(route, message)])
                 except WireError as error:
                     self.stats.malformed_up += 1
                     log_malformed(self.stats.malformed_up, "message from below", error,
@@ -214,6 +216,9 @@ class Relay:
                 for part in parts:
                     if len(part[0]) > MAX_PART_ROUTE:  # deeper than any tree: nowhere to send its credit
                         self.stats.malformed_up += 1
+                        continue
+                    if not stackable(part[1]):
+                        self._send_part(part)
                         continue
                     if not self.bundler.fits(part):
                         self._flush()
@@ -232,17 +237,19 @@ class Relay:
     def _flush(self) -> None:
         """Send the batch up: one part as it came, several as a bundle."""
         parts = self.bundler.take()
-        if not parts or self._up is None:
-            self.stats.dropped_up += len(parts)
-            return
         if len(parts) == 1:
-            route, body = parts[0]
-            self._send_up([*route, b"", *body], 1)
-        else:
-            self._send_up([b"", *pack_bundle(parts)], len(parts))
+            self._send_part(parts[0])
+        elif parts:
+            self._send_up([b"", *encode(bundle(parts, f"relay:{self.spec.node}"))], len(parts))
+
+    def _send_part(self, part: tuple[tuple[bytes, ...], Message]) -> None:
+        route, message = part
+        self._send_up([*route, b"", *encode(message)], 1)
 
     def _send_up(self, frames: list[Any], messages: int) -> None:
-        assert self._up is not None
+        if self._up is None:
+            self.stats.dropped_up += messages
+            return
         try:
             self._up.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
             self.stats.experience_up += messages
