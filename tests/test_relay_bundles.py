@@ -234,6 +234,33 @@ def test_a_bundle_never_passes_its_byte_bound_and_a_lone_rollout_waits_only_the_
         receiver.close()
 
 
+def test_the_grants_for_a_relays_senders_go_down_as_one_message(context, tmp_path) -> None:
+    receiver = ExperienceReceiver(context, {"experience"}, credit_budget=8)
+    publisher = WeightPublisher(context)
+    tree = build_tree(["node0", "node1"])
+    relay, thread = _thread_relay(RelaySpec("node1", tree.to_dict(), {"node0": publisher.address},
+                                            experience_upstreams={"node0": receiver.address},
+                                            experience_ipc_path=f"{tmp_path}/e.ipc", bundle_wait_ms=300.0))
+    senders = [ExperienceSender(context, f"ipc://{tmp_path}/e.ipc", window=2) for _ in range(4)]
+    try:
+        for sender in senders:
+            sender.ask()  # four requests within the relay's wait: one bundle up
+        deadline = time.monotonic() + 10
+        while sum(sender.poll_credits(10) for sender in senders) < 8:
+            receiver.receive(10)
+            assert time.monotonic() < deadline, [sender.credits for sender in senders]
+        assert [sender.credits for sender in senders] == [2, 2, 2, 2] and receiver.ledger.in_flight == 8
+        assert receiver.bundles == 1 and receiver.grant_messages == 1  # eight credits, one message down
+        assert relay.stats.credits_down == 4  # split by the relay: one grant of two to each sender
+    finally:
+        relay.stop_event.set()
+        thread.join(5)
+        for sender in senders:
+            sender.close()
+        publisher.close()
+        receiver.close()
+
+
 def test_two_layers_of_relays_send_one_bundle_with_every_rollouts_route(context, tmp_path) -> None:
     """A first-layer relay opens the bundles of the relay below and sends their parts in its own:
     the learner still sees each actor's own route (relays on the way, then the actor), and its

@@ -14,7 +14,9 @@ parent's ROUTER in bundles (`comm.bundle`): what came up within `bundle_wait_ms`
 `bundle_bytes`, goes as one message, each part with the routing ids of its way; a bundle from a
 relay below is opened and its parts join this relay's batch, so the learner takes one message per
 first-layer relay batch, not one per rollout. The credits the learner grants come back down the
-same route (`comm.credits`), one per rollout as before. The learner thus holds one connection per
+same route (`comm.credits`), counted per sender and rollout as before; the grants for the senders
+behind one relay go to it as one message, which it splits: one grant to each sender of its node,
+one grants message to each relay below. The learner thus holds one connection per
 relay it feeds, never one per actor, and flow control works through the tree untouched. The relay
 does not decode experience: the learner checks every part, and credits bound how much can pass; a
 message without a route or a bundle that is not well formed is dropped and counted here.
@@ -48,8 +50,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 from .bundle import (BUNDLE, DEFAULT_BUNDLE_BYTES, DEFAULT_BUNDLE_WAIT_MS, MAX_PART_ROUTE, Bundler, bundle, stackable,
                      unbundle)
-from .channels import (SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, log_malformed, make_socket,
-                       split_route)
+from .channels import (CREDIT, SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, grant_message,
+                       grants_message, log_malformed, make_socket, read_grants, split_route)
 from .limits import DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, stop_authenticator
 from .topology import BroadcastTree
@@ -104,6 +106,7 @@ class RelayStats:
     credits_down: int = 0  # grants passed down to actors and relays below
     dropped_up: int = 0  # messages that found no room on the way up (their credits are reclaimed)
     malformed_up: int = 0  # messages from below without a route, or bundles not well formed
+    malformed_down: int = 0  # grants messages from above not well formed
 
 
 class Relay:
@@ -228,11 +231,36 @@ class Relay:
         if self._up is not None and self._up in ready and self._down is not None:
             while self._up.poll(0):
                 frames = self._up.recv_multipart(copy=False)
-                try:
-                    self._down.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-                    self.stats.credits_down += 1
-                except zmq.ZMQError:  # the peer is gone (a ROUTER drops silently; mandatory or not)
-                    pass
+                if len(frames[0]) == 0:  # addressed to this relay: grants for several below it
+                    self._pass_grants(frames)
+                else:
+                    self._send_down(frames)
+
+    def _pass_grants(self, frames: list[Any]) -> None:
+        """Split a grants message: one grant to each sender of this node, one grants message to
+        each relay below (`ExperienceReceiver.grant`)."""
+        try:
+            grants = read_grants(decode(frames[1:], known_kinds={CREDIT}))
+        except WireError as error:
+            self.stats.malformed_down += 1
+            log_malformed(self.stats.malformed_down, "grants message", error, where=f"relay {self.spec.node}: ")
+            return
+        below: dict[bytes, list[list[Any]]] = {}
+        for route, count in grants:
+            if len(route) == 1:
+                self._send_down([route[0], b"", *encode(grant_message(count))])
+            else:
+                below.setdefault(route[0], []).append([list(route[1:]), count])
+        for hop, hop_grants in below.items():
+            self._send_down([hop, b"", *encode(grants_message(hop_grants))])
+
+    def _send_down(self, frames: list[Any]) -> None:
+        assert self._down is not None
+        try:
+            self._down.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            self.stats.credits_down += 1
+        except zmq.ZMQError:  # the peer is gone (a ROUTER drops silently; mandatory or not)
+            pass
 
     def _flush(self) -> None:
         """Send the batch up: one part as it came, several as a bundle."""
