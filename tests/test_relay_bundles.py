@@ -261,6 +261,35 @@ def test_the_grants_for_a_relays_senders_go_down_as_one_message(context, tmp_pat
         receiver.close()
 
 
+def test_a_batch_goes_at_once_when_every_credit_below_has_come_back(context, tmp_path) -> None:
+    """Nothing more can come up: waiting would only delay the learner's batch and the grants back."""
+    receiver = ExperienceReceiver(context, {"experience"}, credit_budget=4)
+    publisher = WeightPublisher(context)
+    tree = build_tree(["node0", "node1"])
+    relay, thread = _thread_relay(RelaySpec("node1", tree.to_dict(), {"node0": publisher.address},
+                                            experience_upstreams={"node0": receiver.address},
+                                            experience_ipc_path=f"{tmp_path}/e.ipc", bundle_wait_ms=20_000.0))
+    senders = [ExperienceSender(context, f"ipc://{tmp_path}/e.ipc", window=1) for _ in range(4)]
+    try:
+        started = time.monotonic()
+        for sender in senders:
+            sender.ask()  # requests carry no credit: nothing is granted below yet, so they go at once
+        deadline = started + 10
+        while sum(sender.poll_credits(10) for sender in senders) < 4:
+            receiver.receive(10)
+            assert time.monotonic() < deadline, "the credit requests waited for the bundle's time bound"
+        times = _send_all(senders, 1, receiver, 4, seconds=10)
+        assert max(times) - started < 10  # not the 20 s bound: the fourth rollout was the last granted
+        assert receiver.received == 4 and receiver.bundles >= 1
+    finally:
+        relay.stop_event.set()
+        thread.join(5)
+        for sender in senders:
+            sender.close()
+        publisher.close()
+        receiver.close()
+
+
 def test_two_layers_of_relays_send_one_bundle_with_every_rollouts_route(context, tmp_path) -> None:
     """A first-layer relay opens the bundles of the relay below and sends their parts in its own:
     the learner still sees each actor's own route (relays on the way, then the actor), and its

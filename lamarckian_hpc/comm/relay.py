@@ -11,7 +11,8 @@ a relay; XPUB drops for a subscriber that cannot keep up rather than blocking.
 Experience goes the other way, as in the Lamarckian paper's tree: the relay's ROUTER (TCP for the
 relays below it, IPC for its node's actors) takes what arrives, and its DEALER passes it up to the
 parent's ROUTER in bundles (`comm.bundle`): what came up within `bundle_wait_ms` (a few ms), at most
-`bundle_bytes`, goes as one message, each part with the routing ids of its way; a bundle from a
+`bundle_bytes`, goes as one message, at once when every credit granted below has come back with its
+rollout (nothing more can come), each part with the routing ids of its way; a bundle from a
 relay below is opened and its parts join this relay's batch, so the learner takes one message per
 first-layer relay batch, not one per rollout. The credits the learner grants come back down the
 same route (`comm.credits`), counted per sender and rollout as before; the grants for the senders
@@ -141,6 +142,9 @@ class Relay:
                 os.makedirs(os.path.dirname(spec.experience_ipc_path) or ".", mode=0o700, exist_ok=True)
                 self._down.bind(f"ipc://{spec.experience_ipc_path}")
         self.stats = RelayStats()
+        #: Credits the learner granted the senders below (through this relay) and credited messages
+        #: that came back up: when they are equal, no rollout is on its way and the batch goes at once.
+        self._granted_below = self._credited_up = 0
         self.bundler = Bundler(max(1, min(spec.bundle_bytes, spec.max_message_bytes)), max(0.0, spec.bundle_wait_ms))
         self.stop_event = threading.Event()
         self._upstream: zmq.Socket | None = None
@@ -220,13 +224,17 @@ class Relay:
                     if len(part[0]) > MAX_PART_ROUTE:  # deeper than any tree: nowhere to send its credit
                         self.stats.malformed_up += 1
                         continue
+                    if part[1].meta.get(CREDIT):
+                        self._credited_up += 1
                     if not stackable(part[1]):
                         self._send_part(part)
                         continue
                     if not self.bundler.fits(part):
                         self._flush()
                     self.bundler.add(part)
-        if self.bundler.due_in() == 0.0:
+        # Due, or nothing more can come: every credit granted below has come back with its rollout
+        # (waiting then would only delay the learner's next batch, and the grants it sends back).
+        if self.bundler.due_in() == 0.0 or (self.bundler.parts and self._granted_below <= self._credited_up):
             self._flush()
         if self._up is not None and self._up in ready and self._down is not None:
             while self._up.poll(0):
@@ -246,6 +254,7 @@ class Relay:
             log_malformed(self.stats.malformed_down, "grants message", error, where=f"relay {self.spec.node}: ")
             return
         below: dict[bytes, list[list[Any]]] = {}
+        self._granted_below += sum(count for _, count in grants)
         for route, count in grants:
             if len(route) == 1:
                 self._send_down([route[0], b"", *encode(grant_message(count))])
