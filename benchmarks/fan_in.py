@@ -20,18 +20,22 @@ real experience messages on the wire format, and for `relayed` the runtime's `Re
 - relayed: one relay per simulated node of `--actors-per-node` actors (40 cores a node, as on the
   target cluster), at most `--max-relays` of them, since each is a process on this machine; the
   learner's node holds the learner alone; a node's actors reach its relay over IPC, relays reach
-  their parent over TCP, second-layer relays where `build_tree` puts them.
+  their parent over TCP, second-layer relays where `build_tree` puts them. The relays bundle what
+  comes up for `--bundle-wait-ms` (the runtime's `runtime.relay_bundle_ms`, `comm.bundle`);
+  `relayed-unbundled` is the same tree with relays that forward message by message (0 ms), as they
+  did before bundles: the before and after of one run.
 
 Per case: the handshake (from the moment the actor processes start connecting until every actor
 has held a credit, and until the learner heard every hello), then a `--seconds` window in which the
-learner's messages and env steps per second, its CPU (process CPU seconds / wall: ZeroMQ's I/O and
-CURVE threads included), the credits in flight, its RSS, peak RSS and open descriptors are read,
+rollouts (experience messages) and env steps the learner ingested per second, the ZeroMQ messages it
+took off its socket per second (a bundle is one), its CPU (process CPU seconds / wall: ZeroMQ's I/O
+and CURVE threads included) and CPU per env frame, the credits in flight, its RSS, peak RSS and open descriptors are read,
 and the connections it holds: distinct first routing frames in its credit ledger (an actor's own id
 direct, a first-layer relay's id relayed) beside the established TCP connections on its port.
 `--ulimit` adds direct runs of the largest count with the learner started under `ulimit -n 1024`:
 soft only (the learner raises it, as the runtime does) and hard too (it cannot).
 
-    python benchmarks/fan_in.py [--actors 100 1000 6000] [--modes direct relayed] [--seconds 12]
+    python benchmarks/fan_in.py [--actors 100 1000 6000] [--modes direct relayed-unbundled relayed] [--seconds 12]
                                 [--processes 4] [--rate R] [--message-steps S] [--no-ulimit]
 
 Prints a Markdown table and writes benchmarks/results/fan_in.json (`--output`).
