@@ -352,3 +352,32 @@ def test_the_learner_drops_a_part_it_does_not_take_or_a_bundle_that_does_not_add
     finally:
         relay.close()
         receiver.close()
+
+
+def test_a_relay_drops_a_grants_message_that_is_not_well_formed_and_passes_the_next(context, tmp_path) -> None:
+    learner = context.socket(zmq.ROUTER)  # the learner's end of the relay's experience DEALER
+    learner.setsockopt(zmq.LINGER, 0)
+    port = learner.bind_to_random_port("tcp://127.0.0.1")
+    publisher = WeightPublisher(context)
+    tree = build_tree(["node0", "node1"])
+    relay, thread = _thread_relay(RelaySpec("node1", tree.to_dict(), {"node0": publisher.address},
+                                            experience_upstreams={"node0": f"tcp://127.0.0.1:{port}"},
+                                            experience_ipc_path=f"{tmp_path}/e.ipc", bundle_wait_ms=1.0))
+    sender = ExperienceSender(context, f"ipc://{tmp_path}/e.ipc", window=2)
+    try:
+        sender.ask()
+        assert learner.poll(10_000), "the credit request never came up"
+        hop, actor, empty, *body = learner.recv_multipart()  # a lone part goes up as it came
+        assert hop == b"relay:node1" and empty == b"" and decode(body).kind == "credit"
+        assert actor == sender.socket.getsockopt(zmq.ROUTING_ID)
+        for grants in ([[["a"], 1]], "x", [[[actor], 0]], [[[actor, b"b", b"c", b"d"], 1]]):
+            learner.send_multipart([hop, b"", *encode(Message("credit", "learner", -1, {}, {"grants": grants}))])
+        learner.send_multipart([hop, b"", *encode(Message("credit", "learner", -1, {}, {"grants": [[[actor], 2]]}))])
+        assert sender.poll_credits(5_000) == 2  # the well-formed one came through, split for its sender
+        assert relay.stats.malformed_down == 4
+    finally:
+        relay.stop_event.set()
+        thread.join(5)
+        sender.close()
+        publisher.close()
+        learner.close()
