@@ -19,8 +19,11 @@ same route (`comm.credits`), counted per sender and rollout as before; the grant
 behind one relay go to it as one message, which it splits: one grant to each sender of its node,
 one grants message to each relay below. The learner thus holds one connection per
 relay it feeds, never one per actor, and flow control works through the tree untouched. The relay
-does not decode experience: the learner checks every part, and credits bound how much can pass; a
-message without a route or a bundle that is not well formed is dropped and counted here.
+decodes what comes up with the wire decoder (to lay it into a bundle; it knows nothing of what the
+messages hold), the learner checks every bundle again, and credits bound how much can pass; a
+message without a route, or one or a bundle that is not well formed, is dropped and counted here.
+The counts of credits granted below and of credited rollouts come back are the relay's own: after
+a restart or a loss they may disagree, and a batch then waits out its time bound, as before.
 `bundle_wait_ms` 0 forwards message by message, as relays did before bundles. Its DEALER follows the
 weights subscription to a new parent when the old one dies.
 
