@@ -164,7 +164,11 @@ def test_a_relay_process_sends_many_rollouts_as_one_message_and_credits_stay_per
                 assert np.all(message.arrays["x"] == actor)
                 got[actor].append(int(message.arrays["n"][0]))
             assert receiver.ledger.in_flight <= budget
+        # What is still on its way (at most the budget; the senders have stopped) comes in too.
+        while (message := receiver.receive(1000)) is not None:
+            got[int(message.meta["actor"])].append(int(message.arrays["n"][0]))
         # Each actor's rollouts arrived whole and in order, each one spent its actor's credit.
+        assert [len(counts) for counts in got.values()] == sent
         for actor, counts in got.items():
             assert counts == list(range(len(counts)))
         accounts = receiver.ledger.accounts
@@ -219,6 +223,10 @@ def test_a_bundle_never_passes_its_byte_bound_and_a_lone_rollout_waits_only_the_
         _send_all(senders, 1, receiver, 9)
         # Nine rollouts of `one` bytes under a bound of three: three bundles at least, none larger.
         # (Each sender's credit request came up the same way: 18 messages.)
+        deadline = time.monotonic() + 5
+        while relay.stats.experience_up < 18:  # counted by the relay's thread just after it sent
+            assert time.monotonic() < deadline, relay.stats
+            time.sleep(0.01)
         assert relay.stats.experience_up == 18 and relay.stats.bundles_up >= 3
         assert receiver.received == 9 and receiver.taken < 18
         # One rollout alone is held at most the wait: 300 ms, not for ever (nothing else comes).
@@ -240,18 +248,29 @@ def test_the_grants_for_a_relays_senders_go_down_as_one_message(context, tmp_pat
     tree = build_tree(["node0", "node1"])
     relay, thread = _thread_relay(RelaySpec("node1", tree.to_dict(), {"node0": publisher.address},
                                             experience_upstreams={"node0": receiver.address},
-                                            experience_ipc_path=f"{tmp_path}/e.ipc", bundle_wait_ms=300.0))
+                                            experience_ipc_path=f"{tmp_path}/e.ipc", bundle_wait_ms=5000.0))
     senders = [ExperienceSender(context, f"ipc://{tmp_path}/e.ipc", window=2) for _ in range(4)]
     try:
         for sender in senders:
-            sender.ask()  # four requests within the relay's wait: one bundle up
+            sender.ask()
         deadline = time.monotonic() + 10
         while sum(sender.poll_credits(10) for sender in senders) < 8:
             receiver.receive(10)
             assert time.monotonic() < deadline, [sender.credits for sender in senders]
         assert [sender.credits for sender in senders] == [2, 2, 2, 2] and receiver.ledger.in_flight == 8
-        assert receiver.bundles == 1 and receiver.grant_messages == 1  # eight credits, one message down
-        assert relay.stats.credits_down == 4  # split by the relay: one grant of two to each sender
+        bundles, grant_messages, credits_down = receiver.bundles, receiver.grant_messages, relay.stats.credits_down
+        for k, sender in enumerate(senders):  # all eight credits spent: the relay's batch goes when the last is in
+            for count in range(2):
+                assert sender.send(experience(k, count), timeout_ms=1000, credited=True)
+        got = [receiver.receive(3000) for _ in range(8)]
+        assert all(message is not None for message in got)
+        assert receiver.bundles == bundles + 1  # eight rollouts, one message up
+        assert receiver.grant_messages == grant_messages + 1  # eight credits back, one message down
+        deadline = time.monotonic() + 5
+        while relay.stats.credits_down < credits_down + 4:  # split by the relay: one grant of two each
+            assert time.monotonic() < deadline, relay.stats
+            time.sleep(0.01)
+        assert [sender.poll_credits(1000) for sender in senders] == [2, 2, 2, 2]
     finally:
         relay.stop_event.set()
         thread.join(5)
