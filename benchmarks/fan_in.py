@@ -20,18 +20,22 @@ real experience messages on the wire format, and for `relayed` the runtime's `Re
 - relayed: one relay per simulated node of `--actors-per-node` actors (40 cores a node, as on the
   target cluster), at most `--max-relays` of them, since each is a process on this machine; the
   learner's node holds the learner alone; a node's actors reach its relay over IPC, relays reach
-  their parent over TCP, second-layer relays where `build_tree` puts them.
+  their parent over TCP, second-layer relays where `build_tree` puts them. The relays bundle what
+  comes up for `--bundle-wait-ms` (the runtime's `runtime.relay_bundle_ms`, `comm.bundle`);
+  `relayed-unbundled` is the same tree with relays that forward message by message (0 ms), as they
+  did before bundles: the before and after of one run.
 
 Per case: the handshake (from the moment the actor processes start connecting until every actor
 has held a credit, and until the learner heard every hello), then a `--seconds` window in which the
-learner's messages and env steps per second, its CPU (process CPU seconds / wall: ZeroMQ's I/O and
-CURVE threads included), the credits in flight, its RSS, peak RSS and open descriptors are read,
+rollouts (experience messages) and env steps the learner ingested per second, the ZeroMQ messages it
+took off its socket per second (a bundle is one), its CPU (process CPU seconds / wall: ZeroMQ's I/O
+and CURVE threads included) and CPU per env frame, the credits in flight, its RSS, peak RSS and open descriptors are read,
 and the connections it holds: distinct first routing frames in its credit ledger (an actor's own id
 direct, a first-layer relay's id relayed) beside the established TCP connections on its port.
 `--ulimit` adds direct runs of the largest count with the learner started under `ulimit -n 1024`:
 soft only (the learner raises it, as the runtime does) and hard too (it cannot).
 
-    python benchmarks/fan_in.py [--actors 100 1000 6000] [--modes direct relayed] [--seconds 12]
+    python benchmarks/fan_in.py [--actors 100 1000 6000] [--modes direct relayed-unbundled relayed] [--seconds 12]
                                 [--processes 4] [--rate R] [--message-steps S] [--no-ulimit]
 
 Prints a Markdown table and writes benchmarks/results/fan_in.json (`--output`).
@@ -159,7 +163,8 @@ def learner_main(spec: dict[str, Any], conn: Any) -> None:
         if command[0] == "status":
             conn.send({"hellos": len(hellos), "last_hello": last_hello, "messages": messages})
         elif command[0] == "measure":
-            window = {"start": now, "end": now + command[1], "messages": messages, "steps": steps, "in_flight": []}
+            window = {"start": now, "end": now + command[1], "messages": messages, "steps": steps, "in_flight": [],
+                      "taken": receiver.taken, "bundles": receiver.bundles}
         elif command[0] == "stop":
             break
     receiver.close()
@@ -173,6 +178,7 @@ def _window_report(window: dict[str, Any], receiver: ExperienceReceiver, message
     accounts = receiver.ledger.accounts.values()
     in_flight = window["in_flight"] or [0]
     return {"wall": time.monotonic() - window["start"], "messages": messages - window["messages"],
+            "taken": receiver.taken - window["taken"], "bundles": receiver.bundles - window["bundles"],
             "steps": steps - window["steps"], "in_flight_mean": float(np.mean(in_flight)),
             "in_flight_max": int(max(in_flight)), "budget": receiver.ledger.budget,
             "accounts": len(receiver.ledger.accounts), "connections": len({a.route[0] for a in accounts}),
@@ -349,7 +355,8 @@ class Case:
             for node in [n for n in tree.nodes[1:] if tree.layer_of(n) == layer]:
                 spec = RelaySpec(node, tree.to_dict(), dict(weights), key_folder=str(Path(self.workdir, "keys", "relay")),
                                  experience_upstreams=dict(experience), experience_ipc_path=ipc[node],
-                                 timeout_ms=self.args.relay_timeout_ms)
+                                 timeout_ms=self.args.relay_timeout_ms,
+                                 bundle_wait_ms=0.0 if self.mode == "relayed-unbundled" else self.args.bundle_wait_ms)
                 process, (weights[node], experience[node]) = spawn_relay_addresses(spec)
                 if self.other_cpus:
                     os.sched_setaffinity(process.pid, self.other_cpus)
@@ -365,7 +372,7 @@ class Case:
 
     def _run(self) -> dict[str, Any]:
         args, say = self.args, lambda text: print(f"  {self.label} {self.actors}: {text}", file=sys.stderr, flush=True)
-        relayed = self.mode == "relayed"
+        relayed = self.mode.startswith("relayed")
         learner = self._start(learner_main, {"cpus": self.learner_cpus, "nofile": self.nofile, "actors": self.actors,
                                              "key_folder": os.path.join(self.workdir, "keys"), "relayed": relayed,
                                              "budget": self.budget}, "learner")
@@ -429,8 +436,11 @@ class Case:
                "hellos_s": round(hello_s, 2) if hello_s is not None else None,
                "never_credited": self.actors - credited,
                "messages_per_s": round(window["messages"] / wall, 1), "env_steps_per_s": round(window["steps"] / wall),
+               "learner_messages_per_s": round(window["taken"] / wall, 1),
+               "rollouts_per_learner_message": round(window["messages"] / max(window["taken"], 1), 2),
                "learner_cpu": round(learner_cpu / wall, 3),
                "messages_per_learner_cpu_s": round(window["messages"] / max(learner_cpu, 1e-9), 1),
+               "learner_cpu_us_per_env_frame": round(1e6 * learner_cpu / max(window["steps"], 1), 2),
                "credits_in_flight_mean": round(window["in_flight_mean"], 1),
                "credit_budget": window["budget"], "learner_fds": fds, "learner_rss_mib": round(max(rss) / 2**20, 1),
                "learner_peak_rss_mib": round(probe.peak_rss() / 2**20, 1),
@@ -476,7 +486,8 @@ COLUMNS = [("mode", "{}"), ("actors", "{:,}"), ("relays", "{}"), ("learner_links
            ("connections_held", "{:,}"),
            ("tcp_established", "{:,}"), ("nofile_soft", "{:,}"), ("handshake_s", "{}"), ("hellos_s", "{}"),
            ("never_credited", "{:,}"), ("messages_per_s", "{:,.0f}"), ("env_steps_per_s", "{:,.0f}"),
-           ("learner_cpu", "{:.0%}"), ("messages_per_learner_cpu_s", "{:,.0f}"), ("credits_in_flight_mean", "{}"),
+           ("learner_messages_per_s", "{:,.0f}"), ("rollouts_per_learner_message", "{}"),
+           ("learner_cpu", "{:.0%}"), ("messages_per_learner_cpu_s", "{:,.0f}"), ("learner_cpu_us_per_env_frame", "{}"), ("credits_in_flight_mean", "{}"),
            ("credit_budget", "{}"), ("learner_fds", "{:,}"), ("learner_rss_mib", "{}"),
            ("learner_peak_rss_mib", "{}"), ("actor_processes_cpu", "{}")]
 
@@ -491,7 +502,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--actors", type=int, nargs="+", default=[100, 1000, 6000])
-    parser.add_argument("--modes", nargs="+", choices=["direct", "relayed"], default=["direct", "relayed"])
+    parser.add_argument("--modes", nargs="+", choices=["direct", "relayed", "relayed-unbundled"],
+                        default=["direct", "relayed-unbundled", "relayed"])
+    parser.add_argument("--bundle-wait-ms", type=float, default=RelaySpec.bundle_wait_ms,
+                        help="relayed: how long a relay gathers experience into one message up (default: the runtime's)")
     parser.add_argument("--seconds", type=float, default=12.0, help="the measuring window of each case")
     parser.add_argument("--processes", type=int, default=4, help="processes the simulated actors share")
     parser.add_argument("--actors-per-node", type=int, default=40, help="actors behind one relay (cores a node)")

@@ -74,18 +74,28 @@ def read_run(path: Path, skip: int) -> dict[str, float]:
             "dropped_stale_steps": float(dropped[-1]) if len(dropped) else 0.0}
 
 
+#: Tries of one run: on a loaded machine the test cluster's Ray nodes now and then miss their
+#: registration window (`cluster.ray_cluster`), and the run ends before training; it is run again.
+TRIES = 2
+
+
 def run_side(code: Path, name: str, folder: Path, command: list[str], overrides: list[str], timeout: float) -> Path:
     """One run of `lamarckian-hpc COMMAND` with the package in `code` first on the path (Slurm
     passes PYTHONPATH on to every task of a launch); its run file."""
     env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
-    completed = subprocess.run([sys.executable, "-m", "lamarckian_hpc.cli", *command,
-                                f"storage.directory={folder}", f"storage.run_name={name}", *overrides],
-                               env=env, cwd=code, capture_output=True, text=True, timeout=timeout)
-    if completed.returncode != 0:
+    for attempt in range(TRIES):
+        tried = [part.replace(f"{name}-job", f"{name}-{attempt}-job") for part in command]  # a job folder each
+        completed = subprocess.run([sys.executable, "-m", "lamarckian_hpc.cli", *tried,
+                                    f"storage.directory={folder}", f"storage.run_name={name}-{attempt}", *overrides],
+                                   env=env, cwd=code, capture_output=True, text=True, timeout=timeout)
+        if completed.returncode == 0:
+            break
+        print(f"  {name} failed ({completed.returncode}): {completed.stderr.strip().splitlines()[-1:]}", flush=True)
+    else:
         raise RuntimeError(f"{name} failed ({completed.returncode}):\n{completed.stdout[-2000:]}{completed.stderr[-3000:]}")
     print(f"  {name}: {time.monotonic() - started:.0f} s", flush=True)
-    return folder / f"{name}.h5"
+    return folder / f"{name}-{attempt}.h5"
 
 
 def train_on_this_host(code: Path, actors: int, seconds: float, folder: Path, name: str, extra: list[str]) -> Path:
@@ -135,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                         path = launch_on_hosts(code, args.hosts, args.cpus_per_node, args.seconds, Path(folder),
                                                name, extra)
                     runs[side].append(read_run(path, args.skip))
+                    print(f"  {name}: {json.dumps(runs[side][-1])}", flush=True)
             for side, figures in runs.items():
                 row = {"side": side, "hosts": args.hosts or 1, "actors": actors, "repeats": len(figures)}
                 for key in figures[0]:

@@ -26,12 +26,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
 import zmq
 
+from .bundle import BUNDLE, unbundle
 from .credits import CreditLedger
 from .limits import CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, authenticate
@@ -182,6 +184,38 @@ def split_route(frames: list[Any]) -> tuple[tuple[bytes, ...], list[Any]]:
     raise WireError("no route: an experience-channel message starts with routing ids and an empty frame")
 
 
+def grant_message(count: int) -> Message:
+    return Message(CREDIT, "learner", -1, {}, {"grant": int(count)})
+
+
+def grants_message(grants: list[list[Any]]) -> Message:
+    """Grants for several senders behind one relay: [route below the relay, count] each."""
+    return Message(CREDIT, "learner", -1, {}, {"grants": grants})
+
+
+#: Grants of one message to a relay at most, and credits of one grant at most.
+MAX_GRANTS = 4096
+MAX_GRANT = 1 << 20
+
+
+def read_grants(message: Message) -> list[tuple[tuple[bytes, ...], int]]:
+    """The (route below, count) of a grants message, checked; raises WireError."""
+    grants = message.meta.get("grants")
+    if message.kind != CREDIT or not isinstance(grants, list) or not 0 < len(grants) <= MAX_GRANTS:
+        raise WireError(f"grants are a list of 1 to {MAX_GRANTS} [route, count]")
+    checked = []
+    for grant in grants:
+        if not (isinstance(grant, list) and len(grant) == 2 and isinstance(grant[0], list)):
+            raise WireError("a grant is [route, count]")
+        route, count = grant
+        if not 0 < len(route) < MAX_ROUTE_FRAMES or not all(type(r) is bytes and r for r in route):
+            raise WireError(f"a grant's route is 1 to {MAX_ROUTE_FRAMES - 1} routing ids")
+        if type(count) is not int or not 0 < count <= MAX_GRANT:
+            raise WireError(f"a grant of {count!r} credits")
+        checked.append((tuple(route), count))
+    return checked
+
+
 def credit_request(window: int, received: int, spent: int) -> Message:
     return Message(CREDIT, "sender", -1, {}, {"window": int(window), "received": int(received), "spent": int(spent)})
 
@@ -225,7 +259,7 @@ class ExperienceSender:
                 if len(frames) < 2 or len(frames[0]) != 0:
                     raise WireError("a grant starts with an empty frame")
                 grant = decode(frames[1:], known_kinds={CREDIT}).meta.get("grant")
-                if type(grant) is not int or not 0 < grant <= 1 << 20:
+                if type(grant) is not int or not 0 < grant <= MAX_GRANT:
                     raise WireError(f"a grant of {grant!r} credits")
             except WireError as error:
                 self.malformed += 1
@@ -296,10 +330,14 @@ class ExperienceReceiver:
         self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted relay takes its name over at once
         self.socket.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
         self.address = bind_random(self.socket, host)
-        self.known_kinds = frozenset(known_kinds) | {CREDIT}
+        self.known_kinds = frozenset(known_kinds) | {CREDIT, BUNDLE}
         self.ledger = CreditLedger(credit_budget)
         self.malformed = 0
         self.received = 0
+        self.taken = 0  # ZeroMQ messages taken off the socket (a bundle is one)
+        self.bundles = 0  # relay bundles taken (their parts count in `received`)
+        self.grant_messages = 0  # messages that carried grants down
+        self._parts: deque[Message] = deque()  # of a bundle, accounted and still to hand out
         self._reclaimed_at = time.monotonic()
 
     def bind_ipc(self, path: str) -> str:
@@ -309,46 +347,79 @@ class ExperienceReceiver:
 
     def receive(self, timeout_ms: int = 0) -> Message | None:
         """The next well-formed message other than a credit request, or None when none arrives
-        within timeout_ms. Credits are granted on the way."""
+        within timeout_ms. A relay's bundle (`comm.bundle`) is decoded once here and its parts are
+        accounted at once, as received (credits spent and asked for per sender, so the grants for
+        the whole bundle go down together), then returned one by one as if each had come alone; a
+        bundle that does not add up is dropped whole, a part of a kind not taken here alone, both
+        counted. Credits are granted on the way."""
         deadline = time.monotonic() + timeout_ms / 1000
         try:
-            while self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
-                frames = self.socket.recv_multipart(copy=False)
+            while True:
+                if self._parts:
+                    return self._parts.popleft()
+                if not self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
+                    return None
+                self.taken += 1
                 try:
-                    route, body = split_route(frames)
+                    route, body = split_route(self.socket.recv_multipart(copy=False))
                     message = decode(body, known_kinds=self.known_kinds)
+                    parts = ([(route + below, part) for below, part in unbundle(message)] if message.kind == BUNDLE
+                             else [(route, message)])
                 except WireError as error:
                     self.malformed += 1
                     log_malformed(self.malformed, "message", error)
                     continue
-                key = route[-1]
-                if message.kind == CREDIT:
-                    meta = message.meta
-                    counts = [meta.get(name, 0) for name in ("window", "received", "spent")]
-                    if not all(type(count) is int and 0 <= count < 1 << 62 for count in counts):
-                        self.malformed += 1
-                        log_malformed(self.malformed, "credit request", WireError(f"counts {counts!r}"))
-                        continue
-                    self.ledger.want(key, route, *counts)
-                    continue
-                if message.meta.get(CREDIT):
-                    self.ledger.spend(key, route)
-                else:
-                    self.ledger.seen(key, route)
-                self.received += 1
-                return message
-            return None
+                if message.kind == BUNDLE:
+                    self.bundles += 1
+                for part_route, part in parts:
+                    if self._account(part_route, part):
+                        self._parts.append(part)
         finally:
             self.grant()
 
+    def _account(self, route: tuple[bytes, ...], message: Message) -> bool:
+        """Credits for a message that arrived; whether it is one to hand out (not a credit
+        request, nor a malformed part)."""
+        if len(route) > MAX_ROUTE_FRAMES or message.kind not in self.known_kinds or message.kind == BUNDLE:
+            self.malformed += 1
+            log_malformed(self.malformed, "bundle part", WireError(
+                f"kind {message.kind!r} by a route of {len(route)} routing ids"))
+            return False
+        key = route[-1]
+        if message.kind == CREDIT:
+            meta = message.meta
+            counts = [meta.get(name, 0) for name in ("window", "received", "spent")]
+            if not all(type(count) is int and 0 <= count < 1 << 62 for count in counts):
+                self.malformed += 1
+                log_malformed(self.malformed, "credit request", WireError(f"counts {counts!r}"))
+                return False
+            self.ledger.want(key, route, *counts)
+            return False
+        if message.meta.get(CREDIT):
+            self.ledger.spend(key, route)
+        else:
+            self.ledger.seen(key, route)
+        self.received += 1
+        return True
+
     def grant(self) -> None:
-        """Send the credits the ledger has room for (and reclaim those of silent senders)."""
+        """Send the credits the ledger has room for (and reclaim those of silent senders): to a
+        sender of this socket's own, one grant; to the senders behind one relay, one message to
+        that relay with each sender's route below it and count (`Relay` passes them down)."""
         now = time.monotonic()
         if now - self._reclaimed_at > 1.0:
             self._reclaimed_at = now
             self.ledger.reclaim(now)
+        via: dict[bytes, list[list[Any]]] = {}
         for route, count in self.ledger.grants():
-            self.socket.send_multipart([*route, b"", *encode(Message(CREDIT, "learner", -1, {}, {"grant": count}))])
+            if len(route) == 1:
+                self.socket.send_multipart([*route, b"", *encode(grant_message(count))])
+                self.grant_messages += 1
+            else:
+                via.setdefault(route[0], []).append([list(route[1:]), count])
+        for hop, grants in via.items():
+            self.socket.send_multipart([hop, b"", *encode(grants_message(grants))])
+            self.grant_messages += 1
 
     def close(self) -> None:
         self.socket.close()

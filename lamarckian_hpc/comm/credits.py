@@ -15,7 +15,11 @@ the credits go round in turn (first come, first served) and the actors without o
 learner is then the ceiling, and waiting costs nothing it could have trained on.
 
 The ledger is pure bookkeeping: the receiver feeds it what arrives and sends the grants it
-returns, on whatever route (direct or through relays) the sender's last message came by. It keys
+returns, on whatever route (direct or through relays) the sender's last message came by. A relay's
+bundle (`comm.bundle`) is fed to it part by part as the bundle arrives, so a credit is still spent
+per sender and rollout, and the grants it then returns for the senders behind one relay go down as
+one message; the parts the learner has not handed to its loop yet then hold no credit, so the
+experience in flight can pass the budget by at most one relay batch. It keys
 each sender by the routing id its socket chose (unique per process), so a route that changes when
 a relay re-attaches keeps its account. The counts are cumulative on both sides, which makes a
 repeated request idempotent: an actor that waited long without a credit asks again with how many

@@ -9,12 +9,23 @@ nor kept as the newest weights that every joining subscriber is sent. The learne
 a relay; XPUB drops for a subscriber that cannot keep up rather than blocking.
 
 Experience goes the other way, as in the Lamarckian paper's tree: the relay's ROUTER (TCP for the
-relays below it, IPC for its node's actors) takes what arrives and its DEALER passes it up to the
-parent's ROUTER unchanged, the routing ids of the way prepended by ZeroMQ; the credits the learner
-grants come back down the same route (`comm.credits`). The learner thus holds one connection per
-relay it feeds, never one per actor, and flow control works through the tree untouched. The
-relay does not decode experience: the learner checks every message, and credits bound how much
-can pass. Its DEALER follows the weights subscription to a new parent when the old one dies.
+relays below it, IPC for its node's actors) takes what arrives, and its DEALER passes it up to the
+parent's ROUTER in bundles (`comm.bundle`): what came up within `bundle_wait_ms` (a few ms), at most
+`bundle_bytes`, goes as one message, at once when every credit granted below has come back with its
+rollout (nothing more can come), each part with the routing ids of its way; a bundle from a
+relay below is opened and its parts join this relay's batch, so the learner takes one message per
+first-layer relay batch, not one per rollout. The credits the learner grants come back down the
+same route (`comm.credits`), counted per sender and rollout as before; the grants for the senders
+behind one relay go to it as one message, which it splits: one grant to each sender of its node,
+one grants message to each relay below. The learner thus holds one connection per
+relay it feeds, never one per actor, and flow control works through the tree untouched. The relay
+decodes what comes up with the wire decoder (to lay it into a bundle; it knows nothing of what the
+messages hold), the learner checks every bundle again, and credits bound how much can pass; a
+message without a route, or one or a bundle that is not well formed, is dropped and counted here.
+The counts of credits granted below and of credited rollouts come back are the relay's own: after
+a restart or a loss they may disagree, and a batch then waits out its time bound, as before.
+`bundle_wait_ms` 0 forwards message by message, as relays did before bundles. Its DEALER follows the
+weights subscription to a new parent when the old one dies.
 
 A relay is given the relay folder of the job's keys (`comm.security`): the client pair it
 subscribes with and the broadcast pair it serves with, never the learner's secret.
@@ -30,6 +41,7 @@ relays are not affected by one relay's death.
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
 import threading
@@ -40,11 +52,14 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .channels import SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, log_malformed, make_socket
+from .bundle import (BUNDLE, DEFAULT_BUNDLE_BYTES, DEFAULT_BUNDLE_WAIT_MS, MAX_PART_ROUTE, Bundler, bundle, stackable,
+                     unbundle)
+from .channels import (CREDIT, SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, grant_message,
+                       grants_message, log_malformed, make_socket, read_grants, split_route)
 from .limits import DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, stop_authenticator
 from .topology import BroadcastTree
-from .wire import WireError, decode
+from .wire import Message, WireError, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +88,10 @@ class RelaySpec:
     experience_upstreams: dict[str, str] | None = None
     #: Where the node's actors send experience (IPC); None: only relays below connect (TCP).
     experience_ipc_path: str | None = None
+    #: Experience gathered into one message up (`comm.bundle`): at most this long after the first
+    #: part (0: message by message) and this many bytes.
+    bundle_wait_ms: float = DEFAULT_BUNDLE_WAIT_MS
+    bundle_bytes: int = DEFAULT_BUNDLE_BYTES
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,9 +105,12 @@ class RelayStats:
     reattachments: int = 0
     parent: str = ""
     joins_served: int = 0
-    experience_up: int = 0  # messages passed up towards the learner
+    experience_up: int = 0  # messages (parts of bundles included) passed up towards the learner
+    bundles_up: int = 0  # messages sent up: bundles, and parts sent alone
     credits_down: int = 0  # grants passed down to actors and relays below
     dropped_up: int = 0  # messages that found no room on the way up (their credits are reclaimed)
+    malformed_up: int = 0  # messages from below without a route, or bundles not well formed
+    malformed_down: int = 0  # grants messages from above not well formed
 
 
 class Relay:
@@ -123,6 +145,10 @@ class Relay:
                 os.makedirs(os.path.dirname(spec.experience_ipc_path) or ".", mode=0o700, exist_ok=True)
                 self._down.bind(f"ipc://{spec.experience_ipc_path}")
         self.stats = RelayStats()
+        #: Credits the learner granted the senders below (through this relay) and credited messages
+        #: that came back up: when they are equal, no rollout is on its way and the batch goes at once.
+        self._granted_below = self._credited_up = 0
+        self.bundler = Bundler(max(1, min(spec.bundle_bytes, spec.max_message_bytes)), max(0.0, spec.bundle_wait_ms))
         self.stop_event = threading.Event()
         self._upstream: zmq.Socket | None = None
         self._poller = zmq.Poller()
@@ -179,23 +205,97 @@ class Relay:
         return socket
 
     def _pass_experience(self, ready: dict[Any, int]) -> None:
-        """Experience up, grants down, all that is queued, never blocking."""
+        """Experience up (into the batch, or at once without bundles), grants down, all that is
+        queued, never blocking."""
         if self._down is not None and self._down in ready and self._up is not None:
             while self._down.poll(0):
                 frames = self._down.recv_multipart(copy=False)
+                if self.bundler.wait_ms <= 0:
+                    self._send_up(frames, 1)
+                    continue
                 try:
-                    self._up.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-                    self.stats.experience_up += 1
-                except zmq.Again:
-                    self.stats.dropped_up += 1
+                    route, body = split_route(frames)
+                    message = decode(body)
+                    parts = ([(route + below, part) for below, part in unbundle(message)] if message.kind == BUNDLE
+                             else [(route, message)])
+                except WireError as error:
+                    self.stats.malformed_up += 1
+                    log_malformed(self.stats.malformed_up, "message from below", error,
+                                  where=f"relay {self.spec.node}: ")
+                    continue
+                for part in parts:
+                    if len(part[0]) > MAX_PART_ROUTE:  # deeper than any tree: nowhere to send its credit
+                        self.stats.malformed_up += 1
+                        continue
+                    if part[1].meta.get(CREDIT):
+                        self._credited_up += 1
+                    if not stackable(part[1]):
+                        self._send_part(part)
+                        continue
+                    if not self.bundler.fits(part):
+                        self._flush()
+                    self.bundler.add(part)
+        # Due, or nothing more can come: every credit granted below has come back with its rollout
+        # (waiting then would only delay the learner's next batch, and the grants it sends back).
+        if self.bundler.due_in() == 0.0 or (self.bundler.parts and self._granted_below <= self._credited_up):
+            self._flush()
         if self._up is not None and self._up in ready and self._down is not None:
             while self._up.poll(0):
                 frames = self._up.recv_multipart(copy=False)
-                try:
-                    self._down.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-                    self.stats.credits_down += 1
-                except zmq.ZMQError:  # the peer is gone (a ROUTER drops silently; mandatory or not)
-                    pass
+                if len(frames[0]) == 0:  # addressed to this relay: grants for several below it
+                    self._pass_grants(frames)
+                else:
+                    self._send_down(frames)
+
+    def _pass_grants(self, frames: list[Any]) -> None:
+        """Split a grants message: one grant to each sender of this node, one grants message to
+        each relay below (`ExperienceReceiver.grant`)."""
+        try:
+            grants = read_grants(decode(frames[1:], known_kinds={CREDIT}))
+        except WireError as error:
+            self.stats.malformed_down += 1
+            log_malformed(self.stats.malformed_down, "grants message", error, where=f"relay {self.spec.node}: ")
+            return
+        below: dict[bytes, list[list[Any]]] = {}
+        self._granted_below += sum(count for _, count in grants)
+        for route, count in grants:
+            if len(route) == 1:
+                self._send_down([route[0], b"", *encode(grant_message(count))])
+            else:
+                below.setdefault(route[0], []).append([list(route[1:]), count])
+        for hop, hop_grants in below.items():
+            self._send_down([hop, b"", *encode(grants_message(hop_grants))])
+
+    def _send_down(self, frames: list[Any]) -> None:
+        assert self._down is not None
+        try:
+            self._down.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            self.stats.credits_down += 1
+        except zmq.ZMQError:  # the peer is gone (a ROUTER drops silently; mandatory or not)
+            pass
+
+    def _flush(self) -> None:
+        """Send the batch up: one part as it came, several as a bundle."""
+        parts = self.bundler.take()
+        if len(parts) == 1:
+            self._send_part(parts[0])
+        elif parts:
+            self._send_up([b"", *encode(bundle(parts, f"relay:{self.spec.node}"))], len(parts))
+
+    def _send_part(self, part: tuple[tuple[bytes, ...], Message]) -> None:
+        route, message = part
+        self._send_up([*route, b"", *encode(message)], 1)
+
+    def _send_up(self, frames: list[Any], messages: int) -> None:
+        if self._up is None:
+            self.stats.dropped_up += messages
+            return
+        try:
+            self._up.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            self.stats.experience_up += messages
+            self.stats.bundles_up += 1
+        except zmq.Again:
+            self.stats.dropped_up += messages
 
     def _close_upstream(self) -> None:
         if self._up is not None:
@@ -245,7 +345,11 @@ class Relay:
         return True
 
     def step(self, timeout_ms: int = 100) -> None:
-        """Wait up to timeout_ms for anything, then handle all of it without waiting."""
+        """Wait up to timeout_ms for anything (or until the batch up is due), then handle all of it
+        without waiting."""
+        due = self.bundler.due_in()
+        if due is not None:
+            timeout_ms = min(timeout_ms, math.ceil(due * 1000))
         ready = dict(self._poller.poll(timeout_ms))
         if self._monitor in ready:
             while self._monitor is not None and self._monitor.poll(0):

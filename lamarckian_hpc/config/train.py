@@ -199,6 +199,11 @@ class RuntimeConfig(Section):
                     "the learner grants actors that many batches' worth of credits, one per message, so policy "
                     "lag stays bounded whatever the number of actors (about this many versions). With more "
                     "actors than credits, actors wait in turn: the learner is then the ceiling.")
+    relay_bundle_ms: float = Field(
+        3.0, ge=0, le=1000,
+        description="How long a relay gathers the experience coming up before it sends it on as one message "
+                    "(at most 1 MiB; the learner then pays its per-message cost once per relay batch, not once "
+                    "per rollout); 0 forwards message by message.")
     ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Learner device. auto takes a GPU if present for a CNN, PPO or IMPALA learner (their "

@@ -113,6 +113,7 @@ class RelayTree:
         # Relays get the relay folder of the keys (never the learner's secret); only a tree has one.
         self.key_folder = None if keys is None or self.layout != "tree" else str(keys.write_relay_folder())
         self.max_message_bytes = limit_bytes(config.runtime.max_message_megabytes)
+        self.bundle_wait_ms = config.runtime.relay_bundle_ms
         self.tree: BroadcastTree | None = None
         self.relays: dict[str, Any] = {}
         self.ipc_dir: str | None = None
@@ -147,7 +148,8 @@ class RelayTree:
                     spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=weights[index],
                                      key_folder=self.key_folder, max_message_bytes=self.max_message_bytes,
                                      experience_upstreams=dict(experience_addresses),
-                                     experience_ipc_path=experience[index])
+                                     experience_ipc_path=experience[index],
+                                     bundle_wait_ms=self.bundle_wait_ms)
                     started[node] = start_relay(spec, self.plan.scheduling(index))
             for node, (weights_address, experience_address) in zip(
                     started, ray.get([relay.addresses.remote() for relay in started.values()])):
