@@ -77,13 +77,7 @@ class GuardedSteps:
         if self.sync_free:
             self._step_on_device(loss, norm, parts)
             return None
-        if not bool(torch.isfinite(norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.skipped += 1
-            return False
-        self.optimizer.step()
-        self._add_taken(parts)
-        return True
+        return self._step_on_host(bool(torch.isfinite(norm)), parts)
 
     def _step_across_ranks(self, loss: Tensor, parts: dict[str, Tensor]) -> bool:
         """`step` on one of several learner ranks: `loss` is this rank's share of the minibatch loss.
@@ -100,21 +94,22 @@ class GuardedSteps:
         for parameter, grad, has in zip(self.parameters, grads, held):
             parameter.grad = grad if has > 0 else None
         norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm, foreach=True)
-        if nonfinite_loss > 0 or not bool(torch.isfinite(norm)):
+        return self._step_on_host(nonfinite_loss == 0 and bool(torch.isfinite(norm)), parts)
+
+    def _step_on_host(self, finite: bool, parts: dict[str, Tensor]) -> bool:
+        """Step when `finite` (decided on the host), counting the step and adding its loss parts to
+        the sums; otherwise drop the gradients and count a skip."""
+        if not finite:
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped += 1
             return False
         self.optimizer.step()
-        self._add_taken(parts)
-        return True
-
-    def _add_taken(self, parts: dict[str, Tensor]) -> None:
-        """Count a step taken on the host's decision, and add its loss parts to the sums."""
         if self.names is None:
             self.names = tuple(parts)
         values = torch.stack([value.detach() for value in parts.values()]).double()
         self.sums = values if self.sums is None else self.sums + values
         self.taken += 1
+        return True
 
     def _step_on_device(self, loss: Tensor, norm: Tensor, parts: dict[str, Tensor]) -> None:
         """The step, skipped by the fused kernel itself when the loss or the norm is not finite;
