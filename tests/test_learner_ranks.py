@@ -81,17 +81,23 @@ def _train_cli(*args: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_two_learner_ranks_learn_cartpole(tmp_path):
-    """PPO with 2 ranks of 256 steps each reaches the config's 475 as one learner of 512 does."""
+@pytest.mark.parametrize("layout", [["runtime.num_actors=2"],
+                                    ["runtime.num_actors=3", "runtime.simulated_nodes=3", "runtime.broadcast=tree"]],
+                         ids=["flat", "tree"])
+def test_two_learner_ranks_learn_cartpole(tmp_path, layout):
+    """PPO with 2 ranks, each on its shard (flat: an actor each; tree: rank 1 takes a relay's
+    subtree), reaches the config's 475 as one learner of 512 steps does."""
     run = tmp_path / "two.h5"
-    done = subprocess.run(_train_cli(str(CARTPOLE), f"storage.directory={tmp_path}", "storage.run_name=two", "runtime.num_actors=2", "runtime.learners=2",
-                                     "stop.total_env_steps=200000"),
+    done = subprocess.run(_train_cli(str(CARTPOLE), f"storage.directory={tmp_path}", "storage.run_name=two",
+                                     *layout, "runtime.learners=2", "stop.total_env_steps=200000"),
                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=_env())
     assert done.returncode == 0, done.stderr[-2000:]
     with open_run(run) as reader:
         returns = reader.metric("episode_return_mean")
         assert returns.value[-1] >= 475, returns.value[-5:]
-        assert reader.metric("actors_connected").value[-1] == 2  # both shards, summed over the ranks
+        actors = int(layout[0].split("=")[1])
+        assert reader.metric("actors_connected").value[-1] == actors  # every shard, summed over the ranks
+        assert np.nanmax(reader.metric("learner_collective_ms").value) > 0
         assert reader.metric("trained_frames_per_second").value[-1] > 0
         staleness = reader.metric("staleness_mean").value
         assert np.nanmean(staleness) <= 2.0

@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 #: Metrics the distributed runtime reports beside its algorithm's (`algorithms.RLAlgorithm.metric_names`).
 RUNTIME_METRICS: tuple[str, ...] = (
     "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
-    "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight",
+    "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight", "learner_collective_ms",
 )
 WAIT_CHECK_SECONDS = 1.0
 
@@ -313,7 +313,7 @@ class DistributedTrainer(ExperienceIntake):
         except RuntimeError as error:
             raise self.group.lost(error) from None
         episodes.add(numbers.episode_returns, numbers.episode_lengths)
-        self.group_counters = numbers.counters
+        self.group_counters = {**numbers.counters, "learner_collective_ms": self.group.reducer.take_milliseconds()}
         return metrics, agreement.env_frames, agreement.total_steps
 
     def _counters(self) -> dict[str, float]:
@@ -369,6 +369,7 @@ class DistributedTrainer(ExperienceIntake):
                 actors_connected=float(len(self.watch.hosts)),
                 hosts_connected=float(len(set(self.watch.hosts.values()))),
                 credits_in_flight=float(self.receiver.ledger.in_flight),
+                learner_collective_ms=0.0,
             )
             metrics.update(self.group_counters)  # the learner group's: every rank's shard
             wall_time = progress.wall_time

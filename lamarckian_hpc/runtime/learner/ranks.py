@@ -49,7 +49,7 @@ from ..relay_tree import choose_layout
 from .intake import ExperienceIntake
 from .shards import ShardPlan, plan_flat, plan_tree
 from ...rl.data_parallel import empty_experience
-from .lockstep import agree, reduce_numbers
+from .lockstep import TimedReducer, agree, reduce_numbers
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class LearnerGroup:
                                   config.runtime.learner_timeout_seconds) for rank in range(config.runtime.learners)]
         shared = ray.put(state)
         ray.get([actor.start.remote(asdict(spec), shared) for actor, spec in zip(ranks, specs[1:])])
-        self.reducer = form_group(specs[0])
+        self.reducer = TimedReducer(form_group(specs[0]))
         self.stopped = False
 
     def lost(self, error: BaseException) -> LearnerRankLostError:
@@ -296,8 +296,9 @@ def serving_joins(publisher: Any, interval_seconds: float = 0.05) -> Iterator[No
 
 
 def _first_line(error: BaseException) -> str:
+    """The error's first line, without the rendezvous and the transport's own text (gloo's)."""
     text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
+    return text.splitlines()[0].split("; group at ")[0]
 
 
 __all__ = ["LearnerGroup", "LearnerRank", "LearnerRankLostError", "ShardLearner", "start_ranks"]
