@@ -1,0 +1,201 @@
+"""Trained env steps per second against the number of learner ranks of one policy, on the test cluster.
+
+Each point is a real `lamarckian-hpc launch` on `--nodes` nodes of a running Slurm cluster (the
+one-machine test cluster: nodes in network namespaces of their own, each node's actors on its own
+CPU quota), with the same actors for every point and `runtime.learners` 1, 2, 4 (one rank per
+node: `runtime.learner_placement: spread`). So that each rank, too, has cores of its own, as a
+learner on its own host would: rank 0 runs in the test cluster's learner group
+(`TESTCLUSTER_LEARNER_CPUS`), and this script gives each rank 1.. a cgroup of `--rank-cpus` cores
+(`cpu_groups.CpuGroup`, `lhs-rankK`) and moves the rank's process into it as soon as it appears.
+
+The workloads are learner-bound on purpose (the learner, not the actors, is the ceiling):
+
+- `cartpole`: PPO on CartPole with the (256, 128) model of `vs_rllib.py`, batches of 4096 in 8
+  minibatches, 4 epochs;
+- `pong-image`: `configs/ppo_pong_image_cpu.yaml`, image Pong with DQN's CNN (needs the atari extra).
+
+Figures come from the run file alone, leaving out the first `--skip` updates: trained env steps per
+second (the median over updates of `trained_frames_per_second`, every rank's steps), env steps per
+second received, staleness (mean of the per-update means, and the largest), and the milliseconds
+rank 0 spends in the group's collectives per update (`learner_collective_ms`: the gradients'
+all-reduce and the runtime's agreement, waiting for slower ranks included); the speed-up is against
+one rank of the same workload.
+
+Run it under the machine's test-cluster lock, on a cluster started with quotas, e.g.:
+
+    flock /tmp/testcluster.lock -c 'TESTCLUSTER_NODE_CPUS=0.25 TESTCLUSTER_LEARNER_CPUS=0.2 \\
+        slurm/testcluster/start.sh 4 && . /var/tmp/lamarckian-testcluster/env && \\
+        python benchmarks/learner_scaling.py --ranks 1 2 4 --rank-cpus 0.2; slurm/testcluster/stop.sh'
+
+Prints a Markdown table and writes benchmarks/results/learner_scaling.json (or `--output`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import psutil
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from cpu_groups import CpuGroup  # noqa: E402
+
+RESULTS = HERE / "results" / "learner_scaling.json"
+WORKLOADS: dict[str, tuple[Path, list[str]]] = {
+    "cartpole": (ROOT / "configs" / "ppo_cartpole.yaml",
+                 ["env.num_envs=8", "model.policy_hidden_sizes=[256,128]", "model.critic_hidden_sizes=[]",
+                  "model.share_trunk=true", "algorithm.batch_size=4096", "algorithm.num_minibatches=8",
+                  "algorithm.num_epochs=4", "algorithm.learning_rate=0.00025"]),
+    "pong-image": (ROOT / "configs" / "ppo_pong_image_cpu.yaml", []),
+}
+
+
+def _metric(file: h5py.File, name: str) -> np.ndarray:
+    return file["metrics"][name]["value"][()]
+
+
+def read_run(path: Path, skip: int) -> dict[str, float]:
+    """The figures of one run file (see the module's docstring)."""
+    with h5py.File(path, "r", swmr=True, locking=False) as file:
+        trained = _metric(file, "trained_frames_per_second")
+        staleness, largest = _metric(file, "staleness_mean"), _metric(file, "staleness_max")
+        collective = _metric(file, "learner_collective_ms")
+        group = file["metrics"]["staleness_mean"]
+        frames, wall = group["env_frames"][()], group["wall_time"][()]
+    if len(trained) <= skip + 1:
+        raise RuntimeError(f"{path}: only {len(trained)} updates, fewer than --skip {skip} + 2")
+    kept = slice(skip, None)
+    return {"updates": float(len(trained)), "trained_steps_per_second": float(np.median(trained[kept])),
+            "env_steps_per_second": float((frames[-1] - frames[skip]) / (wall[-1] - wall[skip])),
+            "staleness_mean": float(np.nanmean(staleness[kept])), "staleness_max": float(np.nanmax(largest[kept])),
+            "collective_ms": float(np.mean(collective[kept]))}
+
+
+class RankMover:
+    """Moves each learner rank 1.. process (`ray::LearnerRank`) into a CPU group of its own."""
+
+    def __init__(self, groups: list[CpuGroup]) -> None:
+        self.groups, self.placed = groups, {}
+        self.before = {p.pid for p in self._ranks()}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _ranks() -> list[psutil.Process]:
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = process.info.get("cmdline") or []
+            if cmdline and cmdline[0].startswith("ray::LearnerRank"):
+                found.append(process)
+        return found
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.2):
+            for process in self._ranks():
+                if process.pid in self.before or process.pid in self.placed or len(self.placed) >= len(self.groups):
+                    continue
+                group = self.groups[len(self.placed)]
+                try:
+                    (group.path / "cgroup.procs").write_text(f"{process.pid}\n")
+                    self.placed[process.pid] = group.name
+                except OSError:
+                    pass
+
+    def finish(self) -> dict[int, str]:
+        self.stop.set()
+        self.thread.join()
+        return dict(self.placed)
+
+
+def launch(workload: str, ranks: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    config, settings = WORKLOADS[workload]
+    name = f"{workload}-{ranks}"
+    command = [sys.executable, "-m", "lamarckian_hpc.cli", "launch", str(config), "--nodes", str(args.nodes),
+               "--cpus-per-node", str(args.cpus_per_node), "--folder", str(folder / f"{name}-job"),
+               *settings, f"runtime.learners={ranks}", f"runtime.num_actors={args.actors}",
+               f"stop.max_wall_seconds={args.seconds}", "stop.target_return=null", "stop.total_env_steps=1000000000",
+               f"storage.directory={folder}", f"storage.run_name={name}"]
+    groups = [CpuGroup(f"rank{rank}", args.rank_cpus) for rank in range(1, ranks)] if args.rank_cpus else []
+    for group in groups:
+        group.create()
+    mover = RankMover(groups)
+    started = time.monotonic()
+    try:
+        done = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                              cwd=ROOT, capture_output=True, text=True, timeout=args.seconds + 900)
+    finally:
+        placed = mover.finish()
+        for group in groups:
+            group.remove()
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    row = {"workload": workload, "ranks": ranks, "seconds_wall": time.monotonic() - started,
+           "ranks_in_own_group": len(placed), "load_average": os.getloadavg(), **read_run(folder / f"{name}.h5", args.skip)}
+    print(f"  {name}: {row['trained_steps_per_second']:,.0f} trained steps/s, load {row['load_average'][0]:.1f}",
+          flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["cartpole", "pong-image"])
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--cpus-per-node", type=int, default=2)
+    parser.add_argument("--actors", type=int, default=8, help="actors of every point, over the nodes")
+    parser.add_argument("--rank-cpus", type=float, help="cores of each rank 1.. (a CPU group each); none: no quota")
+    parser.add_argument("--seconds", type=float, default=60.0, help="training seconds per point")
+    parser.add_argument("--skip", type=int, default=3, help="updates left out at the start")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if "SLURM_CONF" not in os.environ:
+        raise SystemExit("learner_scaling.py needs a running Slurm cluster: source /var/tmp/lamarckian-testcluster/env")
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="learner-scaling-") as folder:
+        for workload in args.workloads:
+            for ranks in args.ranks:
+                try:
+                    rows.append(launch(workload, ranks, args, Path(folder)))
+                except (RuntimeError, subprocess.TimeoutExpired) as error:
+                    failures.append(f"{workload} with {ranks} ranks: {str(error).strip().splitlines()[0]}")
+                    print(f"  {failures[-1]}", flush=True)
+    base = {row["workload"]: row["trained_steps_per_second"] for row in rows if row["ranks"] == 1}
+    print("\n| workload | ranks | trained env steps/s | speed-up | env steps/s received | staleness mean | "
+          "staleness max | collectives ms/update | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        speedup = row["trained_steps_per_second"] / base[row["workload"]] if row["workload"] in base else float("nan")
+        row["speedup"] = speedup
+        print(f"| {row['workload']} | {row['ranks']} | {row['trained_steps_per_second']:,.0f} | {speedup:.2f}x | "
+              f"{row['env_steps_per_second']:,.0f} | {row['staleness_mean']:.2f} | {row['staleness_max']:.0f} | "
+              f"{row['collective_ms']:.1f} | {row['load_average'][0]:.1f} |")
+    for failure in failures:
+        print(f"- not measured: {failure}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({
+        "nodes": args.nodes, "cpus_per_node": args.cpus_per_node, "actors": args.actors, "rank_cpus": args.rank_cpus,
+        "node_cpus": os.environ.get("TESTCLUSTER_NODE_CPUS"), "learner_cpus": os.environ.get("TESTCLUSTER_LEARNER_CPUS"),
+        "seconds": args.seconds, "skip": args.skip, "settings": {name: WORKLOADS[name][1] for name in args.workloads},
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "rows": rows, "failures": failures}, indent=2) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
