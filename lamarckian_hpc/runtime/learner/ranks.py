@@ -44,11 +44,12 @@ from ..messages import KINDS, ActorExperience, concatenate
 from ..node_watch import NodeLostError
 from ..ray_setup import worker_runtime_env
 from ..sampling import spaces_of
-from .group import LearnerGroupSpec, form_group, free_port
+from .group import LearnerGroupSpec, choose_backend, form_group, free_port
 from ..relay_tree import choose_layout
 from .intake import ExperienceIntake
 from .shards import ShardPlan, plan_flat, plan_tree
 from ...rl.data_parallel import empty_experience
+from ...rl.learner import select_device
 from .lockstep import TimedReducer, agree, reduce_numbers
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,10 @@ class LearnerRank:
     def address(self) -> str:
         return self.shard.receiver.address
 
+    def has_gpu(self) -> bool:
+        """Whether this rank learns on a GPU (the group is NCCL only when every rank does)."""
+        return select_device(self.config.runtime.device).type == "cuda"
+
     def node(self) -> str:
         return f"{socket.gethostname()} ({ray.util.get_node_ip_address()})"
 
@@ -209,6 +214,16 @@ def placement(node_ids: Sequence[str | None], rank: int, setting: str) -> NodeAf
     return None if node_id is None else NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
+def _wants_gpu(device: str, node_id: str | None) -> bool:
+    """Whether a rank on `node_id` (None: anywhere) asks Ray for a GPU: always for
+    `runtime.device: cuda`, and for auto where that node (or the cluster) has one."""
+    if device != "auto":
+        return device == "cuda"
+    if node_id is None:
+        return ray.cluster_resources().get("GPU", 0) > 0
+    return any(node["NodeID"] == node_id and node.get("Resources", {}).get("GPU", 0) > 0 for node in ray.nodes())
+
+
 def start_ranks(config: RunConfig, node_ids: Sequence[str | None], shards: Any, budget: int, batch_steps: int,
                 local: bool) -> list[Any]:
     """Learner ranks 1..N-1 as Ray actors (no CPU slot: their cores are the learners', which
@@ -221,6 +236,8 @@ def start_ranks(config: RunConfig, node_ids: Sequence[str | None], shards: Any, 
         strategy = placement(node_ids, rank, config.runtime.learner_placement)
         if strategy is not None:
             options["scheduling_strategy"] = strategy
+        if _wants_gpu(config.runtime.device, strategy.node_id if strategy is not None else None):
+            options["num_gpus"] = 1  # Ray hides the GPUs from an actor that asks for none
         ranks.append(ray.remote(LearnerRank).options(**options).remote(
             tree, rank, shards.actors_of(rank), shards.credit_budget(budget, rank), shards.share(batch_steps, rank),
             local))
@@ -238,7 +255,9 @@ class LearnerGroup:
         self.nodes = replies[:len(ranks)]
         self.addresses = replies[len(ranks):]
         port = free_port(host)
-        specs = [LearnerGroupSpec(rank, config.runtime.learners, host, port, "gloo",
+        gpus = [select_device(config.runtime.device).type == "cuda", *ray.get([rank.has_gpu.remote() for rank in ranks])]
+        backend = choose_backend(gpus)
+        specs = [LearnerGroupSpec(rank, config.runtime.learners, host, port, backend,
                                   config.runtime.learner_timeout_seconds) for rank in range(config.runtime.learners)]
         shared = ray.put(state)
         ray.get([actor.start.remote(asdict(spec), shared) for actor, spec in zip(ranks, specs[1:])])
