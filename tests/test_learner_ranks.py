@@ -157,8 +157,9 @@ def test_a_killed_learner_rank_stops_the_run_with_a_checkpoint_and_it_resumes_on
     assert saved.policy_version >= 5
     with open_run(run) as reader:
         assert not reader.closed_cleanly
-    # The learner state does not depend on the number of ranks: resume on one.
-    resumed = subprocess.run(_train_cli("--resume", str(run), "runtime.learners=1",
+    # The learner state does not depend on the number of ranks: resume on three (every rank loads
+    # rank 0's checkpointed state; ranks that disagreed would fail the update's checks).
+    resumed = subprocess.run(_train_cli("--resume", str(run), "runtime.learners=3", "runtime.num_actors=3",
                                         f"stop.total_env_steps={saved.env_frames + 2048}"),
                              capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
     assert resumed.returncode == 0, resumed.stderr[-2000:]

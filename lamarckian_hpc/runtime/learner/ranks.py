@@ -158,19 +158,18 @@ class LearnerRank:
     def pid(self) -> int:
         return os.getpid()
 
-    def start(self, group: dict[str, Any], state: dict[str, Any]) -> None:
+    def start(self, group: dict[str, Any], state: dict[str, Any], env_frames: int) -> None:
         """Join the group and train in a thread of this process until rank 0 says stop, from
-        rank 0's learner `state`."""
-        self.thread = threading.Thread(target=self._run, args=(LearnerGroupSpec(**group), state),
+        rank 0's learner `state` and the run's `env_frames` so far (the learning-rate schedule's)."""
+        self.thread = threading.Thread(target=self._run, args=(LearnerGroupSpec(**group), state, env_frames),
                                        name=f"learner-rank-{self.rank}", daemon=True)
         self.thread.start()
 
-    def _run(self, spec: LearnerGroupSpec, state: dict[str, Any]) -> None:
+    def _run(self, spec: LearnerGroupSpec, state: dict[str, Any], env_frames: int) -> None:
         try:
             reducer = form_group(spec)
             self.shard.learner = learner = make_learner(self.config, *self.spaces, reducer=reducer)
             learner.load_state_dict(state)
-            env_frames = 0
             while True:
                 self.shard.gather(self.share, time.monotonic() + starve_seconds(self.config))
                 frames, self.shard.frames = self.shard.frames, 0
@@ -247,8 +246,9 @@ def start_ranks(config: RunConfig, node_ids: Sequence[str | None], shards: Any, 
 class LearnerGroup:
     """Rank 0's view of its group: the rank actors, the reducer, and what to say when a rank is lost."""
 
-    def __init__(self, config: RunConfig, ranks: list[Any], host: str, state: dict[str, Any]) -> None:
-        """`state`: rank 0's learner state, which every rank loads before its first update."""
+    def __init__(self, config: RunConfig, ranks: list[Any], host: str, state: dict[str, Any], env_frames: int) -> None:
+        """`state`: rank 0's learner state, which every rank loads before its first update;
+        `env_frames`: the run's frames so far (a resumed run's), where every rank's count starts."""
         self.config = config
         self.ranks = ranks
         replies = ray.get([rank.node.remote() for rank in ranks] + [rank.address.remote() for rank in ranks])
@@ -260,7 +260,7 @@ class LearnerGroup:
         specs = [LearnerGroupSpec(rank, config.runtime.learners, host, port, backend,
                                   config.runtime.learner_timeout_seconds) for rank in range(config.runtime.learners)]
         shared = ray.put(state)
-        ray.get([actor.start.remote(asdict(spec), shared) for actor, spec in zip(ranks, specs[1:])])
+        ray.get([actor.start.remote(asdict(spec), shared, env_frames) for actor, spec in zip(ranks, specs[1:])])
         self.reducer = TimedReducer(form_group(specs[0]))
         self.stopped = False
 
