@@ -185,7 +185,15 @@ chmod +x "$DIR/start-node"
 
 if ! munge -n >/dev/null 2>&1 </dev/null; then
     mkdir -p /run/munge && chown munge:munge /run/munge
-    runuser -u munge -- /usr/sbin/munged
+    # munged outlives the cluster (stop.sh leaves it): it must not inherit this script's open files,
+    # among them the descriptor of a caller's `flock /tmp/testcluster.lock`, which would hold that
+    # lock for as long as munged runs and leave every later flock waiting.
+    closes=()
+    for fd in /proc/$$/fd/*; do
+        fd=${fd##*/}
+        [ "$fd" -gt 2 ] && closes+=("$fd>&-")
+    done
+    eval "runuser -u munge -- /usr/sbin/munged ${closes[*]}"
 fi
 slurmctld -f "$SLURM_CONF"
 for ((k = 1; k <= NUM_NODES; k++)); do
