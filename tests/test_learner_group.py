@@ -145,3 +145,11 @@ def test_a_rendezvous_nobody_joins_fails_within_the_timeout(rank: int, monkeypat
         form_group(spec)
     assert error.value.ranks == (1 - rank,) and "\n" not in str(error.value)
     assert time.monotonic() - started < 5.0
+
+
+def test_several_learners_refused_for_multiagent_runs() -> None:
+    config = Path(__file__).resolve().parent.parent / "configs" / "multiagent_async_arena.yaml"
+    assert load_config(config).runtime.learners == 1
+    with pytest.raises(ConfigError, match="runtime.learners: 2 learner ranks train one policy; a multiagent run "
+                                          "takes runtime.learners: 1"):
+        load_config(config, ["runtime.learners=2"])

@@ -163,8 +163,10 @@ class TorchDistributedReducer:
     def __init__(self, spec: LearnerGroupSpec, store: dist.Store, where: str) -> None:
         self.spec, self.store, self.where = spec, store, where
         self.rank, self.world_size = spec.rank, spec.world_size
-        #: Collectives run so far (the number a failure names).
+        #: Collectives run so far (the number a failure names), and the seconds spent in them (waiting
+        #: for the slowest rank included): what an update pays for being shared.
         self.collectives = 0
+        self.collective_seconds = 0.0
 
     def all_gather_counts(self, count: int) -> list[int]:
         mine = torch.tensor([count], dtype=torch.int64)
@@ -200,6 +202,7 @@ class TorchDistributedReducer:
             collective()
         except Exception as error:  # noqa: BLE001 - gloo and NCCL raise RuntimeError and DistError kinds
             raise self._failure(name, error, time.monotonic() - started) from error
+        self.collective_seconds += time.monotonic() - started
 
     def _failure(self, name: str, error: BaseException, elapsed: float) -> LearnerGroupError:
         """Which ranks did not reach the failed collective: each rank that failed posts its number,
