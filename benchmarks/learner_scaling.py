@@ -27,6 +27,10 @@ Run it under the machine's test-cluster lock, on a cluster started with quotas, 
         slurm/testcluster/start.sh 4 && . /var/tmp/lamarckian-testcluster/env && \\
         python benchmarks/learner_scaling.py --ranks 1 2 4 --rank-cpus 0.2; slurm/testcluster/stop.sh'
 
+With `--local` each point is a `lamarckian-hpc train` on this host's own Ray instead, without
+quotas: every rank and actor shares this machine's cores, so its figures are what the ranks cost
+(collectives, staleness), not how they scale.
+
 Prints a Markdown table and writes benchmarks/results/learner_scaling.json (or `--output`).
 """
 
@@ -124,8 +128,10 @@ class RankMover:
 def launch(workload: str, ranks: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     config, settings = WORKLOADS[workload]
     name = f"{workload}-{ranks}"
-    command = [sys.executable, "-m", "lamarckian_hpc.cli", "launch", str(config), "--nodes", str(args.nodes),
-               "--cpus-per-node", str(args.cpus_per_node), "--folder", str(folder / f"{name}-job"),
+    where = (["train", str(config)] if args.local else
+             ["launch", str(config), "--nodes", str(args.nodes), "--cpus-per-node", str(args.cpus_per_node),
+              "--folder", str(folder / f"{name}-job")])
+    command = [sys.executable, "-m", "lamarckian_hpc.cli", *where,
                *settings, f"runtime.learners={ranks}", f"runtime.num_actors={args.actors}",
                f"stop.max_wall_seconds={args.seconds}", "stop.target_return=null", "stop.total_env_steps=1000000000",
                f"storage.directory={folder}", f"storage.run_name={name}"]
@@ -160,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank-cpus", type=float, help="cores of each rank 1.. (a CPU group each); none: no quota")
     parser.add_argument("--seconds", type=float, default=60.0, help="training seconds per point")
     parser.add_argument("--skip", type=int, default=3, help="updates left out at the start")
+    parser.add_argument("--local", action="store_true",
+                        help="train on this host's own Ray instead (no cluster, no quotas: every rank and actor "
+                             "shares this machine's cores, so the figures are the runtime's costs, not scaling)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    if "SLURM_CONF" not in os.environ:
+    if not args.local and "SLURM_CONF" not in os.environ:
         raise SystemExit("learner_scaling.py needs a running Slurm cluster: source /var/tmp/lamarckian-testcluster/env")
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -188,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- not measured: {failure}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
-        "nodes": args.nodes, "cpus_per_node": args.cpus_per_node, "actors": args.actors, "rank_cpus": args.rank_cpus,
+        "local": args.local, "nodes": 1 if args.local else args.nodes,
+        "cpus_per_node": os.cpu_count() if args.local else args.cpus_per_node, "actors": args.actors, "rank_cpus": args.rank_cpus,
         "node_cpus": os.environ.get("TESTCLUSTER_NODE_CPUS"), "learner_cpus": os.environ.get("TESTCLUSTER_LEARNER_CPUS"),
         "seconds": args.seconds, "skip": args.skip, "settings": {name: WORKLOADS[name][1] for name in args.workloads},
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},

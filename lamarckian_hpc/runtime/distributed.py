@@ -313,7 +313,7 @@ class DistributedTrainer(ExperienceIntake):
         except RuntimeError as error:
             raise self.group.lost(error) from None
         episodes.add(numbers.episode_returns, numbers.episode_lengths)
-        self.group_counters = {**numbers.counters, "learner_collective_ms": self.group.reducer.take_milliseconds()}
+        self.group_counters = {**numbers.counters, "learner_collective_ms": self.group.take_collective_milliseconds()}
         return metrics, agreement.env_frames, agreement.total_steps
 
     def _counters(self) -> dict[str, float]:

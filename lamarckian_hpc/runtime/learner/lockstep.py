@@ -19,7 +19,6 @@ in it (`runtime.learner_timeout_seconds`) instead of hanging.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -33,35 +32,6 @@ GO, STOP = 0, 1
 #: The counters each rank adds up over its shard, in the order `reduce_numbers` sums them.
 COUNTERS: tuple[str, ...] = ("dropped_stale_steps", "lost_messages", "malformed_messages", "env_errors",
                              "actors_connected", "hosts_connected", "credits_in_flight")
-
-
-class TimedReducer:
-    """The group's reducer, adding up the wall time its collectives take on this rank (waiting for
-    the other ranks included): the `learner_collective_ms` metric of each update."""
-
-    def __init__(self, reducer: GradientReducer) -> None:
-        self.reducer = reducer
-        self.rank, self.world_size = reducer.rank, reducer.world_size
-        self.seconds = 0.0
-
-    def all_gather_counts(self, count: int) -> list[int]:
-        started = time.perf_counter()
-        try:
-            return self.reducer.all_gather_counts(count)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    def all_reduce_sum_(self, tensors: Sequence[torch.Tensor]) -> None:
-        started = time.perf_counter()
-        try:
-            self.reducer.all_reduce_sum_(tensors)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    def take_milliseconds(self) -> float:
-        """Milliseconds in collectives since the last call."""
-        seconds, self.seconds = self.seconds, 0.0
-        return 1000.0 * seconds
 
 
 @dataclass(frozen=True)

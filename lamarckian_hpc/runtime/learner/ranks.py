@@ -50,7 +50,7 @@ from .intake import ExperienceIntake
 from .shards import ShardPlan, plan_flat, plan_tree
 from ...rl.data_parallel import empty_experience
 from ...rl.learner import select_device
-from .lockstep import TimedReducer, agree, reduce_numbers
+from .lockstep import agree, reduce_numbers
 
 log = logging.getLogger(__name__)
 
@@ -261,8 +261,16 @@ class LearnerGroup:
                                   config.runtime.learner_timeout_seconds) for rank in range(config.runtime.learners)]
         shared = ray.put(state)
         ray.get([actor.start.remote(asdict(spec), shared, env_frames) for actor, spec in zip(ranks, specs[1:])])
-        self.reducer = TimedReducer(form_group(specs[0]))
+        self.reducer = form_group(specs[0])
+        self._collective_seconds = 0.0
         self.stopped = False
+
+    def take_collective_milliseconds(self) -> float:
+        """Milliseconds rank 0 spent in the group's collectives since the last call (waiting for
+        the other ranks included): the `learner_collective_ms` metric of an update."""
+        seconds = self.reducer.collective_seconds
+        taken, self._collective_seconds = seconds - self._collective_seconds, seconds
+        return 1000.0 * taken
 
     def lost(self, error: BaseException) -> LearnerRankLostError:
         """The error to end the run with after a failed collective: which rank is gone, and where."""
