@@ -222,6 +222,29 @@ def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
     return table
 
 
+def _gpu_learner_ladder(data: dict[str, Any]) -> pd.DataFrame:
+    """benchmarks/gpu_learner_check.py: steps/s per workload, a column per GPU rung and the CPU's threads."""
+    rows = pd.DataFrame([row for row in data["rows"] if "error" not in row])
+    rows["column"] = [variant if device == "cuda" else f"cpu ({threads} threads)"
+                      for variant, device, threads in zip(rows["variant"], rows["device"], rows["threads"])]
+    columns = list(dict.fromkeys(rows["column"]))
+    table = rows.pivot_table(index=["workload", "algorithm"], columns="column", values="steps_per_second",
+                             sort=False)[columns].round(0).reset_index()
+    return table
+
+
+def _gpu_learner_summary(data: dict[str, Any]) -> pd.DataFrame:
+    """The GPU learner's default (every path, `+graphs`) against the CPU's threads."""
+    rows = [row for row in data["rows"] if "error" not in row]
+    cpu = {(row["workload"], row["algorithm"]): row["steps_per_second"] for row in rows if row["device"] == "cpu"}
+    return pd.DataFrame([{"workload": row["workload"], "algorithm": row["algorithm"],
+                          "cuda steps/s": round(row["steps_per_second"]),
+                          "cpu steps/s": round(cpu[(row["workload"], row["algorithm"])]),
+                          "cuda / cpu": round(row["steps_per_second"] / cpu[(row["workload"], row["algorithm"])], 2)}
+                         for row in rows if row["device"] == "cuda" and row["variant"] == "+graphs"
+                         and (row["workload"], row["algorithm"]) in cpu])
+
+
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
@@ -246,6 +269,13 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
                  "frames_to_points", "seconds_to_points", "env_frames", "wall_seconds", "frames_per_second",
                  "final_entropy"]).fillna({"cnn_precision": "float32"})
        for stem in ("pong_image_learning", "pong_image_learning_bfloat16")},
+    "gpu_learner_check": _gpu_learner_ladder, "gpu_learner_check.summary": _gpu_learner_summary,
+    "gpu_learner_check.transfers": lambda data: pd.DataFrame(data["transfers"]),
+    "gpu_learner_check.extra": lambda data: pd.DataFrame(
+        [row for row in data["rows"] if row["workload"] == "pong-nature" and row["algorithm"] == "ppo"
+         and row["device"] == "cuda"]).reindex(columns=["variant", "update_seconds", "steps_per_second"]),
+    "gpu_learner_check.repeat": lambda data: pd.DataFrame(data["repeat"]).reindex(
+        columns=["round", "variant", "update_seconds", "spread_seconds", "steps_per_second"]),
     "trajectory_cost": lambda data: pd.DataFrame(data["results"]),
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),

@@ -200,7 +200,10 @@ class RuntimeConfig(Section):
                     "lag stays bounded whatever the number of actors (about this many versions). With more "
                     "actors than credits, actors wait in turn: the learner is then the ceiling.")
     ray_address: str | None = Field(None, description="Join this Ray cluster; default starts a local one.")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Learner device; auto takes a GPU if present.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Learner device. auto takes a GPU if present for a CNN, PPO or IMPALA learner (their "
+                            "minibatch steps replay as CUDA graphs there) and the CPU's threads for other MLP "
+                            "learners; the learner's log says which and why.")
     torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads of the learner process.")
     broadcast: Literal["auto", "flat", "tree"] = Field(
         "auto", description="How weights go down and experience comes up. flat: every actor connects to the learner; "

@@ -30,6 +30,8 @@ CNN_LAYERS: dict[str, tuple[tuple[tuple[int, int, int, int], ...], int]] = {
 #: 8 bits of mantissa; on CPUs with AVX-512 BF16, oneDNN runs the convolutions of a whole update
 #: 1.5-2x as fast (`benchmarks/learner_ceiling.py --cnn-precision`); on CPUs without, it may be slower.
 PRECISIONS: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16}
+#: The layout of the float frames the convolutions read on a GPU (on a CPU always channels-last).
+GPU_MEMORY_FORMAT = torch.channels_last
 
 
 class ConvEncoder(nn.Module):
@@ -80,13 +82,16 @@ class ConvEncoder(nn.Module):
         # layout, so checkpoints and broadcasts do not change.
         # Under vmap (a batched PPO update of members whose encoder has no batched layer) the
         # frames carry a hidden members dim, which a channels-last layout cannot take.
-        layout = torch.preserve_format if is_batchedtensor(images) else torch.channels_last
+        layout = torch.preserve_format if is_batchedtensor(images) else (
+            torch.channels_last if images.device.type == "cpu" else GPU_MEMORY_FORMAT)
         scaled = images.to(torch.float32, memory_format=layout, copy=True).mul_(1.0 / 255.0)
         if self.compute_dtype is None:
             return self.head(self.convolutions(scaled))
         # The weights, their gradients and Adam's moments stay float32: autocast casts a layer's
         # inputs and weights for its product only. The features go on in float32, so the heads,
         # the log-probabilities and the losses are computed as without it.
-        with torch.autocast(scaled.device.type, dtype=self.compute_dtype):
+        # On a GPU without autocast's weight cache (each weight is cast once a pass either way),
+        # which a recorded CUDA graph cannot hold (`rl.captured`).
+        with torch.autocast(scaled.device.type, dtype=self.compute_dtype, cache_enabled=scaled.device.type == "cpu"):
             features = self.head(self.convolutions(scaled))
         return features.float()

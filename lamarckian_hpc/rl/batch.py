@@ -7,6 +7,7 @@ import torch
 
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
+from .device import to_device, to_device_mapped
 from .ppo import RolloutBatch
 from .returns import generalized_advantages, next_values_of_fragments
 
@@ -18,12 +19,19 @@ def build_rollout_batch(
     gae_lambda: float,
     device: torch.device,
     reward_scale: float = 1.0,
+    pinned: bool = True,
 ) -> RolloutBatch:
-    """Estimate advantages with the current critic; one forward pass covers steps and bootstraps."""
-    observations = torch.from_numpy(experience.observations).to(device)
-    bootstrap = torch.from_numpy(experience.bootstrap_observations).to(device)
-    with torch.no_grad():
-        values = model.value(torch.cat([observations, bootstrap])).cpu().numpy()
+    """Estimate advantages with the current critic; one forward pass covers steps and bootstraps.
+    The arrays go to `device` once (`rl.device.to_device`; `pinned` as there)."""
+    bootstrap = to_device(experience.bootstrap_observations, device, pinned)
+    if device.type == "cuda" and pinned:  # the critic's pass overlaps the copy (`to_device_mapped`)
+        with torch.no_grad():
+            observations, step_values = to_device_mapped(experience.observations, device, model.value)
+            values = torch.cat([step_values, model.value(bootstrap)]).cpu().numpy()
+    else:
+        observations = to_device(experience.observations, device, pinned)
+        with torch.no_grad():
+            values = model.value(torch.cat([observations, bootstrap])).cpu().numpy()
     step_values, bootstrap_values = values[: len(experience)], values[len(experience) :]
     next_values, segment_ends = next_values_of_fragments(
         step_values, experience.lengths, bootstrap_values, experience.terminated
@@ -32,8 +40,8 @@ def build_rollout_batch(
     advantages = generalized_advantages(rewards, step_values, next_values, segment_ends, gamma, gae_lambda)
     return RolloutBatch(
         observations=observations,
-        actions=torch.from_numpy(experience.actions).to(device),
-        old_log_probs=torch.from_numpy(experience.log_probs).to(device),
-        advantages=torch.from_numpy(advantages).to(device),
-        returns=torch.from_numpy(advantages + step_values).to(device),
+        actions=to_device(experience.actions, device, pinned),
+        old_log_probs=to_device(experience.log_probs, device, pinned),
+        advantages=to_device(advantages, device, pinned),
+        returns=to_device(advantages + step_values, device, pinned),
     )

@@ -8,6 +8,7 @@ function in `rl/`; a learner holds its state (parameters, optimizer, replay buff
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import gymnasium as gym
@@ -19,6 +20,8 @@ from ..mdp import ExperienceBatch
 from ..mdp.staleness import staleness_metrics
 from .adam import Adam
 from .batch import build_rollout_batch
+from .captured import CapturedSteps, why_not_captured
+from .device import choose_device
 from .data_parallel import SINGLE_PROCESS, GradientReducer, global_staleness_metrics
 from .dqn import dqn_loss, linear_epsilon
 from .impala import impala_update
@@ -26,14 +29,7 @@ from .optim import NONFINITE_STEPS, GuardedSteps
 from .ppo import RolloutBatch, ppo_update
 from .replay import ReplayBuffer, transitions_of
 
-
-def select_device(name: str) -> torch.device:
-    """auto: the first GPU when there is one, else the CPU."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("runtime.device is 'cuda' but torch sees no GPU; use 'auto' or 'cpu'")
-    return torch.device(name)
+log = logging.getLogger(__name__)
 
 
 def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:
@@ -70,7 +66,16 @@ class LearnerBase:
                              "ppo and impala learn on several (runtime.learners)")
         self.config = config
         self.rng = np.random.default_rng(config.seed)
-        self.device = select_device(config.runtime.device)
+        self.device, reason = choose_device(config.runtime.device, config.model.kind, config.algorithm.name)
+        log.info("learner on %s: %s", self.device, reason)
+        #: On a GPU: experience goes through pinned memory without waiting (`rl.device.to_device`);
+        #: False takes the pageable copy (for measuring what the pinned one gains).
+        self.pinned_transfers = True
+        #: On a GPU: replay a recorded minibatch step where `why_not_captured` allows (PPO, IMPALA);
+        #: False launches every step eagerly.
+        self.captured_steps = True
+        self._captured: CapturedSteps | None = None
+        self._told_why_not = False
         self.model = model.to(self.device)
         # torch.optim.Adam's update, without the torch._dynamo import every torch optimizer makes (seconds).
         self.optimizer = Adam(self.model.parameters(), lr=config.algorithm.learning_rate, eps=1e-5)
@@ -88,6 +93,22 @@ class LearnerBase:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         return learning_rate
+
+    def captured(self) -> CapturedSteps | None:
+        """The recorded minibatch steps, where they apply now (checked at every update: a
+        data-parallel group may form after the learner is built); None: eager steps."""
+        if not self.captured_steps or self.reducer.world_size > 1 or (
+                self._captured is not None and self._captured.unavailable):
+            return None
+        reason = why_not_captured(self.model, self.optimizer)
+        if reason is not None:
+            if not self._told_why_not and self.device.type == "cuda":
+                log.info("minibatch steps launched eagerly: %s", reason)
+                self._told_why_not = True
+            return None
+        if self._captured is None:
+            self._captured = CapturedSteps(self.model, self.optimizer)  # type: ignore[arg-type]
+        return self._captured
 
     def weights(self) -> dict[str, np.ndarray]:
         """The model's parameters and buffers as CPU arrays (what the broadcast sends)."""
@@ -120,14 +141,16 @@ class LearnerBase:
 
 
 class PPOLearner(LearnerBase):
-    """PPO on the actor-critic model: GAE on the critic, then clipped updates over minibatches."""
+    """PPO on the actor-critic model: GAE on the critic, then clipped updates over minibatches. On
+    a GPU each minibatch step is a replay of one recorded CUDA graph where it can be (`rl.captured`)."""
 
     data_parallel = True
 
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         """One update on `experience`; the version goes up by one. Returns its diagnostics."""
         batch, learning_rate = self.ppo_batch(experience, env_frames)
-        diagnostics = ppo_update(self.model, self.optimizer, batch, self.config.algorithm, self.rng, self.reducer)
+        diagnostics = ppo_update(self.model, self.optimizer, batch, self.config.algorithm, self.rng, self.reducer,
+                                 self.captured())
         return self.updated(experience, diagnostics, learning_rate)
 
     def ppo_batch(self, experience: ExperienceBatch, env_frames: int) -> tuple[RolloutBatch, float]:
@@ -136,7 +159,7 @@ class PPOLearner(LearnerBase):
         algorithm = self.config.algorithm
         learning_rate = self._set_learning_rate(env_frames)
         batch = build_rollout_batch(experience, self.model, algorithm.gamma, algorithm.gae_lambda, self.device,
-                                    algorithm.reward_scale)
+                                    algorithm.reward_scale, self.pinned_transfers)
         return batch, learning_rate
 
 
@@ -148,7 +171,7 @@ class ImpalaLearner(LearnerBase):
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         learning_rate = self._set_learning_rate(env_frames)
         diagnostics = impala_update(self.model, self.optimizer, experience, self.config.algorithm, self.rng,
-                                    self.device, self.reducer)
+                                    self.device, self.reducer, self.pinned_transfers, self.captured())
         return self.updated(experience, diagnostics, learning_rate)
 
 
@@ -218,7 +241,7 @@ class DQNLearner(ReplayLearner):
     def update(self, experience: ExperienceBatch, env_frames: int) -> dict[str, float]:
         algorithm = self.algorithm
         staleness = self.version - experience.policy_versions
-        steps = GuardedSteps(self.model, self.optimizer, algorithm.max_grad_norm)
+        steps = GuardedSteps(self.model, self.optimizer, algorithm.max_grad_norm, sync_free=False)
         for _ in self.remember(experience):
             sample = self.replay.sample(algorithm.minibatch_size, self.rng)
             batch = {name: torch.from_numpy(array).to(self.device) for name, array in sample.items()}

@@ -19,6 +19,8 @@ from ..config import PPOConfig
 from ..models import ActorCritic
 from .adam import Adam
 from .data_parallel import SINGLE_PROCESS, GlobalMinibatch, GradientReducer, agree_on_shard, global_minibatches
+from .captured import CapturedSteps, RecordingFailed
+from .device import to_device
 from .optim import GuardedSteps
 
 #: How a loss averages over a minibatch: torch.mean for a whole minibatch, or a rank's share of the
@@ -90,10 +92,26 @@ def ppo_update(
     config: PPOConfig,
     rng: np.random.Generator,
     reducer: GradientReducer = SINGLE_PROCESS,
+    captured: CapturedSteps | None = None,
 ) -> dict[str, float]:
     """`num_epochs` passes of shuffled minibatches; returns the mean of each loss part and the
     number of minibatches skipped for a non-finite loss. With `reducer` of several ranks, `batch` is
-    this rank's shard, and every rank returns the diagnostics of the whole update."""
+    this rank's shard, and every rank returns the diagnostics of the whole update. With
+    `rl.adam.Adam`'s fused step (on a GPU) nothing is read back before the end (`GuardedSteps`); with
+    `captured` (one rank only), each minibatch step is a replay of a recorded CUDA graph
+    (`rl.captured`), eager where recording fails."""
+    if captured is not None and reducer.world_size == 1:
+        size = len(batch)
+        try:
+            captured.begin()
+            captured.load(tuple(batch), min(config.minibatch_size, size),
+                          lambda fields: ppo_loss(model, RolloutBatch(*fields), config), config.max_grad_norm, config)
+        except RecordingFailed:
+            pass
+        else:
+            for _ in range(config.num_epochs):
+                captured.replay_epoch(to_device(rng.permutation(size), batch.old_log_probs.device), size)
+            return captured.diagnostics()
     steps = GuardedSteps(model, optimizer, config.max_grad_norm, reducer)
     shard = agree_on_shard(reducer, len(batch))
     minibatch_size = min(config.minibatch_size, shard.total)

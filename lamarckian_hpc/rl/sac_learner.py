@@ -70,8 +70,8 @@ class SACLearner(ReplayLearner):
         """Add the batch to the replay buffer, then take the gradient steps its frames are owed."""
         algorithm = self.algorithm
         staleness = self.version - experience.policy_versions
-        critic_steps = GuardedSteps(self.critic, self.critic_optimizer, self.max_grad_norm)
-        actor_steps = GuardedSteps(self.model, self.optimizer, self.max_grad_norm)
+        critic_steps = GuardedSteps(self.critic, self.critic_optimizer, self.max_grad_norm, sync_free=False)
+        actor_steps = GuardedSteps(self.model, self.optimizer, self.max_grad_norm, sync_free=False)
         for _ in self.remember(experience, np.float32):
             self.gradient_step(critic_steps, actor_steps)
         self.version += 1
