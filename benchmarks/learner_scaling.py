@@ -65,13 +65,15 @@ WORKLOADS: dict[str, tuple[Path, list[str]]] = {
                   "algorithm.num_epochs=4", "algorithm.learning_rate=0.00025"]),
     "pong-image": (ROOT / "configs" / "ppo_pong_image_cpu.yaml", []),
 }
+#: The global batch of every workload (env steps per update).
+BATCH_STEPS: dict[str, float] = {"cartpole": 4096.0, "pong-image": 2048.0}
 
 
 def _metric(file: h5py.File, name: str) -> np.ndarray:
     return file["metrics"][name]["value"][()]
 
 
-def read_run(path: Path, skip: int) -> dict[str, float]:
+def read_run(path: Path, skip: int, batch_steps: float = 4096.0, target: float | None = None) -> dict[str, Any]:
     """The figures of one run file (see the module's docstring)."""
     with h5py.File(path, "r", swmr=True, locking=False) as file:
         trained = _metric(file, "trained_frames_per_second")
@@ -79,19 +81,64 @@ def read_run(path: Path, skip: int) -> dict[str, float]:
         collective = _metric(file, "learner_collective_ms")
         group = file["metrics"]["staleness_mean"]
         frames, wall = group["env_frames"][()], group["wall_time"][()]
+        returns = file["metrics"]["episode_return_mean"]
+        return_values, return_frames = returns["value"][()], returns["env_frames"][()]
+        return_wall = returns["wall_time"][()]
     if len(trained) <= skip + 1:
         raise RuntimeError(f"{path}: only {len(trained)} updates, fewer than --skip {skip} + 2")
     kept = slice(skip, None)
     return {"updates": float(len(trained)), "trained_steps_per_second": float(np.median(trained[kept])),
             "env_steps_per_second": float((frames[-1] - frames[skip]) / (wall[-1] - wall[skip])),
             "staleness_mean": float(np.nanmean(staleness[kept])), "staleness_max": float(np.nanmax(largest[kept])),
-            "collective_ms": float(np.mean(collective[kept]))}
+            "collective_ms": float(np.mean(collective[kept])),
+            # The wall time of an update (gathering the shard, the update, the collectives), from its
+            # trained steps per second: what the collectives' milliseconds are a share of.
+            "update_ms": float(np.median(batch_steps / trained[kept]) * 1e3),
+            "return_final": float(return_values[-1]) if len(return_values) else float("nan"),
+            "env_frames": float(frames[-1]), "wall_seconds": float(wall[-1]),
+            **_reached(return_values, return_frames, return_wall, target)}
+
+
+def _reached(values: np.ndarray, frames: np.ndarray, wall: np.ndarray, target: float | None) -> dict[str, Any]:
+    """Env frames and seconds at the first update whose recent-episodes mean return is at least `target`."""
+    if target is None:
+        return {}
+    hits = np.flatnonzero(values >= target)
+    if not len(hits):
+        return {"target_return": target, "reached": False}
+    return {"target_return": target, "reached": True, "frames_to_target": float(frames[hits[0]]),
+            "seconds_to_target": float(wall[hits[0]])}
+
+
+def cluster_groups() -> dict[str, Path]:
+    """The test cluster's CPU groups (lhtc-nodeK, lhtc-learner) that exist now."""
+    root = Path(os.environ.get("TESTCLUSTER_CPU_CGROUP_ROOT", "/sys/fs/cgroup/cpu"))
+    return {path.name: path for path in sorted(root.glob("lhtc-*")) if (path / "cpu.stat").exists()}
+
+
+def read_stat(path: Path) -> dict[str, int]:
+    lines = (path / "cpu.stat").read_text().split("\n")
+    stat = {key: int(value) for key, value in (line.split() for line in lines if line)}
+    return stat
+
+
+def quota_use(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """Per group over a run: the share of CFS periods in which its quota throttled it (near 1: the
+    quota was its ceiling) and the seconds it was throttled."""
+    out = {}
+    for name in sorted(set(before) & set(after)):
+        periods = after[name]["nr_periods"] - before[name]["nr_periods"]
+        out[name] = {"throttled_share": round((after[name]["nr_throttled"] - before[name]["nr_throttled"]) / periods, 3)
+                     if periods else 0.0,
+                     "throttled_seconds": round((after[name]["throttled_time"] - before[name]["throttled_time"]) / 1e9, 2)}
+    return out
 
 
 class RankMover:
     """Moves each learner rank 1.. process (`ray::LearnerRank`) into a CPU group of its own."""
 
     def __init__(self, groups: list[CpuGroup]) -> None:
+        self.stats: dict[str, dict[str, int]] = {}
         self.groups, self.placed = groups, {}
         self.before = {p.pid for p in self._ranks()}
         self.stop = threading.Event()
@@ -116,6 +163,7 @@ class RankMover:
                 try:
                     (group.path / "cgroup.procs").write_text(f"{process.pid}\n")
                     self.placed[process.pid] = group.name
+                    self.stats[group.path.name] = read_stat(group.path)
                 except OSError:
                     pass
 
@@ -123,6 +171,10 @@ class RankMover:
         self.stop.set()
         self.thread.join()
         return dict(self.placed)
+
+    def stats_now(self) -> dict[str, dict[str, int]]:
+        """cpu.stat of the groups a rank was moved into, now (before they are removed)."""
+        return {group.path.name: read_stat(group.path) for group in self.groups if group.path.name in self.stats}
 
 
 def launch(workload: str, ranks: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
@@ -133,26 +185,38 @@ def launch(workload: str, ranks: int, args: argparse.Namespace, folder: Path) ->
               "--folder", str(folder / f"{name}-job")])
     command = [sys.executable, "-m", "lamarckian_hpc.cli", *where,
                *settings, f"runtime.learners={ranks}", f"runtime.num_actors={args.actors}",
-               f"stop.max_wall_seconds={args.seconds}", "stop.target_return=null", "stop.total_env_steps=1000000000",
+               f"stop.max_wall_seconds={args.seconds}",
+               f"stop.target_return={'null' if args.target_return is None else args.target_return}",
+               "stop.total_env_steps=1000000000",
                f"storage.directory={folder}", f"storage.run_name={name}"]
     groups = [CpuGroup(f"rank{rank}", args.rank_cpus) for rank in range(1, ranks)] if args.rank_cpus else []
     for group in groups:
         group.create()
     mover = RankMover(groups)
     started = time.monotonic()
+    stats_before = {name: read_stat(path) for name, path in cluster_groups().items()}
     try:
         done = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
                               cwd=ROOT, capture_output=True, text=True, timeout=args.seconds + 900)
     finally:
         placed = mover.finish()
+        stats_after = {name: read_stat(path) for name, path in cluster_groups().items()}
+        stats_before.update(mover.stats)
+        stats_after.update(mover.stats_now())
         for group in groups:
             group.remove()
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     row = {"workload": workload, "ranks": ranks, "seconds_wall": time.monotonic() - started,
-           "ranks_in_own_group": len(placed), "load_average": os.getloadavg(), **read_run(folder / f"{name}.h5", args.skip)}
-    print(f"  {name}: {row['trained_steps_per_second']:,.0f} trained steps/s, load {row['load_average'][0]:.1f}",
-          flush=True)
+           "ranks_in_own_group": len(placed), "load_average": os.getloadavg(),
+           "quota_use": quota_use(stats_before, stats_after),
+           **read_run(folder / f"{name}.h5", args.skip, BATCH_STEPS.get(workload, float("nan")), args.target_return)}
+    reached = (f", return {row['return_final']:.0f}" +
+               (f" ({row['target_return']:.0f} at {row['frames_to_target']:,.0f} frames, {row['seconds_to_target']:.0f} s)"
+                if row.get("reached") else "")) if args.target_return is not None else ""
+    print(f"  {name}: {row['trained_steps_per_second']:,.0f} trained steps/s, collectives {row['collective_ms']:.1f} "
+          f"of {row['update_ms']:.0f} ms per update{reached}, load {row['load_average'][0]:.1f}; "
+          f"throttled share {json.dumps({k: v['throttled_share'] for k, v in row['quota_use'].items()})}", flush=True)
     return row
 
 
@@ -169,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local", action="store_true",
                         help="train on this host's own Ray instead (no cluster, no quotas: every rank and actor "
                              "shares this machine's cores, so the figures are the runtime's costs, not scaling)")
+    parser.add_argument("--target-return", type=float,
+                        help="stop each point once the recent episodes' mean return reaches this (e.g. 475 for "
+                             "CartPole) and report the env frames and seconds it took; none: train --seconds")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if not args.local and "SLURM_CONF" not in os.environ:
@@ -185,14 +252,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {failures[-1]}", flush=True)
     base = {row["workload"]: row["trained_steps_per_second"] for row in rows if row["ranks"] == 1}
     print("\n| workload | ranks | trained env steps/s | speed-up | env steps/s received | staleness mean | "
-          "staleness max | collectives ms/update | load |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "staleness max | collectives ms/update | update ms | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         speedup = row["trained_steps_per_second"] / base[row["workload"]] if row["workload"] in base else float("nan")
         row["speedup"] = speedup
         print(f"| {row['workload']} | {row['ranks']} | {row['trained_steps_per_second']:,.0f} | {speedup:.2f}x | "
               f"{row['env_steps_per_second']:,.0f} | {row['staleness_mean']:.2f} | {row['staleness_max']:.0f} | "
-              f"{row['collective_ms']:.1f} | {row['load_average'][0]:.1f} |")
+              f"{row['collective_ms']:.1f} | {row['update_ms']:.0f} | {row['load_average'][0]:.1f} |")
     for failure in failures:
         print(f"- not measured: {failure}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -200,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         "local": args.local, "nodes": 1 if args.local else args.nodes,
         "cpus_per_node": os.cpu_count() if args.local else args.cpus_per_node, "actors": args.actors, "rank_cpus": args.rank_cpus,
         "node_cpus": os.environ.get("TESTCLUSTER_NODE_CPUS"), "learner_cpus": os.environ.get("TESTCLUSTER_LEARNER_CPUS"),
+        "cpu_quota_scope": os.environ.get("TESTCLUSTER_CPU_QUOTA_SCOPE"),
+        "cpu_period_us": os.environ.get("TESTCLUSTER_CPU_PERIOD_US"), "cpu_shares": os.environ.get("TESTCLUSTER_CPU_SHARES"),
+        "target_return": args.target_return,
         "seconds": args.seconds, "skip": args.skip, "settings": {name: WORKLOADS[name][1] for name in args.workloads},
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "rows": rows, "failures": failures}, indent=2) + "\n")

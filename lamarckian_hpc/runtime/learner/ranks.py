@@ -49,10 +49,15 @@ from ..relay_tree import choose_layout
 from .intake import ExperienceIntake
 from .shards import ShardPlan, plan_flat, plan_tree
 from ...rl.data_parallel import empty_experience
-from ...rl.learner import select_device
+from ...rl.device import choose_device
 from .lockstep import agree, reduce_numbers
 
 log = logging.getLogger(__name__)
+
+
+def learner_device(config: RunConfig) -> torch.device:
+    """The device a rank's learner chooses (`rl.device.choose_device`, as the learner itself does)."""
+    return choose_device(config.runtime.device, config.model.kind, config.algorithm.name)[0]
 
 
 class LearnerRankLostError(NodeLostError):
@@ -150,7 +155,7 @@ class LearnerRank:
 
     def has_gpu(self) -> bool:
         """Whether this rank learns on a GPU (the group is NCCL only when every rank does)."""
-        return select_device(self.config.runtime.device).type == "cuda"
+        return learner_device(self.config).type == "cuda"
 
     def node(self) -> str:
         return f"{socket.gethostname()} ({ray.util.get_node_ip_address()})"
@@ -255,7 +260,7 @@ class LearnerGroup:
         self.nodes = replies[:len(ranks)]
         self.addresses = replies[len(ranks):]
         port = free_port(host)
-        gpus = [select_device(config.runtime.device).type == "cuda", *ray.get([rank.has_gpu.remote() for rank in ranks])]
+        gpus = [learner_device(config).type == "cuda", *ray.get([rank.has_gpu.remote() for rank in ranks])]
         backend = choose_backend(gpus)
         specs = [LearnerGroupSpec(rank, config.runtime.learners, host, port, backend,
                                   config.runtime.learner_timeout_seconds) for rank in range(config.runtime.learners)]
