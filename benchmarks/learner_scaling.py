@@ -79,6 +79,7 @@ def read_run(path: Path, skip: int, batch_steps: float = 4096.0, target: float |
         trained = _metric(file, "trained_frames_per_second")
         staleness, largest = _metric(file, "staleness_mean"), _metric(file, "staleness_max")
         collective = _metric(file, "learner_collective_ms")
+        agree_ms, update_ms = _metric(file, "learner_agree_ms"), _metric(file, "learner_update_ms")
         group = file["metrics"]["staleness_mean"]
         frames, wall = group["env_frames"][()], group["wall_time"][()]
         returns = file["metrics"]["episode_return_mean"]
@@ -91,6 +92,12 @@ def read_run(path: Path, skip: int, batch_steps: float = 4096.0, target: float |
             "env_steps_per_second": float((frames[-1] - frames[skip]) / (wall[-1] - wall[skip])),
             "staleness_mean": float(np.nanmean(staleness[kept])), "staleness_max": float(np.nanmax(largest[kept])),
             "collective_ms": float(np.mean(collective[kept])),
+            # The first collective (waiting for every rank's shard) apart from the rest, and the update
+            # itself (its gradients' all-reduces included): the update's compute is about
+            # update_compute_ms - allreduce_ms.
+            "agree_ms": float(np.mean(agree_ms[kept])),
+            "allreduce_ms": float(np.mean(collective[kept] - agree_ms[kept])),
+            "update_compute_ms": float(np.mean(update_ms[kept])),
             # The wall time of an update (gathering the shard, the update, the collectives), from its
             # trained steps per second: what the collectives' milliseconds are a share of.
             "update_ms": float(np.median(batch_steps / trained[kept]) * 1e3),
@@ -156,6 +163,14 @@ class RankMover:
 
     def _run(self) -> None:
         while not self.stop.wait(0.2):
+            # A rank joins its node's CPU group when it starts (`cpu_quota.join_cpu_group`), possibly
+            # after it was moved here: put every placed rank back into its own group each time.
+            groups = {group.name: group for group in self.groups}
+            for pid, name in self.placed.items():
+                try:
+                    (groups[name].path / "cgroup.procs").write_text(f"{pid}\n")
+                except OSError:
+                    pass
             for process in self._ranks():
                 if process.pid in self.before or process.pid in self.placed or len(self.placed) >= len(self.groups):
                     continue
@@ -215,6 +230,7 @@ def launch(workload: str, ranks: int, args: argparse.Namespace, folder: Path) ->
                (f" ({row['target_return']:.0f} at {row['frames_to_target']:,.0f} frames, {row['seconds_to_target']:.0f} s)"
                 if row.get("reached") else "")) if args.target_return is not None else ""
     print(f"  {name}: {row['trained_steps_per_second']:,.0f} trained steps/s, collectives {row['collective_ms']:.1f} "
+          f"(agreement {row['agree_ms']:.1f}), learner.update {row['update_compute_ms']:.0f} "
           f"of {row['update_ms']:.0f} ms per update{reached}, load {row['load_average'][0]:.1f}; "
           f"throttled share {json.dumps({k: v['throttled_share'] for k, v in row['quota_use'].items()})}", flush=True)
     return row
@@ -252,14 +268,15 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {failures[-1]}", flush=True)
     base = {row["workload"]: row["trained_steps_per_second"] for row in rows if row["ranks"] == 1}
     print("\n| workload | ranks | trained env steps/s | speed-up | env steps/s received | staleness mean | "
-          "staleness max | collectives ms/update | update ms | load |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "staleness max | collectives ms/update | of which agreement | learner.update ms | update wall ms | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         speedup = row["trained_steps_per_second"] / base[row["workload"]] if row["workload"] in base else float("nan")
         row["speedup"] = speedup
         print(f"| {row['workload']} | {row['ranks']} | {row['trained_steps_per_second']:,.0f} | {speedup:.2f}x | "
               f"{row['env_steps_per_second']:,.0f} | {row['staleness_mean']:.2f} | {row['staleness_max']:.0f} | "
-              f"{row['collective_ms']:.1f} | {row['update_ms']:.0f} | {row['load_average'][0]:.1f} |")
+              f"{row['collective_ms']:.1f} | {row['agree_ms']:.1f} | {row['update_compute_ms']:.0f} | {row['update_ms']:.0f} | "
+              f"{row['load_average'][0]:.1f} |")
     for failure in failures:
         print(f"- not measured: {failure}")
     args.output.parent.mkdir(parents=True, exist_ok=True)

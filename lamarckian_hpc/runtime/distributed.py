@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 RUNTIME_METRICS: tuple[str, ...] = (
     "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
     "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight", "learner_collective_ms",
+    "learner_agree_ms", "learner_update_ms",
 )
 WAIT_CHECK_SECONDS = 1.0
 
@@ -137,6 +138,7 @@ class DistributedTrainer(ExperienceIntake):
         self.shards: ShardPlan | None = None
         self.group: LearnerGroup | None = None
         self.group_counters: dict[str, float] = {}
+        self.update_ms = 0.0  # the last update's wall milliseconds (learner_update_ms)
         plan = routes = None
         if config.runtime.learners > 1:
             plan = plan_nodes(config, self.num_actors)
@@ -242,10 +244,12 @@ class DistributedTrainer(ExperienceIntake):
                 self.pending[policy_id].append(item.batch)
                 self.pending_steps[policy_id] += len(item.batch)
         updates, steps = {}, 0
+        started = time.monotonic()
         for policy_id in ready:
             batch, self.pending[policy_id], self.pending_steps[policy_id] = concatenate(self.pending[policy_id]), [], 0
             updates[policy_id] = (self.policy_learners[policy_id].update(batch, self.env_frames + frames), len(batch))
             steps += len(batch)
+        self.update_ms = 1000.0 * (time.monotonic() - started)
         if self.config.multiagent is None:
             return updates[POLICY_ID][0], frames, steps
         return policy_metrics(updates, self.learner.versions, self.policy_episodes), frames, steps
@@ -306,14 +310,22 @@ class DistributedTrainer(ExperienceIntake):
         batch = concatenate(pending) if pending else empty_experience(*self.spaces)
         try:
             with serving_joins(self.publisher):
+                waited = self.group.reducer.collective_seconds
                 agreement = agree(self.group.reducer, False, self.pending_steps[POLICY_ID], frames)
+                agree_ms = 1000.0 * (self.group.reducer.collective_seconds - waited)
                 self.pending[POLICY_ID], self.pending_steps[POLICY_ID] = [], 0
+                started = time.monotonic()
                 metrics = self.learner.update(batch, self.env_frames + agreement.env_frames)
+                self.update_ms = 1000.0 * (time.monotonic() - started)
                 numbers = reduce_numbers(self.group.reducer, self._counters(), returns, lengths)
         except RuntimeError as error:
             raise self.group.lost(error) from None
         episodes.add(numbers.episode_returns, numbers.episode_lengths)
-        self.group_counters = {**numbers.counters, "learner_collective_ms": self.group.take_collective_milliseconds()}
+        # learner_collective_ms: all of the update's collectives; learner_agree_ms: the first, where a
+        # rank waits for the others to fill their shares; learner_update_ms: the update itself, its
+        # gradients' all-reduces included (rank 0's).
+        self.group_counters = {**numbers.counters, "learner_collective_ms": self.group.take_collective_milliseconds(),
+                               "learner_agree_ms": agree_ms}
         return metrics, agreement.env_frames, agreement.total_steps
 
     def _counters(self) -> dict[str, float]:
@@ -370,6 +382,8 @@ class DistributedTrainer(ExperienceIntake):
                 hosts_connected=float(len(set(self.watch.hosts.values()))),
                 credits_in_flight=float(self.receiver.ledger.in_flight),
                 learner_collective_ms=0.0,
+                learner_agree_ms=0.0,
+                learner_update_ms=self.update_ms,
             )
             metrics.update(self.group_counters)  # the learner group's: every rank's shard
             wall_time = progress.wall_time
