@@ -23,9 +23,14 @@ one rank of the same workload.
 
 Run it under the machine's test-cluster lock, on a cluster started with quotas, e.g.:
 
-    flock /tmp/testcluster.lock -c 'TESTCLUSTER_NODE_CPUS=0.25 TESTCLUSTER_LEARNER_CPUS=0.2 \\
+    flock -o /tmp/testcluster.lock -c 'TESTCLUSTER_NODE_CPUS=0.15 TESTCLUSTER_CPU_QUOTA_SCOPE=actors \\
+        TESTCLUSTER_LEARNER_CPUS=0.175 TESTCLUSTER_CPU_PERIOD_US=10000 TESTCLUSTER_CPU_SHARES=8192 \\
         slurm/testcluster/start.sh 4 && . /var/tmp/lamarckian-testcluster/env && \\
-        python benchmarks/learner_scaling.py --ranks 1 2 4 --rank-cpus 0.2; slurm/testcluster/stop.sh'
+        python benchmarks/learner_scaling.py --workloads cartpole --ranks 1 2 4 --rank-cpus 0.175; slurm/testcluster/stop.sh'
+
+Fractional-core quotas make ranks in lockstep wait for each other at every all-reduce (see
+docs/benchmarks/learner_scaling.md and allreduce_under_quota.py): on one small machine the figures
+show the runtime's costs under quotas, not what whole-core hosts give.
 
 With `--local` each point is a `lamarckian-hpc train` on this host's own Ray instead, without
 quotas: every rank and actor shares this machine's cores, so its figures are what the ranks cost
@@ -64,9 +69,11 @@ WORKLOADS: dict[str, tuple[Path, list[str]]] = {
                   "model.share_trunk=true", "algorithm.batch_size=4096", "algorithm.num_minibatches=8",
                   "algorithm.num_epochs=4", "algorithm.learning_rate=0.00025"]),
     "pong-image": (ROOT / "configs" / "ppo_pong_image_cpu.yaml", []),
+    # The project's CartPole config as it is, for learning curves (`--target-return 475`).
+    "cartpole-default": (ROOT / "configs" / "ppo_cartpole.yaml", []),
 }
 #: The global batch of every workload (env steps per update).
-BATCH_STEPS: dict[str, float] = {"cartpole": 4096.0, "pong-image": 2048.0}
+BATCH_STEPS: dict[str, float] = {"cartpole": 4096.0, "pong-image": 2048.0, "cartpole-default": 512.0}
 
 
 def _metric(file: h5py.File, name: str) -> np.ndarray:

@@ -281,6 +281,11 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
     "learner_scaling": _learner_scaling,
+    "learner_scaling_curve": lambda data: pd.DataFrame(data["rows"]).reindex(
+        columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
+                 "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
+    "allreduce_under_quota": lambda data: pd.DataFrame(data["rows"]).reindex(
+        columns=["ranks", "cpus", "period_us", "allreduce_ms", "step_ms"]),
     "learner_scaling_to_475": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
                  "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
