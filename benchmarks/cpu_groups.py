@@ -23,7 +23,11 @@ from typing import Any, Iterator
 import psutil
 
 ROOT = Path("/sys/fs/cgroup/cpu")
-PERIOD_US = 100_000
+#: The CFS period of every group: the test cluster's (TESTCLUSTER_CPU_PERIOD_US) where it names one, so
+#: that groups made here throttle as its nodes' groups do; the kernel's default 100 ms otherwise.
+PERIOD_US = int(os.environ.get("TESTCLUSTER_CPU_PERIOD_US") or 100_000)
+#: cpu.shares of every group (TESTCLUSTER_CPU_SHARES), or the kernel's default when unset.
+SHARES = os.environ.get("TESTCLUSTER_CPU_SHARES") or None
 PREFIX = "lhs-"
 
 
@@ -38,6 +42,8 @@ class CpuGroup:
         self.path.mkdir()
         (self.path / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
         (self.path / "cpu.cfs_quota_us").write_text(f"{max(int(self.cpus * PERIOD_US), 1000)}\n")
+        if SHARES:
+            (self.path / "cpu.shares").write_text(f"{SHARES}\n")
 
     def stat(self) -> dict[str, int]:
         """nr_periods, nr_throttled, throttled_time (ns) so far."""

@@ -126,6 +126,7 @@ def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str,
     """A training run's TrainResult; its failures as RunFailed lines that say where the metrics are."""
     from .mdp import EnvironmentFailingError
     from .runtime.actor_watch import RunStalledError
+    from .runtime.node_watch import NodeLostError
     from .runtime.training_run import TrainingSetupError, run_training
     from .storage import StorageFullError
 
@@ -142,6 +143,9 @@ def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str,
         raise RunFailed(f"error: {error}", CANNOT_START) from None
     except (RunStalledError, EnvironmentFailingError) as error:
         raise RunFailed(f"error: {error}; the metrics up to now are in {path}", FAILED) from None
+    except NodeLostError as error:  # a node or a learner rank: the learner was saved first
+        raise RunFailed(f"error: {error}; checkpoint saved, continue with: lamarckian-hpc train --resume {path}",
+                        FAILED) from None
     except StorageFullError as error:  # resuming is offered only where there is a run to resume
         hint = f"; continue later with: lamarckian-hpc train --resume {path}" if path.is_file() else ""
         raise RunFailed(f"error: {error}{hint}", FAILED) from None

@@ -272,6 +272,25 @@ def _gpu_learner_summary(data: dict[str, Any]) -> pd.DataFrame:
                          and (row["workload"], row["algorithm"]) in cpu])
 
 
+#: learner_scaling.py's figures per point, in the order its page explains them.
+LEARNER_SCALING_COLUMNS = ["workload", "ranks", "trained_steps_per_second", "speedup", "env_steps_per_second",
+                           "staleness_mean", "staleness_max", "collective_ms", "agree_ms", "allreduce_ms",
+                           "update_compute_ms", "update_ms", "updates"]
+
+
+def _learner_scaling(data: dict[str, Any]) -> pd.DataFrame:
+    """One row per point; the quota groups' throttled shares as one column: rank 0's (the learner's
+    group), ranks 1.. (lhs-rankK), then the nodes' actors (lhtc-nodeK)."""
+    def order(name: str) -> tuple[int, str]:
+        return (0 if name.endswith("learner") else 1 if "rank" in name else 2, name)
+
+    frame = pd.DataFrame(data["rows"]).reindex(columns=LEARNER_SCALING_COLUMNS)
+    frame["throttled share: rank 0, ranks 1.., nodes"] = [
+        " / ".join(f"{row['quota_use'][name]['throttled_share']:.2f}" for name in sorted(row.get("quota_use", {}), key=order))
+        for row in data["rows"]]
+    return frame
+
+
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
@@ -291,6 +310,15 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "pbt_vs_tune_pong": pbt_vs_tune_frame,
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
+    "learner_scaling": _learner_scaling,
+    "learner_scaling_curve": lambda data: pd.DataFrame(data["rows"]).reindex(
+        columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
+                 "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
+    "allreduce_under_quota": lambda data: pd.DataFrame(data["rows"]).reindex(
+        columns=["ranks", "cpus", "period_us", "allreduce_ms", "step_ms"]),
+    "learner_scaling_to_475": lambda data: pd.DataFrame(data["rows"]).reindex(
+        columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
+                 "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
     "learner_ceiling": _learner_ceiling, "pbt_vs_tune_seeds": _pbt_seeds, "pbt_vs_tune_pong_seeds": _pbt_seeds,
     "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),

@@ -68,8 +68,9 @@ def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
 
     runtime = dict(spec.config.get("runtime", {}))
     runtime["ray_address"] = info.head_address
-    if runtime.get("num_actors") is None:  # every CPU of the allocation but the learner's
-        runtime["num_actors"] = max(1, sum(node.cores for node in info.layout.nodes) - 1)
+    if runtime.get("num_actors") is None:  # every CPU of the allocation but the learners' (one core a rank)
+        learners = int(runtime.get("learners", 1) or 1)
+        runtime["num_actors"] = max(1, sum(node.cores for node in info.layout.nodes) - learners)
     if runtime.get("key_folder") is None:  # beside the run file, which every node of the job can read
         runtime["key_folder"] = str(Path(spec.run_path).with_suffix(".keys"))
     config = build_config({**spec.config, "runtime": runtime}, f"{spec.config_file} (launched)")

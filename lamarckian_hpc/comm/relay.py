@@ -92,6 +92,9 @@ class RelaySpec:
     #: part (0: message by message) and this many bytes.
     bundle_wait_ms: float = DEFAULT_BUNDLE_WAIT_MS
     bundle_bytes: int = DEFAULT_BUNDLE_BYTES
+    #: The learner rank this relay's experience goes to, when its parent is the root: rank 0 serves
+    #: with the learner's key, ranks 1.. (which never hold it) with the broadcast pair.
+    experience_rank: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,7 +196,7 @@ class Relay:
         address = self.spec.experience_upstreams.get(parent)
         if address is None:
             raise KeyError(f"relay {self.spec.node!r}: no experience address for node {parent!r}")
-        trust = LEARNER if self.tree.parent_of(parent) is None else BROADCAST
+        trust = LEARNER if self.tree.parent_of(parent) is None and not self.spec.experience_rank else BROADCAST
         socket = make_socket(self.context, zmq.DEALER, self.spec.max_message_bytes, self.keys, trust=trust)
         socket.setsockopt(zmq.ROUTING_ID, f"relay:{self.spec.node}".encode())
         for option in (zmq.RCVHWM, zmq.SNDHWM):

@@ -22,8 +22,10 @@ class ActorWatch:
     """Which actors said hello (and from which host), and when experience last arrived."""
 
     def __init__(self, num_actors: int, connect_timeout_seconds: float, stall_timeout_seconds: float,
-                 describe: Callable[[Sequence[int]], str]) -> None:
-        self.num_actors = num_actors
+                 describe: Callable[[Sequence[int]], str], expected: Sequence[int] | None = None) -> None:
+        """`expected`: the actors that report to this learner process (a learner rank's shard); default all."""
+        self.expected = tuple(range(num_actors) if expected is None else expected)
+        self.num_actors = len(self.expected)
         self.connect_timeout_seconds = connect_timeout_seconds
         self.stall_timeout_seconds = stall_timeout_seconds
         self.describe = describe  # actor indices -> where they run and the addresses they were given
@@ -47,7 +49,7 @@ class ActorWatch:
         self.failing[actor_index] = error
 
     def missing(self) -> list[int]:
-        return [index for index in range(self.num_actors) if index not in self.hosts]
+        return [index for index in self.expected if index not in self.hosts]
 
     def per_host(self) -> dict[str, int]:
         """Connected actors per host, for the run file."""
@@ -56,7 +58,7 @@ class ActorWatch:
     def check(self, now: float | None = None) -> None:
         """Raise RunStalledError when a timeout has passed."""
         now = time.monotonic() if now is None else now
-        if len(self.failing) == self.num_actors:
+        if self.num_actors and len(self.failing) == self.num_actors:
             index, error = min(self.failing.items())
             raise RunStalledError(f"no actor can sample: on all {self.num_actors} actors {error} "
                                   f"(actor {index} on {self.hosts.get(index, 'its host')})")

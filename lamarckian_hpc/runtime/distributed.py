@@ -39,8 +39,7 @@ from .cpu_quota import join_learner_cpu_group
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .algorithms import make_learner, rl_algorithm
-from .messages import (ENV_FAILING, GRADIENTS, HELLO, KINDS, ActorExperience, ActorGradients, concatenate,
-                       read_experience, read_gradients)
+from .messages import KINDS, ActorExperience, ActorGradients, concatenate
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .policy_learners import PolicyLearners, policy_metrics
 from .process_stats import TreeCpuMeter
@@ -48,16 +47,22 @@ from .ray_actors import init_ray, start_actors
 from .ray_setup import ray_cpus, reachable_host, shutdown_ray
 from .recording import RecordedEpisodes
 from .sampling import POLICY_ID, credit_budget, spaces_of, steps_per_update
-from .relay_tree import RelayTree
+from .relay_tree import RankRoutes, RelayTree, plan_nodes
+from .learner.lockstep import agree, reduce_numbers
+from .learner.ranks import (LearnerGroup, plan_shards, rank_config, serving_joins,
+                            starve_seconds, start_ranks)
+from .learner.shards import ShardPlan
+from ..rl.data_parallel import empty_experience
+from .learner.intake import ExperienceIntake
 
 log = logging.getLogger(__name__)
 
 #: Metrics the distributed runtime reports beside its algorithm's (`algorithms.RLAlgorithm.metric_names`).
 RUNTIME_METRICS: tuple[str, ...] = (
     "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
-    "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight",
+    "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight", "learner_collective_ms",
+    "learner_agree_ms", "learner_update_ms",
 )
-RECEIVE_POLL_MS = 50
 WAIT_CHECK_SECONDS = 1.0
 
 
@@ -90,7 +95,7 @@ class _OutOfWallTime(Exception):
     """stop.max_wall_seconds passed while the learner waited for experience."""
 
 
-class DistributedTrainer:
+class DistributedTrainer(ExperienceIntake):
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = (),
                  spaces: tuple[gym.Space, gym.Space] | None = None) -> None:
         """`spaces`: a single-agent run's observation and action spaces where the caller has made
@@ -126,17 +131,34 @@ class DistributedTrainer:
         # Actors may run on any node of the Ray cluster: they are given addresses bound on this
         # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.
         host = config.runtime.bind_address or reachable_host(self.started_ray)
+        self.host = host
+        budget = credit_budget(config, self.num_actors)
+        #: Learner ranks 1.. (Ray actors), the actors' shards, and the group once formed (`train`).
+        self.rank_actors: list[Any] = []
+        self.shards: ShardPlan | None = None
+        self.group: LearnerGroup | None = None
+        self.group_counters: dict[str, float] = {}
+        self.update_ms = 0.0  # the last update's wall milliseconds (learner_update_ms)
+        plan = routes = None
+        if config.runtime.learners > 1:
+            plan = plan_nodes(config, self.num_actors)
+            self.shards = plan_shards(config, plan, self.num_actors)
+            self.rank_actors = start_ranks(rank_config(config, self.keys), plan.ray_node_ids, self.shards, budget,
+                                           steps_per_update(config), local=host == "127.0.0.1")
+            routes = RankRoutes(self.shards, tuple(ray.get([rank.address.remote() for rank in self.rank_actors])))
+            budget = self.shards.credit_budget(budget, 0)
         self.receiver = ExperienceReceiver(self.context, KINDS, host=host, keys=self.keys,
                                            max_message_bytes=limit_bytes(config.runtime.max_message_megabytes),
-                                           credit_budget=credit_budget(config, self.num_actors))
-        self.tree = RelayTree(config, self.context, self.num_actors, host, self.receiver, self.keys)
+                                           credit_budget=budget)
+        self.tree = RelayTree(config, self.context, self.num_actors, host, self.receiver, self.keys, plan, routes)
         self.publisher = self.tree.publisher
         self.cpu_meter = TreeCpuMeter(cores)
         self._publish(env_frames=0)
         self.actors = start_actors(config, self.num_actors, self.tree.actor_addresses, self.tree.experience_addresses,
                                    self.tree.actor_scheduling, self.tree.experience_servers)
         self.watch = ActorWatch(self.num_actors, config.runtime.connect_timeout_seconds,
-                                config.runtime.stall_timeout_seconds, self._describe_actors)
+                                config.runtime.stall_timeout_seconds, self._describe_actors,
+                                expected=self.shards.actors_of(0) if self.shards is not None else None)
         self.hellos: dict[int, int] = {}
         self.actor_pids: dict[int, int] = {}
         self.dropped_stale_steps = 0
@@ -161,34 +183,8 @@ class DistributedTrainer:
     def _publish(self, env_frames: int) -> None:
         self.publisher.publish(self.learner.version, self.learner.weights(), self.learner.broadcast_meta(env_frames))
 
-    def _next_message(self) -> ActorExperience | ActorGradients | None:
-        """Serve late subscribers, then wait briefly for the next experience or gradients."""
+    def _serve(self) -> None:
         self.publisher.serve_joins()
-        message = self.receiver.receive(RECEIVE_POLL_MS)
-        if message is None:
-            self._while_waiting()
-            return None
-        if message.kind == HELLO:
-            index = int(message.meta.get("actor_index", -1))
-            self.hellos[index] = self.hellos.get(index, 0) + 1
-            self.watch.on_hello(index, str(message.meta.get("host", "unknown")))
-            self.next_sequence[index] = 0  # a new process numbers its messages from 0
-            self.actor_pids[index] = int(message.meta.get("pid", -1))
-            return None
-        if message.kind == ENV_FAILING:
-            index = int(message.meta.get("actor_index", -1))
-            self.watch.on_env_failing(index, str(message.meta.get("error", "an environment error")))
-            log.error("actor %d stopped sampling: %s", index, message.meta.get("error"))
-            return None
-        try:
-            item = read_gradients(message) if message.kind == GRADIENTS else read_experience(message)
-        except (KeyError, ValueError, TypeError) as error:
-            self.receiver.malformed += 1
-            log.error("dropped a %s message from %s: %s", message.kind, message.sender, error)
-            return None
-        if (item.steps if isinstance(item, ActorGradients) else len(item.batch)) > 0:
-            self.watch.on_experience()
-        return item
 
     def _while_waiting(self) -> None:
         """Nothing arrived: at most once a second, end a run out of wall time or one that cannot
@@ -220,31 +216,6 @@ class DistributedTrainer:
         return (f"{'; '.join(parts)}; they were given experience address {', '.join(experience)} "
                 f"and weights address {', '.join(addresses)}")
 
-    def _check_sequence(self, item: ActorExperience) -> None:
-        """Count messages that never arrived: a gap in an actor process's numbering."""
-        if item.sequence < 0:
-            return
-        expected = self.next_sequence.get(item.actor_index, 0)
-        if item.sequence > expected:
-            self.lost_messages += item.sequence - expected
-        self.next_sequence[item.actor_index] = item.sequence + 1
-
-    def _fresh(self, oldest_version: int, steps: int, limit: int | None, version: int | None = None) -> bool:
-        """Whether samples of `oldest_version` are within `limit` of `version` (the learner's by default)."""
-        fresh = limit is None or (self.learner.version if version is None else version) - oldest_version <= limit
-        if not fresh:
-            self.dropped_stale_steps += steps
-        return fresh
-
-    def _accept(self, experience: ActorExperience, version: int) -> bool:
-        """Whether to train on `experience`; `version` is its policy's current version."""
-        versions = experience.batch.policy_versions
-        if not len(versions):
-            return False
-        if self.config.runtime.sampling == "sync":
-            return self._fresh(int(versions.min()), len(versions), 0, version)  # only the current version
-        return self._fresh(int(versions.min()), len(versions), self.config.runtime.max_policy_lag, version)
-
     def _learn_from_experience(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
         """Gather experience until a policy's batch is full and update every policy whose batch is;
         returns (metrics, env frames received, steps trained)."""
@@ -273,10 +244,12 @@ class DistributedTrainer:
                 self.pending[policy_id].append(item.batch)
                 self.pending_steps[policy_id] += len(item.batch)
         updates, steps = {}, 0
+        started = time.monotonic()
         for policy_id in ready:
             batch, self.pending[policy_id], self.pending_steps[policy_id] = concatenate(self.pending[policy_id]), [], 0
             updates[policy_id] = (self.policy_learners[policy_id].update(batch, self.env_frames + frames), len(batch))
             steps += len(batch)
+        self.update_ms = 1000.0 * (time.monotonic() - started)
         if self.config.multiagent is None:
             return updates[POLICY_ID][0], frames, steps
         return policy_metrics(updates, self.learner.versions, self.policy_episodes), frames, steps
@@ -300,6 +273,68 @@ class DistributedTrainer:
                                staleness_max=float(self.learner.version - 1 - item.policy_version))
                 return metrics, frames, item.steps
 
+    def _form_group(self) -> None:
+        """Form the learner group (rank 0 waits here for every rank to join) and give every rank this
+        learner's state, so all start from the same weights, optimizer and random state: a fresh
+        run's initial ones, or a checkpoint's, whatever number of ranks wrote it."""
+        state = self.learner.state_dict()
+        self.group = LearnerGroup(self.config, self.rank_actors, self.host, state, self.env_frames)
+        self.learner = make_learner(self.config, *self.spaces, reducer=self.group.reducer)
+        self.learner.load_state_dict(state)
+        self.policy_learners = {POLICY_ID: self.learner}
+
+    def _learn_in_group(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
+        """Gather this rank's share of the batch (for a bounded time), then the update's three
+        collectives with the other ranks (`learner.lockstep`); returns the run's metrics, env frames
+        and trained steps, summed over the ranks."""
+        assert self.group is not None and self.shards is not None
+        share = self.shards.share(self.batch_steps, 0)
+        deadline = time.monotonic() + starve_seconds(self.config)
+        frames, returns, lengths = 0, [], []
+        while self.pending_steps[POLICY_ID] < share and time.monotonic() < deadline:
+            item = self._next_message()
+            if not isinstance(item, ActorExperience):
+                continue
+            frames += item.env_frames
+            self.env_errors += item.env_errors
+            self._check_sequence(item)
+            # Rank 0's episodes come first among the ranks' in the reduced list: numbered from here.
+            self.recorded[POLICY_ID].add(episodes.count + len(returns), item.episode_returns, item.recorded,
+                                         item.actor_index, self.watch.hosts.get(item.actor_index, "unknown"))
+            returns.extend(item.episode_returns.tolist())
+            lengths.extend(item.episode_lengths.tolist())
+            if self._accept(item, self.learner.version):
+                self.pending[POLICY_ID].append(item.batch)
+                self.pending_steps[POLICY_ID] += len(item.batch)
+        pending = self.pending[POLICY_ID]
+        batch = concatenate(pending) if pending else empty_experience(*self.spaces)
+        try:
+            with serving_joins(self.publisher):
+                waited = self.group.reducer.collective_seconds
+                agreement = agree(self.group.reducer, False, self.pending_steps[POLICY_ID], frames)
+                agree_ms = 1000.0 * (self.group.reducer.collective_seconds - waited)
+                self.pending[POLICY_ID], self.pending_steps[POLICY_ID] = [], 0
+                started = time.monotonic()
+                metrics = self.learner.update(batch, self.env_frames + agreement.env_frames)
+                self.update_ms = 1000.0 * (time.monotonic() - started)
+                numbers = reduce_numbers(self.group.reducer, self._counters(), returns, lengths)
+        except RuntimeError as error:
+            raise self.group.lost(error) from None
+        episodes.add(numbers.episode_returns, numbers.episode_lengths)
+        # learner_collective_ms: all of the update's collectives; learner_agree_ms: the first, where a
+        # rank waits for the others to fill their shares; learner_update_ms: the update itself, its
+        # gradients' all-reduces included (rank 0's).
+        self.group_counters = {**numbers.counters, "learner_collective_ms": self.group.take_collective_milliseconds(),
+                               "learner_agree_ms": agree_ms}
+        return metrics, agreement.env_frames, agreement.total_steps
+
+    def _counters(self) -> dict[str, float]:
+        """This process's share of the runtime's counters (`lockstep.COUNTERS`)."""
+        return {"dropped_stale_steps": self.dropped_stale_steps, "lost_messages": self.lost_messages,
+                "malformed_messages": self.receiver.malformed, "env_errors": self.env_errors,
+                "actors_connected": len(self.watch.hosts), "hosts_connected": len(set(self.watch.hosts.values())),
+                "credits_in_flight": self.receiver.ledger.in_flight}
+
     def checkpoint(self) -> TrainingCheckpoint:
         self.progress.env_frames = self.env_frames
         return TrainingCheckpoint.of(self.progress, self.learner.state_dict())
@@ -315,6 +350,10 @@ class DistributedTrainer:
         stop, progress = self.config.stop, self.progress
         episodes = progress.episodes
         learn = self._learn_from_gradients if rl_algorithm(self.config).actor_gradients else self._learn_from_experience
+        if self.rank_actors and self.group is None:
+            self._form_group()
+        if self.group is not None:
+            learn = self._learn_in_group
         progress.started = time.monotonic()
         frames_at_start = self.env_frames
         while self.env_frames < stop.total_env_steps:
@@ -342,7 +381,11 @@ class DistributedTrainer:
                 actors_connected=float(len(self.watch.hosts)),
                 hosts_connected=float(len(set(self.watch.hosts.values()))),
                 credits_in_flight=float(self.receiver.ledger.in_flight),
+                learner_collective_ms=0.0,
+                learner_agree_ms=0.0,
+                learner_update_ms=self.update_ms,
             )
+            metrics.update(self.group_counters)  # the learner group's: every rank's shard
             wall_time = progress.wall_time
             report = UpdateReport(progress.updates, self.env_frames, progress.trained_steps, wall_time,
                                   self.learner.version, episodes.count, episodes.mean_return, metrics,
@@ -355,6 +398,8 @@ class DistributedTrainer:
             if episodes.should_stop(stop, report.wall_time):
                 break
 
+        if self.group is not None:
+            self.group.finish()
         run_seconds = max(time.monotonic() - progress.started, 1e-9)
         result = TrainResult(
             run_path=None, env_frames=self.env_frames, wall_time_seconds=progress.wall_time,
@@ -371,6 +416,9 @@ class DistributedTrainer:
         # aborts the process when a peer's connection drops while a multipart message to or from
         # it is half through a pipe that is being torn down (session_base.cpp, clean_pipes).
         self.receiver.close()
+        for rank in self.rank_actors:
+            ray.kill(rank, no_restart=True)
+        self.rank_actors = []
         self.tree.close()  # closes the publisher, then kills the relays, so Ray must still be up
         for actor in self.actors:
             ray.kill(actor, no_restart=True)

@@ -35,9 +35,19 @@ from ..comm import BROADCAST, LEARNER, ExperienceReceiver, JobKeys, WeightPublis
 from ..comm.relay import RelaySpec
 from ..comm.topology import BroadcastTree, build_tree
 from ..config import RunConfig
+from .learner.shards import ShardPlan
 from .ray_actors import start_relay
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RankRoutes:
+    """Where each shard's experience goes when a policy has several learner ranks: the shards
+    (`learner.shards`) and the experience address of ranks 1.. (rank 0's is the receiver's)."""
+
+    shards: ShardPlan
+    addresses: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -103,11 +113,15 @@ class RelayTree:
     is given for weights and for experience (with the key role of the server it reaches there)."""
 
     def __init__(self, config: RunConfig, context: zmq.Context, num_actors: int, host: str,
-                 receiver: ExperienceReceiver, keys: JobKeys | None = None) -> None:
+                 receiver: ExperienceReceiver, keys: JobKeys | None = None, plan: NodePlan | None = None,
+                 ranks: RankRoutes | None = None) -> None:
         """`host`: the learner's address that every actor and relay reaches (loopback only when
-        the run's Ray is on this host alone); `receiver`: the learner's experience receiver."""
-        self.plan = plan_nodes(config, num_actors)
+        the run's Ray is on this host alone); `receiver`: the learner's experience receiver (rank
+        0's); `plan`: the nodes, when the caller has planned them; `ranks`: where the experience of
+        each shard goes when the policy has several learner ranks."""
+        self.plan = plan if plan is not None else plan_nodes(config, num_actors)
         self.layout = choose_layout(config.runtime.broadcast, self.plan)
+        self.ranks = ranks
         self.publisher = WeightPublisher(context, host=host, keys=keys)
         self.receiver = receiver
         # Relays get the relay folder of the keys (never the learner's secret); only a tree has one.
@@ -121,6 +135,11 @@ class RelayTree:
             self.actor_addresses = [self.publisher.address] * num_actors
             self.experience_addresses = [receiver.address] * num_actors
             self.experience_servers = [LEARNER] * num_actors
+            if ranks is not None:  # ranks 1.. serve their shards with the broadcast pair, as relays do
+                for index, rank in enumerate(ranks.shards.actor_ranks):
+                    if rank:
+                        self.experience_addresses[index] = ranks.addresses[rank - 1]
+                        self.experience_servers[index] = BROADCAST
             return
         self.tree = build_tree(self.plan.names)
         # Short paths: IPC endpoints are limited to about 100 bytes.
@@ -145,11 +164,14 @@ class RelayTree:
             started = {}
             for index, node in enumerate(self.tree.nodes):
                 if index and self.tree.layer_of(node) == layer:
+                    upstreams = dict(experience_addresses)
+                    rank = self.ranks.shards.node_ranks[self.plan.names.index(node)] if self.ranks else 0
+                    if rank:  # the subtree's experience goes to its learner rank, in place of the root
+                        upstreams[self.tree.root] = self.ranks.addresses[rank - 1]  # type: ignore[union-attr]
                     spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=weights[index],
                                      key_folder=self.key_folder, max_message_bytes=self.max_message_bytes,
-                                     experience_upstreams=dict(experience_addresses),
-                                     experience_ipc_path=experience[index],
-                                     bundle_wait_ms=self.bundle_wait_ms)
+                                     experience_upstreams=upstreams, experience_ipc_path=experience[index],
+                                     experience_rank=rank, bundle_wait_ms=self.bundle_wait_ms)
                     started[node] = start_relay(spec, self.plan.scheduling(index))
             for node, (weights_address, experience_address) in zip(
                     started, ray.get([relay.addresses.remote() for relay in started.values()])):

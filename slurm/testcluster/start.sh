@@ -13,6 +13,10 @@
 #   TESTCLUSTER_CPU_QUOTA_SCOPE=actors what the quota holds: `actors` (only processes that join it) or
 #                                      `node` (slurmd and all it starts; see README.md)
 #   TESTCLUSTER_LEARNER_CPUS=1         the learner's own cores (cgroup lhtc-learner); unset: none
+#   TESTCLUSTER_CPU_PERIOD_US=100000   the quotas' CFS period in microseconds (1000..1000000); a shorter
+#                                      one (10000) throttles a group for at most that long at a time
+#   TESTCLUSTER_CPU_SHARES=8192        the quota groups' cpu.shares (kernel default 1024): on a machine busy
+#                                      with other work, higher shares let each group have its quota
 # Starting again stops the running cluster first (stop.sh), so it restarts cleanly.
 set -euo pipefail
 NUM_NODES=${1:-4}
@@ -25,6 +29,8 @@ CPUS=${TESTCLUSTER_CPUS_PER_NODE:-$(nproc --all)}
 NODE_CPUS=${TESTCLUSTER_NODE_CPUS:-}
 QUOTA_SCOPE=${TESTCLUSTER_CPU_QUOTA_SCOPE:-actors}
 LEARNER_CPUS=${TESTCLUSTER_LEARNER_CPUS:-}
+CPU_PERIOD=${TESTCLUSTER_CPU_PERIOD_US:-100000}
+CPU_SHARES=${TESTCLUSTER_CPU_SHARES:-}
 CPU_CGROUP_ROOT=${TESTCLUSTER_CPU_CGROUP_ROOT:-/sys/fs/cgroup/cpu}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -43,12 +49,18 @@ fi
     || fail "TESTCLUSTER_SUBNET must be a /24 written A.B.C.0/24, got '$SUBNET'"
 NET=${BASH_REMATCH[1]}
 BRIDGE_ADDR=$NET.254
-# Fractional cores as a CFS quota in microseconds per 100 ms period (the kernel's floor is 1 ms).
+# Fractional cores as a CFS quota in microseconds per period of CPU_PERIOD microseconds (the kernel's
+# floor is 1 ms for both). A group that spends its quota early in a period waits for the next one:
+# with the kernel's default 100 ms period a 0.2-core group runs 20 ms, then is throttled for 80 ms.
+[[ "$CPU_PERIOD" =~ ^[0-9]+$ ]] && [ "$CPU_PERIOD" -ge 1000 ] && [ "$CPU_PERIOD" -le 1000000 ] \
+    || fail "TESTCLUSTER_CPU_PERIOD_US must be microseconds from 1000 to 1000000, got '$CPU_PERIOD'"
+[ -z "$CPU_SHARES" ] || { [[ "$CPU_SHARES" =~ ^[0-9]+$ ]] && [ "$CPU_SHARES" -ge 2 ] && [ "$CPU_SHARES" -le 262144 ]; } \
+    || fail "TESTCLUSTER_CPU_SHARES must be an integer from 2 to 262144, got '$CPU_SHARES'"
 quota_us() {
     [[ "$2" =~ ^([0-9]+)(\.[0-9]{1,3})?$ ]] || fail "$1 must be cores like 0.1, 0.5 or 2, got '$2'"
     local quota
-    quota=$(awk -v cores="$2" 'BEGIN {printf "%d", cores * 100000 + 0.5}')
-    [ "$quota" -ge 1000 ] || fail "$1 must be at least 0.01 cores, got '$2'"
+    quota=$(awk -v cores="$2" -v period="$CPU_PERIOD" 'BEGIN {printf "%d", cores * period + 0.5}')
+    [ "$quota" -ge 1000 ] || fail "$1 times TESTCLUSTER_CPU_PERIOD_US must be at least 1000 us (the kernel's floor), got $quota us"
     echo "$quota"
 }
 NODE_QUOTA= LEARNER_QUOTA=
@@ -115,8 +127,9 @@ fi
 make_cpu_group() {
     local group=$CPU_CGROUP_ROOT/${LINK_PREFIX}$1
     mkdir -p "$group"
-    echo 100000 > "$group/cpu.cfs_period_us"
+    echo "$CPU_PERIOD" > "$group/cpu.cfs_period_us"
     echo "$2" > "$group/cpu.cfs_quota_us"
+    [ -z "$CPU_SHARES" ] || echo "$CPU_SHARES" > "$group/cpu.shares"
 }
 if [ -n "$NODE_QUOTA" ]; then
     for ((k = 1; k <= NUM_NODES; k++)); do make_cpu_group "node$k" "$NODE_QUOTA"; done
@@ -160,7 +173,7 @@ export SLURM_CONF="$DIR/slurm.conf"
     # netmod's TCP addresses are about 100 bytes.
     echo "export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp"
     echo "export TESTCLUSTER_NODE_ADDRS=$(join "${addrs[@]}") TESTCLUSTER_BRIDGE_ADDR=$BRIDGE_ADDR"
-    echo "export TESTCLUSTER_NODE_CPUS=$NODE_CPUS TESTCLUSTER_CPU_QUOTA_SCOPE=$QUOTA_SCOPE TESTCLUSTER_LEARNER_CPUS=$LEARNER_CPUS"
+    echo "export TESTCLUSTER_NODE_CPUS=$NODE_CPUS TESTCLUSTER_CPU_QUOTA_SCOPE=$QUOTA_SCOPE TESTCLUSTER_LEARNER_CPUS=$LEARNER_CPUS TESTCLUSTER_CPU_PERIOD_US=$CPU_PERIOD TESTCLUSTER_CPU_SHARES=$CPU_SHARES"
 } > "$DIR/env"
 
 # One node's slurmd in that node's namespaces, also for bringing back a node that was killed.
@@ -185,7 +198,15 @@ chmod +x "$DIR/start-node"
 
 if ! munge -n >/dev/null 2>&1 </dev/null; then
     mkdir -p /run/munge && chown munge:munge /run/munge
-    runuser -u munge -- /usr/sbin/munged
+    # munged outlives the cluster (stop.sh leaves it): it must not inherit this script's open files,
+    # among them the descriptor of a caller's `flock /tmp/testcluster.lock`, which would hold that
+    # lock for as long as munged runs and leave every later flock waiting.
+    closes=()
+    for fd in /proc/$$/fd/*; do
+        fd=${fd##*/}
+        [ "$fd" -gt 2 ] && closes+=("$fd>&-")
+    done
+    eval "runuser -u munge -- /usr/sbin/munged ${closes[*]}"
 fi
 slurmctld -f "$SLURM_CONF"
 for ((k = 1; k <= NUM_NODES; k++)); do
@@ -199,6 +220,7 @@ for ((i = 0; i < 120; i++)); do
         quota=""
         [ -z "$NODE_CPUS" ] || quota="; $NODE_CPUS cores each (scope $QUOTA_SCOPE)"
         [ -z "$LEARNER_CPUS" ] || quota="$quota; learner $LEARNER_CPUS cores"
+        [ -z "$NODE_CPUS$LEARNER_CPUS" ] || quota="$quota; CFS period $CPU_PERIOD us"
         echo "test cluster up: $NUM_NODES idle nodes at $NET.1-$NUM_NODES$quota; source $DIR/env"
         exit 0
     fi
