@@ -81,9 +81,11 @@ def _train_cli(*args: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", [["runtime.num_actors=2"],
-                                    ["runtime.num_actors=3", "runtime.simulated_nodes=3", "runtime.broadcast=tree"]],
-                         ids=["flat", "tree"])
+@pytest.mark.parametrize("layout", [
+    pytest.param(["runtime.num_actors=2"], id="flat"),
+    pytest.param(["runtime.num_actors=3", "runtime.simulated_nodes=3", "runtime.broadcast=tree"], id="tree",
+                 marks=pytest.mark.second_pass),
+])
 def test_two_learner_ranks_learn_cartpole(tmp_path, layout):
     """PPO with 2 ranks, each on its shard (flat: an actor each; tree: rank 1 takes a relay's
     subtree), reaches the config's 475 as one learner of 512 steps does."""
@@ -118,6 +120,7 @@ def _learner_rank_processes() -> list[psutil.Process]:
 
 
 @pytest.mark.slow
+@pytest.mark.second_pass
 def test_a_killed_learner_rank_stops_the_run_with_a_checkpoint_and_it_resumes_on_another_count(tmp_path):
     run = tmp_path / "killed.h5"
     base = ["runtime.num_actors=2", "stop.target_return=null", "storage.checkpoint_interval_seconds=1",
