@@ -319,6 +319,9 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "learner_scaling_to_475": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
                  "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
+    "learner_ranks_ceiling": lambda data: pd.DataFrame(data["rows"]).reindex(
+        columns=["workload", "ranks", "batch", "shard", "update_seconds", "steps_per_second", "speed_up",
+                 "collective_ms_per_update"]),
     "learner_ceiling": _learner_ceiling, "pbt_vs_tune_seeds": _pbt_seeds, "pbt_vs_tune_pong_seeds": _pbt_seeds,
     "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),
