@@ -81,7 +81,9 @@ OVERRIDES = {"dqn": ["runtime.rollout_steps=16"]}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", sorted(TARGETS))
+@pytest.mark.parametrize("algorithm", [
+    # DQN needs the most frames to its threshold (a minute or two on two cores): CI's second pass runs it.
+    pytest.param(name, marks=pytest.mark.second_pass) if name == "dqn" else name for name in sorted(TARGETS)])
 def test_other_algorithms_with_two_actors_learn_cartpole(algorithm):
     collect = Collect()
     target = TARGETS[algorithm]

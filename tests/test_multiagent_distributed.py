@@ -156,6 +156,7 @@ def _random_policy_return(episodes: int = 100, seed: int = 0) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.second_pass
 def test_one_shared_policy_with_a_centralised_critic_learns_simple_spread(tmp_path, capsys):
     """`lamarckian-hpc train configs/multiagent_simple_spread.yaml` at a bounded budget, seed 0."""
     random_return = _random_policy_return()

@@ -196,6 +196,8 @@ def test_policy_acts_at_random_until_learning_starts_then_in_bounds():
     assert output.actions.dtype == np.float32
 
 
+@pytest.mark.slow
+@pytest.mark.second_pass
 def test_sac_learns_pendulum_in_a_few_thousand_frames():
     """Small networks, 1000 random frames, then learning: the last 5 episodes average far above
     a random policy's -1200: seeds 0, 1, 2 reach -250 by 4000 to 4400 frames, where the run stops."""
