@@ -39,7 +39,7 @@ from .cpu_quota import join_learner_cpu_group
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .algorithms import make_learner, rl_algorithm
-from .messages import KINDS, ActorExperience, ActorGradients, concatenate
+from .messages import KINDS, ActorGradients, concatenate
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .policy_learners import PolicyLearners, policy_metrics
 from .process_stats import TreeCpuMeter
@@ -144,7 +144,7 @@ class DistributedTrainer(ExperienceIntake):
             plan = plan_nodes(config, self.num_actors)
             self.shards = plan_shards(config, plan, self.num_actors)
             self.rank_actors = start_ranks(rank_config(config, self.keys), plan.ray_node_ids, self.shards, budget,
-                                           steps_per_update(config), local=host == "127.0.0.1")
+                                           steps_per_update(config))
             routes = RankRoutes(self.shards, tuple(ray.get([rank.address.remote() for rank in self.rank_actors])))
             budget = self.shards.credit_budget(budget, 0)
         self.receiver = ExperienceReceiver(self.context, KINDS, host=host, keys=self.keys,
@@ -221,12 +221,10 @@ class DistributedTrainer(ExperienceIntake):
         returns (metrics, env frames received, steps trained)."""
         frames = 0
         while not (ready := [pid for pid, steps in self.pending_steps.items() if steps >= self.batch_steps]):
-            item = self._next_message()
-            if not isinstance(item, ActorExperience):
+            item = self._next_experience()
+            if item is None:
                 continue
             frames += item.env_frames
-            self.env_errors += item.env_errors
-            self._check_sequence(item)
             policy_id = item.policy_id
             learner = self.policy_learners.get(policy_id)
             if learner is None:  # a frozen or unknown policy: nothing here may train it
@@ -292,12 +290,10 @@ class DistributedTrainer(ExperienceIntake):
         deadline = time.monotonic() + starve_seconds(self.config)
         frames, returns, lengths = 0, [], []
         while self.pending_steps[POLICY_ID] < share and time.monotonic() < deadline:
-            item = self._next_message()
-            if not isinstance(item, ActorExperience):
+            item = self._next_experience()
+            if item is None:
                 continue
             frames += item.env_frames
-            self.env_errors += item.env_errors
-            self._check_sequence(item)
             # Rank 0's episodes come first among the ranks' in the reduced list: numbered from here.
             self.recorded[POLICY_ID].add(episodes.count + len(returns), item.episode_returns, item.recorded,
                                          item.actor_index, self.watch.hosts.get(item.actor_index, "unknown"))

@@ -33,6 +33,7 @@ class ExperienceIntake:
     next_sequence: dict[int, int]  # actor index -> the sequence number expected next
     lost_messages: int
     dropped_stale_steps: int
+    env_errors: int
 
     def _serve(self) -> None:
         """Work to do before each wait for a message (rank 0: serve late weight subscribers)."""
@@ -67,6 +68,15 @@ class ExperienceIntake:
             return None
         if (item.steps if isinstance(item, ActorGradients) else len(item.batch)) > 0:
             self.watch.on_experience()
+        return item
+
+    def _next_experience(self) -> ActorExperience | None:
+        """`_next_message` when it is experience, its environment errors and sequence counted."""
+        item = self._next_message()
+        if not isinstance(item, ActorExperience):
+            return None
+        self.env_errors += item.env_errors
+        self._check_sequence(item)
         return item
 
     def _check_sequence(self, item: ActorExperience) -> None:

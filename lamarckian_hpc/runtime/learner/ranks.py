@@ -40,9 +40,9 @@ from ..actor_watch import ActorWatch
 from ...comm.topology import build_tree
 from ..algorithms import make_learner
 from ..cpu_quota import join_cpu_group
-from ..messages import KINDS, ActorExperience, concatenate
+from ..messages import KINDS, concatenate
 from ..node_watch import NodeLostError
-from ..ray_setup import worker_runtime_env
+from ..ray_setup import reachable_host, worker_runtime_env
 from ..sampling import spaces_of
 from .group import LearnerGroupSpec, choose_backend, form_group, free_port
 from ..relay_tree import choose_layout
@@ -102,12 +102,10 @@ class ShardLearner(ExperienceIntake):
     def gather(self, share: int, deadline: float) -> None:
         """Take messages until `share` steps are held or `deadline` (time.monotonic) passes."""
         while self.pending_steps < share and time.monotonic() < deadline:
-            item = self._next_message()
-            if not isinstance(item, ActorExperience):
+            item = self._next_experience()
+            if item is None:
                 continue
             self.frames += item.env_frames
-            self.env_errors += item.env_errors
-            self._check_sequence(item)
             self.returns.extend(np.asarray(item.episode_returns, np.float64).tolist())
             self.lengths.extend(np.asarray(item.episode_lengths, np.int64).tolist())
             if self._accept(item, self.learner.version):
@@ -136,7 +134,7 @@ class LearnerRank:
     """Rank 1.. of a policy's learner group, as a Ray actor (see the module's docstring)."""
 
     def __init__(self, config_tree: dict[str, Any], rank: int, actors: list[int], credit_budget: int,
-                 share: int, local: bool) -> None:
+                 share: int) -> None:
         join_cpu_group()  # the host's own cores where the test cluster gives it a quota
         self.config = RunConfig.model_validate(config_tree)
         torch.set_num_threads(self.config.runtime.torch_threads)
@@ -146,7 +144,9 @@ class LearnerRank:
         folder = self.config.runtime.key_folder
         # Served with the broadcast pair, as a relay is: the learner's secret never leaves rank 0.
         keys = JobKeys.load(folder) if folder is not None and self.config.runtime.transport_security == "curve" else None
-        host = "127.0.0.1" if local else ray.util.get_node_ip_address()
+        # Bound where rank 0's receiver would be on this node: its cluster address, loopback only
+        # when every node of the Ray is on this host.
+        host = reachable_host(started_local_ray=False)
         self.shard = ShardLearner(self.config, self.context, host, keys, actors, credit_budget)
         self.thread: threading.Thread | None = None
 
@@ -228,8 +228,8 @@ def _wants_gpu(device: str, node_id: str | None) -> bool:
     return any(node["NodeID"] == node_id and node.get("Resources", {}).get("GPU", 0) > 0 for node in ray.nodes())
 
 
-def start_ranks(config: RunConfig, node_ids: Sequence[str | None], shards: Any, budget: int, batch_steps: int,
-                local: bool) -> list[Any]:
+def start_ranks(config: RunConfig, node_ids: Sequence[str | None], shards: Any, budget: int,
+                batch_steps: int) -> list[Any]:
     """Learner ranks 1..N-1 as Ray actors (no CPU slot: their cores are the learners', which
     `cluster.job` leaves out of the actors' count), never restarted by Ray."""
     tree = config.to_json_dict()
@@ -243,8 +243,7 @@ def start_ranks(config: RunConfig, node_ids: Sequence[str | None], shards: Any, 
         if _wants_gpu(config.runtime.device, strategy.node_id if strategy is not None else None):
             options["num_gpus"] = 1  # Ray hides the GPUs from an actor that asks for none
         ranks.append(ray.remote(LearnerRank).options(**options).remote(
-            tree, rank, shards.actors_of(rank), shards.credit_budget(budget, rank), shards.share(batch_steps, rank),
-            local))
+            tree, rank, shards.actors_of(rank), shards.credit_budget(budget, rank), shards.share(batch_steps, rank)))
     return ranks
 
 
