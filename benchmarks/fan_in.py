@@ -175,13 +175,13 @@ def learner_main(spec: dict[str, Any], conn: Any) -> None:
 
 def _window_report(window: dict[str, Any], receiver: ExperienceReceiver, messages: int, steps: int) -> dict[str, Any]:
     """What the learner counted in the window; its process is read from outside (`LearnerProbe`)."""
-    accounts = receiver.ledger.accounts.values()
+    accounts = receiver.ledger.accounts
     in_flight = window["in_flight"] or [0]
     return {"wall": time.monotonic() - window["start"], "messages": messages - window["messages"],
             "taken": receiver.taken - window["taken"], "bundles": receiver.bundles - window["bundles"],
             "steps": steps - window["steps"], "in_flight_mean": float(np.mean(in_flight)),
             "in_flight_max": int(max(in_flight)), "budget": receiver.ledger.budget,
-            "accounts": len(receiver.ledger.accounts), "connections": len({a.route[0] for a in accounts}),
+            "accounts": len(receiver.ledger.accounts), "connections": len({route[0] for route in accounts}),
             "outstanding_by_link": _outstanding_by_link(accounts),
             "uncredited": receiver.ledger.uncredited, "reclaimed": receiver.ledger.reclaimed,
             "malformed": receiver.malformed}
@@ -190,9 +190,9 @@ def _window_report(window: dict[str, Any], receiver: ExperienceReceiver, message
 def _outstanding_by_link(accounts: Any) -> dict[str, int]:
     """Credits granted and not yet spent, per connection of the learner (relay ids by name)."""
     held: dict[str, int] = {}
-    for account in accounts:
+    for route, account in accounts.items():
         if account.outstanding > 0:
-            link = account.route[0].decode() if account.route[0].startswith(b"relay:") else "actors"
+            link = route[0].decode() if route[0].startswith(b"relay:") else "actors"
             held[link] = held.get(link, 0) + account.outstanding
     return held
 

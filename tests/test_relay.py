@@ -200,7 +200,7 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
             # Experience came up the tree: the learner's accounts are reached through relays, and its
             # connections (the first hop of each route) are the first-layer relays and sim0's actor
             # (read as training ends: the wait below takes in later messages too).
-            routes = [account.route for account in trainer.receiver.ledger.accounts.values()]
+            routes = list(trainer.receiver.ledger.accounts)
             first_hops = {route[0] for route in routes}
             # On a busy machine, Ray may still be restarting the killed relay when training ends, and
             # the last node's actor may not have said hello yet (the target came first): wait for

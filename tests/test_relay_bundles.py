@@ -172,7 +172,7 @@ def test_a_relay_process_sends_many_rollouts_as_one_message_and_credits_stay_per
         for actor, counts in got.items():
             assert counts == list(range(len(counts)))
         accounts = receiver.ledger.accounts
-        assert len(accounts) == actors and {account.route[0] for account in accounts.values()} == {b"relay:node1"}
+        assert len(accounts) == actors and {route[0] for route in accounts} == {b"relay:node1"}
         assert sorted(account.spent for account in accounts.values()) == sorted(map(len, got.values()))
         assert receiver.ledger.uncredited == 0 and receiver.malformed == 0
         # Far fewer messages than rollouts at the learner: the relay's batches (credit requests too).
@@ -328,7 +328,7 @@ def test_two_layers_of_relays_send_one_bundle_with_every_rollouts_route(context,
     beside = [ExperienceSender(context, f"ipc://{tmp_path}/1.ipc", window=1) for _ in range(2)]
     try:
         _send_all(below + beside, 5, receiver, 30)
-        routes = {account.route for account in receiver.ledger.accounts.values()}
+        routes = set(receiver.ledger.accounts)
         assert len(routes) == 6
         assert sum(1 for route in routes if route[:2] == (b"relay:node1", b"relay:node4") and len(route) == 3) == 4
         assert sum(1 for route in routes if len(route) == 2 and route[0] == b"relay:node1") == 2

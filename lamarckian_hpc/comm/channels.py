@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import replace
@@ -37,7 +38,7 @@ from .bundle import BUNDLE, unbundle
 from .credits import CreditLedger
 from .limits import CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, authenticate
-from .wire import Message, WireError, decode, encode
+from .wire import MAX_ARRAYS, Message, WireError, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,31 @@ MAX_ROUTE_FRAMES = 4
 #: An actor without a credit this long asks again (with its counts, so nothing is granted twice):
 #: a grant lost with a relay that died would otherwise leave it waiting for ever.
 ASK_AGAIN_SECONDS = 30.0
+#: A send that waits for room looks at the sender's stop event this often.
+SEND_SLICE_MS = 100
+
+
+#: Frames of one message at most: a route, the empty frame after it, the header and its arrays.
+MAX_FRAMES = MAX_ROUTE_FRAMES + 2 + MAX_ARRAYS
+
+
+def receive_frames(socket: zmq.Socket, max_frames: int = MAX_FRAMES) -> list[zmq.Frame]:
+    """The frames of the next message (one is ready), holding at most `max_frames` of them:
+    ZMQ_MAXMSGSIZE bounds each frame but not their number, so the frames past the bound are taken
+    and let go one by one, and the message is refused with WireError."""
+    frames: list[zmq.Frame] = []
+    excess = 0
+    while True:
+        frame = socket.recv(copy=False)
+        if len(frames) < max_frames:
+            frames.append(frame)
+        else:
+            excess += 1
+        if not socket.getsockopt(zmq.RCVMORE):
+            break
+    if excess:
+        raise WireError(f"a message of {len(frames) + excess} frames (at most {max_frames})")
+    return frames
 
 
 def split_route(frames: list[Any]) -> tuple[tuple[bytes, ...], list[Any]]:
@@ -226,11 +252,13 @@ class ExperienceSender:
 
     Experience is sent with `credited=True` and spends a credit; control messages (hello, an
     environment that fails) spend none. `take_credit` waits until one is held, asking for the
-    window first and again after ASK_AGAIN_SECONDS without one. The routing id is random and this
-    process's own, so the learner's ledger keeps its account whatever path its messages take."""
+    window first and again after ASK_AGAIN_SECONDS of waiting without one. The routing id is random
+    and this process's own; the learner keys its account by the whole route its messages take. No
+    send waits past its timeout, or, without one, past the `stop` event."""
 
     def __init__(self, context: zmq.Context, address: str, keys: JobKeys | None = None, *,
-                 trust: str = LEARNER, window: int = 1, high_water_mark: int | None = None) -> None:
+                 trust: str = LEARNER, window: int = 1, high_water_mark: int | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.socket = make_socket(context, zmq.DEALER, CONTROL_MESSAGE_BYTES, keys, trust=trust)
         self.socket.setsockopt(zmq.ROUTING_ID, os.urandom(8))
         self.window = max(1, int(window))
@@ -242,7 +270,9 @@ class ExperienceSender:
         self.received = 0  # credits granted to this sender so far
         self.spent = 0  # credited messages sent so far
         self.malformed = 0
+        self.stop = stop
         self._asked_at: float | None = None
+        self._dry_since: float | None = None  # when the current wait for a credit began
 
     def ask(self) -> None:
         """Ask the learner for the window, saying what this sender received and spent so far."""
@@ -274,8 +304,14 @@ class ExperienceSender:
         if self._asked_at is None:
             self.ask()
         if self.credits > 0 or self.poll_credits(timeout_ms) > 0:
+            self._dry_since = None
             return True
-        if time.monotonic() - self._asked_at > ASK_AGAIN_SECONDS:
+        now = time.monotonic()
+        if self._dry_since is None:
+            self._dry_since = now - timeout_ms / 1000
+        # Timed from the start of this wait: after a long quiet spell the last ask is long past,
+        # and asking at once would write off grants that are still on their way.
+        if now - max(self._dry_since, self._asked_at) > ASK_AGAIN_SECONDS:
             self.ask()
         return False
 
@@ -295,17 +331,22 @@ class ExperienceSender:
         return True
 
     def _send_frames(self, frames: list[Any], timeout_ms: int | None) -> bool:
+        """Send within timeout_ms (None: as long as it takes), in slices that look at the stop
+        event: a peer that is gone while its pipe is kept (a relay that died) never holds a
+        stopping sender."""
         frames = [b"", *frames]
-        if timeout_ms is None:
-            self.socket.send_multipart(frames, copy=False)
-            return True
-        if not self.socket.poll(timeout_ms, zmq.POLLOUT):
-            return False
-        try:
-            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            return False
-        return True
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        while True:
+            stopping = self.stop is not None and self.stop.is_set()
+            left = SEND_SLICE_MS if deadline is None else max(0, round((deadline - time.monotonic()) * 1000))
+            if self.socket.poll(0 if stopping else min(left, SEND_SLICE_MS), zmq.POLLOUT):
+                try:
+                    self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                    return True
+                except zmq.Again:
+                    pass
+            if stopping or left == 0:
+                return False
 
     def close(self) -> None:
         self.socket.close()
@@ -353,6 +394,7 @@ class ExperienceReceiver:
         bundle that does not add up is dropped whole, a part of a kind not taken here alone, both
         counted. Credits are granted on the way."""
         deadline = time.monotonic() + timeout_ms / 1000
+        self.ledger.listen()
         try:
             while True:
                 if self._parts:
@@ -361,7 +403,7 @@ class ExperienceReceiver:
                     return None
                 self.taken += 1
                 try:
-                    route, body = split_route(self.socket.recv_multipart(copy=False))
+                    route, body = split_route(receive_frames(self.socket))
                     message = decode(body, known_kinds=self.known_kinds)
                     parts = ([(route + below, part) for below, part in unbundle(message)] if message.kind == BUNDLE
                              else [(route, message)])
@@ -385,7 +427,6 @@ class ExperienceReceiver:
             log_malformed(self.malformed, "bundle part", WireError(
                 f"kind {message.kind!r} by a route of {len(route)} routing ids"))
             return False
-        key = route[-1]
         if message.kind == CREDIT:
             meta = message.meta
             counts = [meta.get(name, 0) for name in ("window", "received", "spent")]
@@ -393,12 +434,12 @@ class ExperienceReceiver:
                 self.malformed += 1
                 log_malformed(self.malformed, "credit request", WireError(f"counts {counts!r}"))
                 return False
-            self.ledger.want(key, route, *counts)
+            self.ledger.want(route, *counts)
             return False
         if message.meta.get(CREDIT):
-            self.ledger.spend(key, route)
+            self.ledger.spend(route)
         else:
-            self.ledger.seen(key, route)
+            self.ledger.seen(route)
         self.received += 1
         return True
 

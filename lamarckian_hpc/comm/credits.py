@@ -15,38 +15,54 @@ the credits go round in turn (first come, first served) and the actors without o
 learner is then the ceiling, and waiting costs nothing it could have trained on.
 
 The ledger is pure bookkeeping: the receiver feeds it what arrives and sends the grants it
-returns, on whatever route (direct or through relays) the sender's last message came by. A relay's
+returns, on whatever route (direct or through relays) the sender's message came by. A relay's
 bundle (`comm.bundle`) is fed to it part by part as the bundle arrives, so a credit is still spent
 per sender and rollout, and the grants it then returns for the senders behind one relay go down as
 one message; the parts the learner has not handed to its loop yet then hold no credit, so the
-experience in flight can pass the budget by at most one relay batch. It keys
-each sender by the routing id its socket chose (unique per process), so a route that changes when
-a relay re-attaches keeps its account. The counts are cumulative on both sides, which makes a
-repeated request idempotent: an actor that waited long without a credit asks again with how many
-it has received and spent, and the ledger writes off what never arrived: grants it never got, and
-credited messages it sent that never reached the learner (lost with a relay that re-attached).
-A written-off message that turns up after all is counted `late` and grants nothing: while
-senders re-ask, the budget can be exceeded by at most the messages still on their way. Accounts of senders
-silent for `reclaim_seconds` (a dead process) return their credits to the pool.
+experience in flight can pass the budget by at most one relay batch.
+
+An account is keyed by the whole route the transport saw (every ROUTER on the way prepends the id
+of the connection a message came on), never by a frame a sender wrote: a sender that writes
+routing frames of its own only adds them below its own connection, so it cannot spend or take
+another sender's credits. When a relay re-attaches, its senders' routes change; a sender that then
+asks on a new route retires its account on the old one (the credits it held there were lost with
+the relay) and starts one from its own counts.
+
+The counts are cumulative on both sides, which makes a repeated request idempotent: a sender that
+waited long without a credit asks again with how many it has received and spent, and the ledger
+writes off what never arrived: grants it never got, and credited messages it sent that never
+reached the learner (lost with a relay that re-attached). A written-off message that turns up after
+all is counted `late` and grants nothing: the credits in flight can then exceed the budget by at
+most what was on its way when it was written off. Whatever a sender claims, an account never holds
+less than nothing nor more than its window, so no request can make the ledger grant past the
+budget. Accounts of senders silent for `reclaim_seconds` (a dead process) return their credits to
+the pool; the time the learner itself was not listening (a long update, a slow checkpoint, a
+stopped process) does not count as silence. A sender whose account was reclaimed and that asks
+again starts a fresh account from its own counts, holding the credits it says it holds.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 #: How long an account may hold credits without a message before they count as lost.
 RECLAIM_SECONDS = 120.0
+#: A learner that did not receive for this long was paused (an update, a checkpoint, a stop): the
+#: silence of its senders over that time is its own, not theirs.
+PAUSE_SECONDS = 5.0
+
+Route = tuple[bytes, ...]
 
 
 @dataclass
 class _Account:
-    route: tuple[bytes, ...]
     window: int
+    last_seen: float
     granted: int = 0  # cumulative credits sent to it
     spent: int = 0  # cumulative credited messages received from it
-    last_seen: float = field(default_factory=time.monotonic)
     queued: bool = False  # waiting in the ledger's turn queue
 
     @property
@@ -57,65 +73,82 @@ class _Account:
 class CreditLedger:
     """Credits of one learner: a budget shared by every sender, each holding at most its window."""
 
-    def __init__(self, budget: int, reclaim_seconds: float = RECLAIM_SECONDS) -> None:
+    def __init__(self, budget: int, reclaim_seconds: float = RECLAIM_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if budget < 1:
             raise ValueError(f"a credit budget must be at least 1, got {budget}")
         self.budget = budget
         self.reclaim_seconds = reclaim_seconds
-        self.accounts: dict[bytes, _Account] = {}
-        self._turns: deque[bytes] = deque()
+        self.clock = clock
+        self.accounts: dict[Route, _Account] = {}
+        self._by_sender: dict[bytes, Route] = {}  # a sender's own id -> the route of its account
+        self._turns: deque[Route] = deque()
         self.in_flight = 0  # credits granted and not yet spent, over every account
         self.uncredited = 0  # credited messages from senders that held no credit
         self.reclaimed = 0
-        self.written_off = 0  # credited messages a sender sent and the learner never saw
+        self.written_off = 0  # credits granted or spent that never arrived where they were going
         self.late = 0  # credited messages that arrived after they were written off
+        self._listened_at = self._listening_since = clock()
 
-    def want(self, key: bytes, route: tuple[bytes, ...], window: int, received: int = 0, spent: int = 0) -> None:
+    def listen(self) -> None:
+        """The learner is receiving; after a pause, every sender's silence counts from now."""
+        now = self.clock()
+        if now - self._listened_at > PAUSE_SECONDS:
+            self._listening_since = now
+        self._listened_at = now
+
+    def want(self, route: Route, window: int, received: int = 0, spent: int = 0) -> None:
         """A sender asks for `window` credits at once; `received` and `spent` are its own counts.
         Credits granted beyond `received` are written off (lost on the way, or not yet there: a
         sender asks again only after a long wait), and so are credited messages it sent beyond
         those that arrived: they come back to the pool."""
-        account = self.accounts.get(key)
-        if account is None:
-            account = self.accounts[key] = _Account(route, max(1, window))
-        before = account.outstanding
-        account.route, account.window, account.last_seen = route, max(1, window), time.monotonic()
-        if spent < account.spent:  # a new process under an old id: start over
-            account.granted = account.spent = 0
-        elif spent > account.spent:  # sent and never here: lost with a relay, or far behind
-            self.written_off += spent - account.spent
-            account.spent = spent
-        if received < account.granted:
-            account.granted = max(received, account.spent)
-        self.in_flight += account.outstanding - before
-        self._queue(key, account)
+        window = max(1, window)
+        account = self.accounts.get(route)
+        if account is None or spent < account.spent:  # new, reclaimed, re-attached or restarted
+            held = min(window, max(0, received - spent))
+            # What the old account held beyond the credits the sender still has never arrives.
+            lost = self._retire(self._by_sender.get(route[-1])) + self._retire(route)
+            self.written_off += max(0, lost - held)
+            account = self.accounts[route] = _Account(window, self.clock(), granted=spent + held, spent=spent)
+            self._by_sender[route[-1]] = route
+            self.in_flight += held
+        else:
+            before = account.outstanding
+            account.window, account.last_seen = window, self.clock()
+            # Counts only ever make the account hold less: what it claims beyond the grants never was.
+            spent = min(spent, account.granted)
+            received = max(min(received, account.granted), spent)
+            self.written_off += (spent - account.spent) + (account.granted - received)
+            account.spent, account.granted = spent, received
+            self.in_flight += account.outstanding - before
+        self._queue(route, account)
 
-    def spend(self, key: bytes, route: tuple[bytes, ...]) -> None:
-        """A credited message arrived from `key`: its credit comes back to the pool."""
-        account = self.accounts.get(key)
+    def spend(self, route: Route) -> None:
+        """A credited message arrived by `route`: its credit comes back to the pool."""
+        account = self.accounts.get(route)
         if account is None:
             self.uncredited += 1
             return
-        account.route, account.last_seen = route, time.monotonic()
+        account.last_seen = self.clock()
         if account.outstanding <= 0:  # written off already (it counted in the sender's `spent`)
             self.late += 1
             return
         self.in_flight -= 1
         account.spent += 1
-        self._queue(key, account)
+        self._queue(route, account)
 
-    def seen(self, key: bytes, route: tuple[bytes, ...]) -> None:
-        """Any other message from `key`: its route and liveness."""
-        account = self.accounts.get(key)
+    def seen(self, route: Route) -> None:
+        """Any other message by `route`: the sender is alive."""
+        account = self.accounts.get(route)
         if account is not None:
-            account.route, account.last_seen = route, time.monotonic()
+            account.last_seen = self.clock()
 
-    def grants(self) -> list[tuple[tuple[bytes, ...], int]]:
+    def grants(self) -> list[tuple[Route, int]]:
         """Credits to send now, (route, count) per sender, in turn while the budget has room."""
-        given: dict[bytes, int] = {}
+        given: dict[Route, int] = {}
         while self.in_flight < self.budget and self._turns:
-            key = self._turns.popleft()
-            account = self.accounts.get(key)
+            route = self._turns.popleft()
+            account = self.accounts.get(route)
             if account is None:
                 continue
             account.queued = False
@@ -123,23 +156,32 @@ class CreditLedger:
                 continue
             account.granted += 1
             self.in_flight += 1
-            given[key] = given.get(key, 0) + 1
-            self._queue(key, account)
-        return [(self.accounts[key].route, count) for key, count in given.items()]
+            given[route] = given.get(route, 0) + 1
+            self._queue(route, account)
+        return list(given.items())
 
     def reclaim(self, now: float | None = None) -> int:
-        """Return the credits of senders silent for `reclaim_seconds` to the pool; how many."""
-        now = time.monotonic() if now is None else now
+        """Return the credits of senders silent for `reclaim_seconds` to the pool; how many. Silence
+        counts only while the learner listened (`listen`)."""
+        now = self.clock() if now is None else now
         returned = 0
-        for key, account in list(self.accounts.items()):
-            if now - account.last_seen > self.reclaim_seconds:
-                returned += max(0, account.outstanding)
-                self.in_flight -= max(0, account.outstanding)
-                del self.accounts[key]
+        for route, account in list(self.accounts.items()):
+            if now - max(account.last_seen, self._listening_since) > self.reclaim_seconds:
+                returned += self._retire(route)
         self.reclaimed += returned
         return returned
 
-    def _queue(self, key: bytes, account: _Account) -> None:
+    def _retire(self, route: Route | None) -> int:
+        """Close the account of `route`, its credits back in the pool; how many it held."""
+        account = self.accounts.pop(route, None) if route is not None else None
+        if account is None:
+            return 0
+        if self._by_sender.get(route[-1]) == route:
+            del self._by_sender[route[-1]]
+        self.in_flight -= account.outstanding
+        return account.outstanding
+
+    def _queue(self, route: Route, account: _Account) -> None:
         if not account.queued and account.outstanding < account.window:
             account.queued = True
-            self._turns.append(key)
+            self._turns.append(route)

@@ -55,7 +55,7 @@ from zmq.utils.monitor import recv_monitor_message
 from .bundle import (BUNDLE, DEFAULT_BUNDLE_BYTES, DEFAULT_BUNDLE_WAIT_MS, MAX_PART_ROUTE, Bundler, bundle, stackable,
                      unbundle)
 from .channels import (CREDIT, SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, grant_message,
-                       grants_message, log_malformed, make_socket, read_grants, split_route)
+                       grants_message, log_malformed, make_socket, read_grants, receive_frames, split_route)
 from .limits import DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, stop_authenticator
 from .topology import BroadcastTree
@@ -212,11 +212,11 @@ class Relay:
         queued, never blocking."""
         if self._down is not None and self._down in ready and self._up is not None:
             while self._down.poll(0):
-                frames = self._down.recv_multipart(copy=False)
-                if self.bundler.wait_ms <= 0:
-                    self._send_up(frames, 1)
-                    continue
                 try:
+                    frames = receive_frames(self._down)
+                    if self.bundler.wait_ms <= 0:
+                        self._send_up(frames, 1)
+                        continue
                     route, body = split_route(frames)
                     message = decode(body)
                     parts = ([(route + below, part) for below, part in unbundle(message)] if message.kind == BUNDLE

@@ -63,7 +63,7 @@ class ActorLoop:
                                       max_message_bytes=limit_bytes(config.runtime.max_message_megabytes))
         side = make_sampling_side(config, seed=config.seed + 7919 * (self.actor_index + 1), use_torch=self.use_torch)
         sender = ExperienceSender(context, self.experience_address, keys=keys, trust=self.experience_server,
-                                  window=credit_window(config, self.num_actors))
+                                  window=credit_window(config, self.num_actors), stop=self.stop_event)
         if side.model is not None:  # A3C, CNN or asked for: this actor runs torch
             import torch
 

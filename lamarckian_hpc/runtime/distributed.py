@@ -44,7 +44,7 @@ from .observers import TrainObserver, TrainResult, UpdateReport
 from .policy_learners import PolicyLearners, policy_metrics
 from .process_stats import TreeCpuMeter
 from .ray_actors import init_ray, start_actors
-from .ray_setup import ray_cpus, reachable_host, shutdown_ray
+from .ray_setup import answers, ray_cpus, reachable_host, shutdown_ray
 from .recording import RecordedEpisodes
 from .sampling import POLICY_ID, credit_budget, spaces_of, steps_per_update
 from .relay_tree import RankRoutes, RelayTree, plan_nodes
@@ -60,7 +60,8 @@ log = logging.getLogger(__name__)
 #: Metrics the distributed runtime reports beside its algorithm's (`algorithms.RLAlgorithm.metric_names`).
 RUNTIME_METRICS: tuple[str, ...] = (
     "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
-    "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight", "learner_collective_ms",
+    "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight", "credits_written_off",
+    "credits_late", "credits_reclaimed", "learner_collective_ms",
     "learner_agree_ms", "learner_update_ms",
 )
 WAIT_CHECK_SECONDS = 1.0
@@ -145,7 +146,8 @@ class DistributedTrainer(ExperienceIntake):
             self.shards = plan_shards(config, plan, self.num_actors)
             self.rank_actors = start_ranks(rank_config(config, self.keys), plan.ray_node_ids, self.shards, budget,
                                            steps_per_update(config))
-            routes = RankRoutes(self.shards, tuple(ray.get([rank.address.remote() for rank in self.rank_actors])))
+            routes = RankRoutes(self.shards, tuple(answers([rank.address.remote() for rank in self.rank_actors],
+                                                             "the learner ranks")))
             budget = self.shards.credit_budget(budget, 0)
         self.receiver = ExperienceReceiver(self.context, KINDS, host=host, keys=self.keys,
                                            max_message_bytes=limit_bytes(config.runtime.max_message_megabytes),
@@ -313,7 +315,7 @@ class DistributedTrainer(ExperienceIntake):
                 started = time.monotonic()
                 metrics = self.learner.update(batch, self.env_frames + agreement.env_frames)
                 self.update_ms = 1000.0 * (time.monotonic() - started)
-                numbers = reduce_numbers(self.group.reducer, self._counters(), returns, lengths)
+                numbers = reduce_numbers(self.group.reducer, self.counters(), returns, lengths)
         except RuntimeError as error:
             raise self.group.lost(error) from None
         episodes.add(numbers.episode_returns, numbers.episode_lengths)
@@ -323,13 +325,6 @@ class DistributedTrainer(ExperienceIntake):
         self.group_counters = {**numbers.counters, "learner_collective_ms": self.group.take_collective_milliseconds(),
                                "learner_agree_ms": agree_ms}
         return metrics, agreement.env_frames, agreement.total_steps
-
-    def _counters(self) -> dict[str, float]:
-        """This process's share of the runtime's counters (`lockstep.COUNTERS`)."""
-        return {"dropped_stale_steps": self.dropped_stale_steps, "lost_messages": self.lost_messages,
-                "malformed_messages": self.receiver.malformed, "env_errors": self.env_errors,
-                "actors_connected": len(self.watch.hosts), "hosts_connected": len(set(self.watch.hosts.values())),
-                "credits_in_flight": self.receiver.ledger.in_flight}
 
     def checkpoint(self) -> TrainingCheckpoint:
         self.progress.env_frames = self.env_frames
@@ -370,13 +365,7 @@ class DistributedTrainer(ExperienceIntake):
                 trained_frames_per_second=steps / elapsed,
                 actor_restarts=float(self.actor_restarts),
                 cpu_utilization=self.cpu_meter.sample(),
-                dropped_stale_steps=float(self.dropped_stale_steps),
-                env_errors=float(self.env_errors),
-                lost_messages=float(self.lost_messages),
-                malformed_messages=float(self.receiver.malformed),
-                actors_connected=float(len(self.watch.hosts)),
-                hosts_connected=float(len(set(self.watch.hosts.values()))),
-                credits_in_flight=float(self.receiver.ledger.in_flight),
+                **{name: float(value) for name, value in self.counters().items()},
                 learner_collective_ms=0.0,
                 learner_agree_ms=0.0,
                 learner_update_ms=self.update_ms,

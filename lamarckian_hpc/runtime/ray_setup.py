@@ -181,3 +181,20 @@ def shutdown_ray() -> None:
     if _local_temp_dir is not None:
         shutil.rmtree(_local_temp_dir, ignore_errors=True)
         _local_temp_dir = None
+
+
+#: How long the control path waits for an actor it started to answer (a relay's addresses, a
+#: learner rank's node): Ray may first have to start a worker process and import torch.
+ANSWER_SECONDS = 180.0
+
+
+def answers(refs: Sequence[Any], what: str, seconds: float = ANSWER_SECONDS) -> list[Any]:
+    """`ray.get(refs)` bounded in time: a node that never starts what it was given, or is lost,
+    stops the run with one line naming what did not answer instead of a wait without end."""
+    import ray
+
+    try:
+        return ray.get(list(refs), timeout=seconds)
+    except ray.exceptions.GetTimeoutError:
+        raise TimeoutError(f"{what} did not answer within {seconds:g} s "
+                           "(no free CPU on a node, or a node lost?)") from None

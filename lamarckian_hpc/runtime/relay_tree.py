@@ -37,6 +37,7 @@ from ..comm.topology import BroadcastTree, build_tree
 from ..config import RunConfig
 from .learner.shards import ShardPlan
 from .ray_actors import start_relay
+from .ray_setup import answers
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class RelayTree:
                                      experience_rank=rank, bundle_wait_ms=self.bundle_wait_ms)
                     started[node] = start_relay(spec, self.plan.scheduling(index))
             for node, (weights_address, experience_address) in zip(
-                    started, ray.get([relay.addresses.remote() for relay in started.values()])):
+                    started, answers([relay.addresses.remote() for relay in started.values()], "the relays")):
                 addresses[node] = weights_address
                 experience_addresses[node] = experience_address
             self.relays.update(started)

@@ -88,6 +88,16 @@ class ExperienceIntake:
             self.lost_messages += item.sequence - expected
         self.next_sequence[item.actor_index] = item.sequence + 1
 
+    def counters(self) -> dict[str, float]:
+        """This process's cumulative counters (`lockstep.COUNTERS`): what it received, lost and
+        dropped, and its credit ledger's books."""
+        ledger = self.receiver.ledger
+        return {"dropped_stale_steps": self.dropped_stale_steps, "lost_messages": self.lost_messages,
+                "malformed_messages": self.receiver.malformed, "env_errors": self.env_errors,
+                "actors_connected": len(self.watch.hosts), "hosts_connected": len(set(self.watch.hosts.values())),
+                "credits_in_flight": ledger.in_flight, "credits_written_off": ledger.written_off,
+                "credits_late": ledger.late, "credits_reclaimed": ledger.reclaimed}
+
     def _fresh(self, oldest_version: int, steps: int, limit: int | None, version: int | None = None) -> bool:
         """Whether samples of `oldest_version` are within `limit` of `version` (the learner's by default)."""
         fresh = limit is None or (self.learner.version if version is None else version) - oldest_version <= limit

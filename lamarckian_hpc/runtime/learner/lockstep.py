@@ -31,7 +31,8 @@ GO, STOP = 0, 1
 
 #: The counters each rank adds up over its shard, in the order `reduce_numbers` sums them.
 COUNTERS: tuple[str, ...] = ("dropped_stale_steps", "lost_messages", "malformed_messages", "env_errors",
-                             "actors_connected", "hosts_connected", "credits_in_flight")
+                             "actors_connected", "hosts_connected", "credits_in_flight", "credits_written_off",
+                             "credits_late", "credits_reclaimed")
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from ..algorithms import make_learner
 from ..cpu_quota import join_cpu_group
 from ..messages import KINDS, concatenate
 from ..node_watch import NodeLostError
-from ..ray_setup import reachable_host, worker_runtime_env
+from ..ray_setup import answers, reachable_host, worker_runtime_env
 from ..sampling import spaces_of
 from .group import LearnerGroupSpec, choose_backend, form_group, free_port
 from ..relay_tree import choose_layout
@@ -121,13 +121,6 @@ class ShardLearner(ExperienceIntake):
     def take_episodes(self) -> tuple[list[float], list[int]]:
         returns, lengths, self.returns, self.lengths = self.returns, self.lengths, [], []
         return returns, lengths
-
-    def counters(self) -> dict[str, float]:
-        """This shard's cumulative counters (`lockstep.COUNTERS`)."""
-        return {"dropped_stale_steps": self.dropped_stale_steps, "lost_messages": self.lost_messages,
-                "malformed_messages": self.receiver.malformed, "env_errors": self.env_errors,
-                "actors_connected": len(self.watch.hosts), "hosts_connected": len(set(self.watch.hosts.values())),
-                "credits_in_flight": self.receiver.ledger.in_flight}
 
 
 class LearnerRank:
@@ -255,16 +248,18 @@ class LearnerGroup:
         `env_frames`: the run's frames so far (a resumed run's), where every rank's count starts."""
         self.config = config
         self.ranks = ranks
-        replies = ray.get([rank.node.remote() for rank in ranks] + [rank.address.remote() for rank in ranks])
+        replies = answers([rank.node.remote() for rank in ranks] + [rank.address.remote() for rank in ranks],
+                          "the learner ranks")
         self.nodes = replies[:len(ranks)]
         self.addresses = replies[len(ranks):]
         port = free_port(host)
-        gpus = [learner_device(config).type == "cuda", *ray.get([rank.has_gpu.remote() for rank in ranks])]
+        gpus = [learner_device(config).type == "cuda", *answers([rank.has_gpu.remote() for rank in ranks], "the learner ranks")]
         backend = choose_backend(gpus)
         specs = [LearnerGroupSpec(rank, config.runtime.learners, host, port, backend,
                                   config.runtime.learner_timeout_seconds) for rank in range(config.runtime.learners)]
         shared = ray.put(state)
-        ray.get([actor.start.remote(asdict(spec), shared, env_frames) for actor, spec in zip(ranks, specs[1:])])
+        answers([actor.start.remote(asdict(spec), shared, env_frames) for actor, spec in zip(ranks, specs[1:])],
+                "the learner ranks")
         self.reducer = form_group(specs[0])
         self._collective_seconds = 0.0
         self.stopped = False
