@@ -173,3 +173,41 @@ def test_a_killed_actor_is_restarted_and_the_run_finishes(tmp_path):
         index = assert_episodes_consistent(run)
         assert set(index["actor"].tolist()) == {0, 1} and set(index["host"]) == {socket.gethostname()}
         assert np.all(index["episode"] < run.metric("episodes").value[-1])
+
+
+class KillActorOnce(Collect):
+    """SIGKILLs actor 0's process once, at `update`, and remembers when."""
+
+    def __init__(self, trainer_ref: list, update: int) -> None:
+        super().__init__()
+        self.trainer_ref, self.update = trainer_ref, update
+        self.killed_at: float | None = None
+
+    def on_update_end(self, report) -> None:
+        super().on_update_end(report)
+        trainer = self.trainer_ref[0]
+        if self.killed_at is None and report.update >= self.update and 0 in trainer.actor_pids:
+            os.kill(trainer.actor_pids[0], signal.SIGKILL)
+            self.killed_at = report.wall_time
+
+
+def test_synchronous_sampling_goes_on_at_once_after_an_actor_restarts(tmp_path):
+    """A restarted actor's hello writes off its dead process's credits, so it gets credits at once
+    instead of after the two minutes that reclaim a silent sender's; and a batch short of the dead
+    actor's share is completed after runtime.sync_fill_seconds, saying whose share is missing."""
+    config = load_config(CARTPOLE, ["runtime.mode=ray", "runtime.num_actors=2", "runtime.sampling=sync",
+                                    "runtime.sync_fill_seconds=5", "stop.total_env_steps=24000",
+                                    "stop.target_return=null"])
+    trainer_ref: list = []
+    killer = KillActorOnce(trainer_ref, update=2)
+    trainer = DistributedTrainer(config, [killer])
+    trainer_ref.append(trainer)
+    try:
+        result = trainer.train()
+    finally:
+        trainer.close()
+    assert killer.killed_at is not None and result.env_frames >= 24000
+    after = [report.wall_time for report in killer.reports if report.wall_time > killer.killed_at]
+    assert after and after[0] - killer.killed_at < 60, "the run waited for the dead actor's credits"
+    assert trainer.receiver.ledger.written_off >= 1 and trainer.receiver.ledger.reclaimed == 0
+    assert killer.reports[-1].metrics["staleness_max"] == 0  # still only the current version

@@ -378,7 +378,8 @@ class ExperienceReceiver:
         self.taken = 0  # ZeroMQ messages taken off the socket (a bundle is one)
         self.bundles = 0  # relay bundles taken (their parts count in `received`)
         self.grant_messages = 0  # messages that carried grants down
-        self._parts: deque[Message] = deque()  # of a bundle, accounted and still to hand out
+        self._parts: deque[tuple[tuple[bytes, ...], Message]] = deque()  # accounted, still to hand out
+        self.last_route: tuple[bytes, ...] = ()  # the route of the message `receive` returned last
         self._reclaimed_at = time.monotonic()
 
     def bind_ipc(self, path: str) -> str:
@@ -398,7 +399,8 @@ class ExperienceReceiver:
         try:
             while True:
                 if self._parts:
-                    return self._parts.popleft()
+                    self.last_route, message = self._parts.popleft()
+                    return message
                 if not self.socket.poll(max(0, round((deadline - time.monotonic()) * 1000))):
                     return None
                 self.taken += 1
@@ -415,7 +417,7 @@ class ExperienceReceiver:
                     self.bundles += 1
                 for part_route, part in parts:
                     if self._account(part_route, part):
-                        self._parts.append(part)
+                        self._parts.append((part_route, part))
         finally:
             self.grant()
 

@@ -143,6 +143,20 @@ class CreditLedger:
         if account is not None:
             account.last_seen = self.clock()
 
+    def write_off(self, route: Route) -> int:
+        """The receiver knows the credits of `route` will not come back (its process restarted, or
+        its share of a batch was lost on the way): they return to the pool and it may be granted
+        again at once; one that turns up after all is `late`. How many."""
+        account = self.accounts.get(route)
+        if account is None:
+            return 0
+        lost = account.outstanding
+        account.spent = account.granted
+        self.in_flight -= lost
+        self.written_off += lost
+        self._queue(route, account)
+        return lost
+
     def grants(self) -> list[tuple[Route, int]]:
         """Credits to send now, (route, count) per sender, in turn while the budget has room."""
         given: dict[Route, int] = {}

@@ -245,6 +245,11 @@ class RuntimeConfig(Section):
         180.0, gt=0, le=86_400,
         description="End the run (exit 1, naming them) when actors have not said hello this long after they were "
                     "started: an address they cannot reach, or no free CPU for them.")
+    sync_fill_seconds: float = Field(
+        30.0, gt=0, le=86_400,
+        description="runtime.sampling=sync: when no experience of the current version has arrived for this long "
+                    "and the batch is partly full (a share lost with a relay, an actor restarted), update on what "
+                    "arrived, say whose share is missing, and give those actors their credits back.")
     stall_timeout_seconds: float = Field(
         300.0, gt=0, le=86_400,
         description="End the run (exit 1) when no experience has arrived for this long once every actor connected.")

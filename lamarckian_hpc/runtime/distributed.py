@@ -18,6 +18,7 @@ names one is refused.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 RUNTIME_METRICS: tuple[str, ...] = (
     "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
     "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight", "credits_written_off",
-    "credits_late", "credits_reclaimed", "learner_collective_ms",
+    "credits_late", "credits_reclaimed", "incomplete_batches", "learner_collective_ms",
     "learner_agree_ms", "learner_update_ms",
 )
 WAIT_CHECK_SECONDS = 1.0
@@ -163,10 +164,12 @@ class DistributedTrainer(ExperienceIntake):
                                 expected=self.shards.actors_of(0) if self.shards is not None else None)
         self.hellos: dict[int, int] = {}
         self.actor_pids: dict[int, int] = {}
+        self.actor_routes: dict[int, tuple[bytes, ...]] = {}
         self.dropped_stale_steps = 0
         self.env_errors = 0
         self.next_sequence: dict[int, int] = {}  # actor index -> the sequence number expected next
         self.lost_messages = 0
+        self.incomplete_batches = 0  # synchronous batches updated on without every share
         self.env_frames = 0
         self.batch_steps = steps_per_update(config)  # per policy
         #: Accepted batches of each trained policy not yet trained on, and their steps.
@@ -222,9 +225,14 @@ class DistributedTrainer(ExperienceIntake):
         """Gather experience until a policy's batch is full and update every policy whose batch is;
         returns (metrics, env frames received, steps trained)."""
         frames = 0
+        filled_at, contributed = time.monotonic(), {}
         while not (ready := [pid for pid, steps in self.pending_steps.items() if steps >= self.batch_steps]):
             item = self._next_experience()
             if item is None:
+                if self._sync_batch_overdue(filled_at):
+                    ready = [POLICY_ID]
+                    self._complete_sync_batch(contributed, time.monotonic() - filled_at)
+                    break
                 continue
             frames += item.env_frames
             policy_id = item.policy_id
@@ -243,6 +251,8 @@ class DistributedTrainer(ExperienceIntake):
             if self._accept(item, learner.version):
                 self.pending[policy_id].append(item.batch)
                 self.pending_steps[policy_id] += len(item.batch)
+                filled_at = time.monotonic()
+                contributed[item.actor_index] = contributed.get(item.actor_index, 0) + len(item.batch)
         updates, steps = {}, 0
         started = time.monotonic()
         for policy_id in ready:
@@ -253,6 +263,29 @@ class DistributedTrainer(ExperienceIntake):
         if self.config.multiagent is None:
             return updates[POLICY_ID][0], frames, steps
         return policy_metrics(updates, self.learner.versions, self.policy_episodes), frames, steps
+
+    def _sync_batch_overdue(self, filled_at: float) -> bool:
+        """Synchronous sampling, a batch partly full, and nothing of its version for
+        `runtime.sync_fill_seconds`: a share will not come (lost in a relay that died, or its actor
+        restarted and samples the next version), and waiting longer would stall the run."""
+        return (self.config.runtime.sampling == "sync" and self.config.multiagent is None
+                and self.pending_steps[POLICY_ID] > 0
+                and time.monotonic() - filled_at > self.config.runtime.sync_fill_seconds)
+
+    def _complete_sync_batch(self, contributed: dict[int, int], waited: float) -> None:
+        """Say whose share is missing and give those actors their credits back (what they spent on
+        it is not coming), so that they sample the next version at once."""
+        share = math.ceil(self.batch_steps / self.num_actors)
+        missing = [index for index in range(self.num_actors) if contributed.get(index, 0) < share]
+        for index in missing:
+            if index in self.actor_routes:
+                self.receiver.ledger.write_off(self.actor_routes[index])
+        self.incomplete_batches += 1
+        log.warning("synchronous batch of version %d completed with %d of %d steps after %.0f s without experience "
+                    "(runtime.sync_fill_seconds=%g): short of the shares of actors %s (lost on the way, or "
+                    "restarted)",
+                    self.learner.version, self.pending_steps[POLICY_ID], self.batch_steps, waited,
+                    self.config.runtime.sync_fill_seconds, ", ".join(map(str, missing)) or "none")
 
     def _learn_from_gradients(self, episodes: RecentEpisodes) -> tuple[dict[str, float], int, int]:
         """Apply the next fresh gradients (A3C); each application is one update."""
@@ -366,6 +399,7 @@ class DistributedTrainer(ExperienceIntake):
                 actor_restarts=float(self.actor_restarts),
                 cpu_utilization=self.cpu_meter.sample(),
                 **{name: float(value) for name, value in self.counters().items()},
+                incomplete_batches=float(self.incomplete_batches),
                 learner_collective_ms=0.0,
                 learner_agree_ms=0.0,
                 learner_update_ms=self.update_ms,

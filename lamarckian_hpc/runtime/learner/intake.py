@@ -30,6 +30,7 @@ class ExperienceIntake:
     learner: Any
     hellos: dict[int, int]
     actor_pids: dict[int, int]
+    actor_routes: dict[int, tuple[bytes, ...]]  # actor index -> the route its process's hello came by
     next_sequence: dict[int, int]  # actor index -> the sequence number expected next
     lost_messages: int
     dropped_stale_steps: int
@@ -54,6 +55,9 @@ class ExperienceIntake:
             self.watch.on_hello(index, str(message.meta.get("host", "unknown")))
             self.next_sequence[index] = 0  # a new process numbers its messages from 0
             self.actor_pids[index] = int(message.meta.get("pid", -1))
+            previous, self.actor_routes[index] = self.actor_routes.get(index), self.receiver.last_route
+            if previous is not None and previous != self.receiver.last_route:
+                self.receiver.ledger.write_off(previous)  # the old process's credits died with it
             return None
         if message.kind == ENV_FAILING:
             index = int(message.meta.get("actor_index", -1))

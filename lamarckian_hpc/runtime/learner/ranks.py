@@ -83,7 +83,7 @@ class ShardLearner(ExperienceIntake):
                                            credit_budget=credit_budget, serve=BROADCAST)
         self.watch = ActorWatch(len(actors), config.runtime.connect_timeout_seconds,
                                 config.runtime.stall_timeout_seconds, self._describe, expected=actors)
-        self.hellos, self.actor_pids, self.next_sequence = {}, {}, {}
+        self.hellos, self.actor_pids, self.actor_routes, self.next_sequence = {}, {}, {}, {}
         self.lost_messages = self.dropped_stale_steps = self.env_errors = 0
         self.pending: list[Any] = []
         self.pending_steps = self.frames = 0
