@@ -365,3 +365,20 @@ class _First:
 LedgerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=30, deadline=None,
                                            suppress_health_check=[HealthCheck.too_slow])
 test_the_ledger_holds_its_bounds_whatever_happens = LedgerMachine.TestCase
+
+
+def test_requests_queued_while_the_learner_paused_do_not_write_off_its_fresh_grants() -> None:
+    """An actor that ran dry during a long update asks again; its request waits in the socket and
+    is read after the grants the learner sends on resuming, which it cannot yet count as received.
+    Writing those off (and granting again) put four times the budget in flight."""
+    clock = Clock()
+    ledger = CreditLedger(budget=2, clock=clock)
+    route = (b"a",)
+    ledger.want(route, window=2)
+    ledger.grants()
+    ledger.spend(route)
+    ledger.spend(route)  # it sent both; the learner then updates for a long while
+    clock.now += 150
+    ledger.grants()  # resuming: two fresh grants go out
+    ledger.want(route, window=2, received=2, spent=2)  # the request it sent during the pause
+    assert ledger.written_off == 0 and ledger.grants() == [] and ledger.in_flight == 2

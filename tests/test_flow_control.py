@@ -13,7 +13,8 @@ import pytest
 import zmq
 
 from lamarckian_hpc.comm import BROADCAST, ExperienceReceiver, ExperienceSender, JobKeys, Message, WeightPublisher
-from lamarckian_hpc.comm.credits import CreditLedger
+import lamarckian_hpc.comm.credits as credits
+from lamarckian_hpc.comm.credits import GRANT_TRANSIT_SECONDS, CreditLedger
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.config import load_config
@@ -42,9 +43,13 @@ def test_the_ledger_keeps_the_budget_and_gives_credits_in_turn() -> None:
 
 
 def test_the_window_caps_one_sender_and_a_repeated_request_grants_nothing_twice() -> None:
-    ledger = CreditLedger(budget=100)
+    now = [0.0]
+    ledger = CreditLedger(budget=100, clock=lambda: now[0])
     ledger.want(ROUTE, window=3)
     assert dict(ledger.grants()) == {ROUTE: 3}
+    ledger.want(ROUTE, window=3, received=1, spent=0)  # asks while two grants are still on their way
+    assert ledger.grants() == [] and ledger.in_flight == 3 and ledger.written_off == 0
+    now[0] += GRANT_TRANSIT_SECONDS + 1
     ledger.want(ROUTE, window=3, received=3, spent=0)  # asks again: it holds all three
     assert ledger.grants() == [] and ledger.in_flight == 3
     ledger.want(ROUTE, window=1, received=1, spent=0)  # two grants lost on the way
@@ -146,6 +151,7 @@ def test_a_sender_that_lost_its_grant_asks_again_and_gets_it(context, monkeypatc
     import lamarckian_hpc.comm.channels as channels
 
     monkeypatch.setattr(channels, "ASK_AGAIN_SECONDS", 0.3)
+    monkeypatch.setattr(credits, "GRANT_TRANSIT_SECONDS", 0.2)
     receiver = ExperienceReceiver(context, {"experience"}, credit_budget=1)
     sender = ExperienceSender(context, receiver.address)
     try:

@@ -31,8 +31,10 @@ the relay) and starts one from its own counts.
 The counts are cumulative on both sides, which makes a repeated request idempotent: a sender that
 waited long without a credit asks again with how many it has received and spent, and the ledger
 writes off what never arrived: grants it never got, and credited messages it sent that never
-reached the learner (lost with a relay that re-attached). A written-off message that turns up after
-all is counted `late` and grants nothing: the credits in flight can then exceed the budget by at
+reached the learner (lost with a relay that re-attached); grants sent within the last few seconds
+are still on their way and are never written off (requests that queued while the learner paused
+arrive after the grants it sends on resuming). A written-off message that turns up after all is
+counted `late` and grants nothing: the credits in flight can then exceed the budget by at
 most what was on its way when it was written off. Whatever a sender claims, an account never holds
 less than nothing nor more than its window, so no request can make the ledger grant past the
 budget. Accounts of senders silent for `reclaim_seconds` (a dead process) return their credits to
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 #: How long an account may hold credits without a message before they count as lost.
@@ -53,6 +55,9 @@ RECLAIM_SECONDS = 120.0
 #: A learner that did not receive for this long was paused (an update, a checkpoint, a stop): the
 #: silence of its senders over that time is its own, not theirs.
 PAUSE_SECONDS = 5.0
+#: Grants younger than this are on their way, whatever a request says: requests queued while the
+#: learner paused arrive after the grants it sends on resuming, and must not write those off.
+GRANT_TRANSIT_SECONDS = 5.0
 
 Route = tuple[bytes, ...]
 
@@ -64,6 +69,7 @@ class _Account:
     granted: int = 0  # cumulative credits sent to it
     spent: int = 0  # cumulative credited messages received from it
     queued: bool = False  # waiting in the ledger's turn queue
+    sent: deque[tuple[float, int]] = field(default_factory=deque)  # (when, granted before) of recent grants
 
     @property
     def outstanding(self) -> int:
@@ -118,8 +124,9 @@ class CreditLedger:
             # Counts only ever make the account hold less: what it claims beyond the grants never was.
             spent = min(spent, account.granted)
             received = max(min(received, account.granted), spent)
-            self.written_off += (spent - account.spent) + (account.granted - received)
-            account.spent, account.granted = spent, received
+            lost_grants = max(0, self._granted_before_transit(account) - received)  # the young are on their way
+            self.written_off += (spent - account.spent) + lost_grants
+            account.spent, account.granted = spent, account.granted - lost_grants
             self.in_flight += account.outstanding - before
         self._queue(route, account)
 
@@ -168,6 +175,8 @@ class CreditLedger:
             account.queued = False
             if account.outstanding >= account.window:
                 continue
+            if route not in given:
+                account.sent.append((self.clock(), account.granted))
             account.granted += 1
             self.in_flight += 1
             given[route] = given.get(route, 0) + 1
@@ -184,6 +193,13 @@ class CreditLedger:
                 returned += self._retire(route)
         self.reclaimed += returned
         return returned
+
+    def _granted_before_transit(self, account: _Account) -> int:
+        """The account's grants, less those sent within GRANT_TRANSIT_SECONDS (still on their way)."""
+        horizon = self.clock() - GRANT_TRANSIT_SECONDS
+        while account.sent and account.sent[0][0] < horizon:
+            account.sent.popleft()
+        return account.sent[0][1] if account.sent else account.granted
 
     def _retire(self, route: Route | None) -> int:
         """Close the account of `route`, its credits back in the pool; how many it held."""
