@@ -101,6 +101,7 @@ def test_max_policy_lag_drops_older_samples():
     _train(["runtime.max_policy_lag=0", "stop.total_env_steps=8000", "stop.target_return=null"], [collect])
     assert all(report.metrics["staleness_max"] == 0 for report in collect.reports)
     assert collect.reports[-1].metrics["dropped_stale_steps"] > 0
+    assert collect.reports[-1].metrics["malformed_messages"] == 0  # real actors' messages pass the learner's checks
 
 
 class KillOneActor(Collect):

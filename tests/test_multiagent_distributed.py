@@ -66,6 +66,7 @@ def test_each_trained_policy_is_updated_from_its_own_batches_and_the_frozen_one_
     assert shared and not frozen_shares
     # The report's version is the broadcast's: one per update of any policy.
     assert collect.reports[-1].policy_version == versions["a"] + versions["b"]
+    assert collect.reports[-1].metrics["malformed_messages"] == 0  # every actor message fits the run's spaces
 
     with open_run(path) as run:
         names = set(run.metric_names())
@@ -114,7 +115,7 @@ def test_experience_names_its_policy_on_the_wire_and_the_broadcast_carries_each_
         assert read_experience(decode(encode(message), known_kinds=KINDS)).policy_id == policy_id
     bad = experience_message(0, taken[0][1], np.zeros(0), np.zeros(0, np.int64), 10)
     bad.meta["policy_id"] = 7
-    with pytest.raises(ValueError, match="policy_id must be a string"):
+    with pytest.raises(ValueError, match="^policy_id: 7 is not a string"):
         read_experience(bad)
 
 

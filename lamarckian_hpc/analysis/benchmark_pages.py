@@ -303,6 +303,10 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "allreduce": lambda data: pd.DataFrame(data["rows"]),
     "allreduce.calibration": lambda data: pd.DataFrame(data["fit"]["points"]),
     "faults.tried": _fault_totals,
+    "learner_fuzz": lambda data: pd.DataFrame([data["result"]]).reindex(
+        columns=["sent_bad", "malformed_messages", "sent_valid", "accepted", "learner_alive", "update_finite",
+                 "distinct_mutations", "seconds"]),
+    "learner_fuzz.mutations": lambda data: pd.DataFrame([data["result"]["mutations"]]),
     "pbt_vs_tune_run2": pbt_vs_tune_frame, "pbt_vs_tune_idle": pbt_vs_tune_frame,
     "pbt_vs_tune_quiet": pbt_vs_tune_frame, "pbt_vs_tune_batched": pbt_vs_tune_frame,
     "pbt_vs_tune_run6": pbt_vs_tune_frame, "pbt_vs_tune_run7": pbt_vs_tune_frame,

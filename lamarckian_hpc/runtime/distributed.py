@@ -40,7 +40,7 @@ from .cpu_quota import join_learner_cpu_group
 from .checkpoint import TrainingCheckpoint, TrainingProgress
 from .episodes import RecentEpisodes
 from .algorithms import make_learner, rl_algorithm
-from .messages import KINDS, ActorGradients, concatenate
+from .messages import KINDS, ActorGradients, MessageSpec, concatenate
 from .observers import TrainObserver, TrainResult, UpdateReport
 from .policy_learners import PolicyLearners, policy_metrics
 from .process_stats import TreeCpuMeter
@@ -162,6 +162,10 @@ class DistributedTrainer(ExperienceIntake):
         self.watch = ActorWatch(self.num_actors, config.runtime.connect_timeout_seconds,
                                 config.runtime.stall_timeout_seconds, self._describe_actors,
                                 expected=self.shards.actors_of(0) if self.shards is not None else None)
+        gradients = rl_algorithm(config).actor_gradients
+        self.spec = MessageSpec.of(self.num_actors, message_spaces, self.spaces[0], self.policy_learners,
+                                   [p.shape for p in self.learner.model.parameters()] if gradients else None)
+        self.malformed_logged: dict[str, float] = {}
         self.hellos: dict[int, int] = {}
         self.actor_pids: dict[int, int] = {}
         self.actor_routes: dict[int, tuple[bytes, ...]] = {}
@@ -235,13 +239,8 @@ class DistributedTrainer(ExperienceIntake):
                     break
                 continue
             frames += item.env_frames
-            policy_id = item.policy_id
-            learner = self.policy_learners.get(policy_id)
-            if learner is None:  # a frozen or unknown policy: nothing here may train it
-                self.receiver.malformed += 1
-                log.error("dropped experience of policy %r from actor %d; trained policies: %s", policy_id,
-                          item.actor_index, sorted(self.policy_learners))
-                continue
+            policy_id = item.policy_id  # one this learner trains (`MessageSpec.policies`)
+            learner = self.policy_learners[policy_id]
             # Recorded episodes are numbered as the run counts them (a multi-agent run: per policy).
             first = episodes.count if self.config.multiagent is None else self.policy_episodes[policy_id].count
             self.recorded[policy_id].add(first, item.episode_returns, item.recorded, item.actor_index,

@@ -9,16 +9,22 @@ learner of a run (`distributed.DistributedTrainer`) and by every rank of a learn
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from ...comm import ExperienceReceiver
 from ...config import RunConfig
 from ..actor_watch import ActorWatch
-from ..messages import ENV_FAILING, GRADIENTS, HELLO, ActorExperience, ActorGradients, read_experience, read_gradients
+from ..messages import (ENV_FAILING, GRADIENTS, HELLO, ActorExperience, ActorGradients, MalformedMessage, MessageSpec,
+                        read_env_failing, read_experience, read_gradients, read_hello)
 
 log = logging.getLogger(__name__)
 
 RECEIVE_POLL_MS = 50
+#: A sender's malformed messages are logged once a minute at most (all are counted), and the
+#: senders remembered for it are bounded: a peer cannot fill the log or the memory with them.
+MALFORMED_LOG_SECONDS = 60.0
+MALFORMED_LOG_SENDERS = 1024
 
 
 class ExperienceIntake:
@@ -26,6 +32,7 @@ class ExperienceIntake:
 
     config: RunConfig
     receiver: ExperienceReceiver
+    spec: MessageSpec  # what the run's messages must fit (`messages.MessageSpec`)
     watch: ActorWatch
     learner: Any
     hellos: dict[int, int]
@@ -35,6 +42,7 @@ class ExperienceIntake:
     lost_messages: int
     dropped_stale_steps: int
     env_errors: int
+    malformed_logged: dict[str, float]  # sender -> when its last malformed message was logged
 
     def _serve(self) -> None:
         """Work to do before each wait for a message (rank 0: serve late weight subscribers)."""
@@ -49,30 +57,47 @@ class ExperienceIntake:
         if message is None:
             self._while_waiting()
             return None
-        if message.kind == HELLO:
-            index = int(message.meta.get("actor_index", -1))
-            self.hellos[index] = self.hellos.get(index, 0) + 1
-            self.watch.on_hello(index, str(message.meta.get("host", "unknown")))
-            self.next_sequence[index] = 0  # a new process numbers its messages from 0
-            self.actor_pids[index] = int(message.meta.get("pid", -1))
-            previous, self.actor_routes[index] = self.actor_routes.get(index), self.receiver.last_route
-            if previous is not None and previous != self.receiver.last_route:
-                self.receiver.ledger.write_off(previous)  # the old process's credits died with it
-            return None
-        if message.kind == ENV_FAILING:
-            index = int(message.meta.get("actor_index", -1))
-            self.watch.on_env_failing(index, str(message.meta.get("error", "an environment error")))
-            log.error("actor %d stopped sampling: %s", index, message.meta.get("error"))
-            return None
         try:
-            item = read_gradients(message) if message.kind == GRADIENTS else read_experience(message)
-        except (KeyError, ValueError, TypeError) as error:
-            self.receiver.malformed += 1
-            log.error("dropped a %s message from %s: %s", message.kind, message.sender, error)
+            if message.kind == HELLO:
+                index, pid, host = read_hello(message, self.spec)
+                self.hellos[index] = self.hellos.get(index, 0) + 1
+                self.watch.on_hello(index, host)
+                self.next_sequence[index] = 0  # a new process numbers its messages from 0
+                self.actor_pids[index] = pid
+                previous, self.actor_routes[index] = self.actor_routes.get(index), self.receiver.last_route
+                if previous is not None and previous != self.receiver.last_route:
+                    self.receiver.ledger.write_off(previous)  # the old process's credits died with it
+                return None
+            if message.kind == ENV_FAILING:
+                index, error = read_env_failing(message, self.spec)
+                self.watch.on_env_failing(index, error)
+                log.error("actor %d stopped sampling: %s", index, error)
+                return None
+            item = (read_gradients(message, self.spec) if message.kind == GRADIENTS
+                    else read_experience(message, self.spec))
+        except MalformedMessage as error:
+            self._drop_malformed(message.sender, message.kind, error)
             return None
         if (item.steps if isinstance(item, ActorGradients) else len(item.batch)) > 0:
             self.watch.on_experience()
         return item
+
+    def _drop_malformed(self, sender: str, kind: str, error: MalformedMessage) -> None:
+        """Count a message the run cannot use (`malformed_messages`); log it unless its sender's
+        last was logged within MALFORMED_LOG_SECONDS."""
+        self.receiver.malformed += 1
+        sender, now = sender[:64], time.monotonic()
+        logged = self.malformed_logged
+        if now - logged.get(sender, -MALFORMED_LOG_SECONDS) < MALFORMED_LOG_SECONDS:
+            return
+        if len(logged) >= MALFORMED_LOG_SENDERS:
+            for old in [name for name, at in logged.items() if now - at >= MALFORMED_LOG_SECONDS]:
+                del logged[old]
+            if len(logged) >= MALFORMED_LOG_SENDERS:
+                return
+        logged[sender] = now
+        log.error("dropped a malformed %s message from %s (%d malformed messages in all): %s",
+                  kind, sender, self.receiver.malformed, error)
 
     def _next_experience(self) -> ActorExperience | None:
         """`_next_message` when it is experience, its environment errors and sequence counted."""

@@ -40,7 +40,7 @@ from ..actor_watch import ActorWatch
 from ...comm.topology import build_tree
 from ..algorithms import make_learner
 from ..cpu_quota import join_cpu_group
-from ..messages import KINDS, concatenate
+from ..messages import KINDS, MessageSpec, concatenate
 from ..node_watch import NodeLostError
 from ..ray_setup import answers, reachable_host, worker_runtime_env
 from ..sampling import spaces_of
@@ -76,8 +76,12 @@ class ShardLearner(ExperienceIntake):
     the last update."""
 
     def __init__(self, config: RunConfig, context: zmq.Context, host: str, keys: JobKeys | None,
-                 actors: Sequence[int], credit_budget: int) -> None:
+                 actors: Sequence[int], credit_budget: int, spaces: tuple[Any, Any]) -> None:
+        """`spaces`: the run's observation and action spaces, which its actors' messages must fit."""
         self.config = config
+        # No actor of another shard reports here: the actor indices are bounded by this shard's.
+        self.spec = MessageSpec.of(max(actors, default=-1) + 1, spaces)
+        self.malformed_logged: dict[str, float] = {}
         self.receiver = ExperienceReceiver(context, KINDS, host=host, keys=keys,
                                            max_message_bytes=limit_bytes(config.runtime.max_message_megabytes),
                                            credit_budget=credit_budget, serve=BROADCAST)
@@ -140,7 +144,7 @@ class LearnerRank:
         # Bound where rank 0's receiver would be on this node: its cluster address, loopback only
         # when every node of the Ray is on this host.
         host = reachable_host(started_local_ray=False)
-        self.shard = ShardLearner(self.config, self.context, host, keys, actors, credit_budget)
+        self.shard = ShardLearner(self.config, self.context, host, keys, actors, credit_budget, self.spaces)
         self.thread: threading.Thread | None = None
 
     def address(self) -> str:
