@@ -59,7 +59,8 @@ def run_command(args: argparse.Namespace) -> int:
         return _fail(f"error: {command} needs a config file (or --resume RUN)")
     try:
         config_file, overrides = _config_and_overrides(args)
-        prepared = prepare(config_file, overrides, resume=args.resume, command=command, checkpoint=args.checkpoint)
+        prepared = prepare(config_file, overrides, resume=args.resume, command=command, checkpoint=args.checkpoint,
+                           force=args.force)
     except ConfigError as error:
         return _fail(str(error))
     console = Console(stderr=True)
@@ -341,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
                              help="with --resume of a training run: continue from the newest checkpoint (last, the "
                                   "default), the best kept one (best) or a checkpoint file")
+        command.add_argument("--force", action="store_true",
+                             help="with --resume of a training run: continue from a --checkpoint older than the "
+                                  "run's newest (the run file's later rows are dropped, the newer kept checkpoints "
+                                  "are removed at the first save)")
         command.set_defaults(handler=run_command)
     inspect = commands.add_parser("inspect", help="summarise a run file")
     inspect.add_argument("run", help="the run's .h5 file")

@@ -48,6 +48,7 @@ class PreparedRun:
     config_file: str | None      # the YAML file it came from, recorded in the run file's meta
     resume: bool = False
     checkpoint: str = "last"     # which checkpoint a resumed training run continues from: last, best or a file
+    force: bool = False          # a resumed training run may continue from a checkpoint older than its newest
 
 
 def run_path_for(config: Any, config_file: str | Path | None) -> Path:
@@ -86,12 +87,14 @@ def _stored_tree(run: Path) -> dict[str, Any]:
 
 
 def prepare(config: ConfigSource = None, overrides: Sequence[str] = (), output: str | Path | None = None, *,
-            resume: str | Path | None = None, command: str = "run", checkpoint: str | Path = "last") -> PreparedRun:
+            resume: str | Path | None = None, command: str = "run", checkpoint: str | Path = "last",
+            force: bool = False) -> PreparedRun:
     """Validate a config with `key.path=value` overrides and fix its run file: `output`, or
     storage.directory/<run name>.h5. With `resume` (a run file), the config that run stored is
     continued instead and `config` is not used; a training run continues from `checkpoint` (last,
-    best or a checkpoint file). `command` (train, evolve or league) refuses a config of another
-    workload with a ConfigError naming the command that runs it; "run" takes any."""
+    best or a checkpoint file), one older than the run's newest only with `force` (`--force`).
+    `command` (train, evolve or league) refuses a config of another workload with a ConfigError
+    naming the command that runs it; "run" takes any."""
     config_file: str | None = None
     if resume is not None:
         source = f"{resume} (resumed)"
@@ -118,7 +121,10 @@ def prepare(config: ConfigSource = None, overrides: Sequence[str] = (), output: 
     if str(checkpoint) != "last" and (resume is None or workload != "train"):
         raise ConfigError("error: --checkpoint chooses where a training run resumes: it needs --resume RUN of a "
                           "train run (population runs continue from their last checkpoint)")
-    return PreparedRun(validated, workload, path, config_file, resume is not None, str(checkpoint))
+    if force and (resume is None or workload != "train"):
+        raise ConfigError("error: --force lets a resumed training run continue from a checkpoint older than its "
+                          "newest: it needs --resume RUN of a train run")
+    return PreparedRun(validated, workload, path, config_file, resume is not None, str(checkpoint), force)
 
 
 def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str, Any] | None,
@@ -134,8 +140,8 @@ def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str,
     if meta is None and not prepared.resume:
         meta = {"config_file": str(prepared.config_file)}
     try:
-        return run_training(prepared.config, path, resume=prepared.resume, checkpoint=prepared.checkpoint, meta=meta,
-                            observers=observers, on_start=on_start)
+        return run_training(prepared.config, path, resume=prepared.resume, checkpoint=prepared.checkpoint,
+                            force=prepared.force, meta=meta, observers=observers, on_start=on_start)
     except KeyboardInterrupt:
         raise RunFailed(f"interrupted; metrics up to now are in {path}; continue with: "
                         f"lamarckian-hpc train --resume {path}", INTERRUPTED) from None
@@ -176,13 +182,13 @@ def execute(prepared: PreparedRun, *, observers: Sequence[Any] = (), meta: Mappi
 
 
 def run(config: ConfigSource = None, overrides: Sequence[str] = (), output: str | Path | None = None, *,
-        resume: str | Path | None = None, checkpoint: str | Path = "last", observers: Sequence[Any] = (),
-        meta: Mapping[str, Any] | None = None) -> RunResult:
+        resume: str | Path | None = None, checkpoint: str | Path = "last", force: bool = False,
+        observers: Sequence[Any] = (), meta: Mapping[str, Any] | None = None) -> RunResult:
     """Run any config (train, evolve or league: the config says which) to a run file and return its
     result; `lamarckian-hpc run CONFIG [overrides]` from Python. ConfigError for a bad config,
     RunFailed for a run that cannot start or does not finish; see `prepare` and `execute`."""
-    return execute(prepare(config, overrides, output, resume=resume, checkpoint=checkpoint), observers=observers,
-                   meta=meta)
+    return execute(prepare(config, overrides, output, resume=resume, checkpoint=checkpoint, force=force),
+                   observers=observers, meta=meta)
 
 
 def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 10, seed: int = 0, *,

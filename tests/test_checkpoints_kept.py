@@ -75,7 +75,9 @@ def test_resume_from_best(trained, tmp_path, capsys) -> None:
     shutil.copytree(source.with_suffix(".checkpoints"), run.with_suffix(".checkpoints"))
     best = load_checkpoint(best_checkpoint_path(run))
     frames = best.env_frames + 1024
-    assert main(["train", "--resume", str(run), "--checkpoint", "best", f"stop.total_env_steps={frames}"]) == 0
+    # best is older than the newest: --force, or the resume is refused (tests/test_checkpoint_resume.py)
+    assert main(["train", "--resume", str(run), "--checkpoint", "best", "--force",
+                 f"stop.total_env_steps={frames}"]) == 0
     last = load_checkpoint(checkpoint_path(run))
     assert (last.policy_version, last.env_frames) == (best.policy_version + 2, frames)
     with open_run(run) as reader:

@@ -17,6 +17,14 @@ cannot execute code. Before each checkpoint
 the run file is flushed: every metric row up to the checkpoint's policy version is on disk, and a
 resumed run keeps exactly those rows (`storage.continue_run_file`).
 
+A run resumes from its newest checkpoint unless told otherwise (`--checkpoint best` or a file).
+One older than the newest the run has (`newer_checkpoints`) is refused unless forced: resuming
+from it drops the run file's rows past it at once and, at its first save, the newer checkpoints,
+and a mistyped `--checkpoint` should not cost that. A checkpoint whose learner state does not fit
+the run's learner (another architecture, another environment's spaces, another algorithm, state
+missing) is one `CheckpointMismatch` line naming what differs (`check_fits`), found before any
+`load_state_dict` (whose own errors are a TypeError, a KeyError or many lines of torch's text).
+
 Evolution runs (PBT+PPO, EMOGI, game testing) keep their state in the same kind of file, through
 `save_run_state` and `load_run_state`: a tree of dicts, lists, numbers and numpy arrays (stored as
 tensors, since `weights_only` loading refuses numpy objects), tagged with the algorithm's name.
@@ -27,13 +35,14 @@ this module before it starts Ray, and it imports torch meanwhile (`ray_setup.sta
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 
@@ -41,6 +50,8 @@ from ..storage import (RunWriter, StorageFullError, create_private_file, ensure_
                        fsync_folder)
 from .episodes import RecentEpisodes
 from .observers import TrainResult, UpdateReport
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 
@@ -218,7 +229,114 @@ def load_checkpoint(path: str | Path) -> TrainingCheckpoint:
     state = _read(Path(path), "the run saved none (storage.checkpoint_interval_seconds)")
     if "kind" in state:
         raise ValueError(f"{path} is the checkpoint of a {state['kind']} run, not of a training run")
+    names = {item.name for item in fields(TrainingCheckpoint)}
+    missing, unexpected = sorted(names - set(state)), sorted(set(state) - names)
+    if missing or unexpected:
+        raise CheckpointMismatch(f"checkpoint {path} is not a training checkpoint of this version: "
+                                 + "; ".join(f"{what}: {', '.join(keys)}" for what, keys in
+                                             (("missing", missing), ("unexpected", unexpected)) if keys))
     return TrainingCheckpoint(**state)
+
+
+def newer_checkpoints(run_path: str | Path, version: int) -> dict[Path, int]:
+    """The run's checkpoints (`<run>.ckpt` and the kept `v<version>.ckpt`) of a policy version
+    after `version`, oldest first: what resuming from a checkpoint at `version` abandons. A
+    `<run>.ckpt` that cannot be read counts as none (there is nothing in it to lose)."""
+    newer = {path: kept for kept, path in versioned_checkpoints(run_path).items() if kept > version}
+    try:
+        newest = load_checkpoint(checkpoint_path(run_path)).policy_version
+    except ValueError:
+        newest = None
+    if newest is not None and newest > version:
+        newer[checkpoint_path(run_path)] = newest
+    return dict(sorted(newer.items(), key=lambda item: item[1]))
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint that does not fit the run's learner, or is not a training checkpoint; one line
+    naming what differs."""
+
+
+@dataclass
+class _Differences:
+    shapes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+
+
+def _holds_tensors(tree: Any) -> bool:
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return True
+    if isinstance(tree, Mapping):
+        return any(_holds_tensors(value) for value in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return any(_holds_tensors(value) for value in tree)
+    return False
+
+
+def _compare(model: Any, saved: Any, where: str, differences: _Differences) -> None:
+    """Walk the model's state tree beside the checkpoint's, noting every difference in shape or layout."""
+    import torch
+
+    if model is None or saved is None:  # an optional part (SAC's alpha optimizer with a fixed alpha)
+        return
+    if isinstance(model, torch.Tensor):
+        if not isinstance(saved, torch.Tensor):
+            differences.shapes.append(f"'{where}' is a {type(saved).__name__} in the checkpoint and a tensor "
+                                      f"of shape {tuple(model.shape)} in the model")
+        elif saved.shape != model.shape:
+            differences.shapes.append(f"'{where}' has shape {tuple(saved.shape)} in the checkpoint and "
+                                      f"{tuple(model.shape)} in the model")
+        return
+    if isinstance(model, Mapping):
+        if not isinstance(saved, Mapping):
+            differences.shapes.append(f"'{where}' is a {type(saved).__name__} in the checkpoint and a dict in "
+                                      "the model")
+        elif model:  # an empty one grows with training (the optimizer's moments before its first step)
+            for key, value in model.items():
+                if key in saved:
+                    _compare(value, saved[key], f"{where}.{key}" if where else str(key), differences)
+                else:
+                    differences.missing.append(f"{where}.{key}" if where else str(key))
+            # an extra setting (torch.optim.Adam's flags) is harmless; extra tensors are state this run would drop
+            differences.unexpected += [f"{where}.{key}" if where else str(key) for key, value in saved.items()
+                                       if key not in model and _holds_tensors(value)]
+        return
+    if isinstance(model, (list, tuple)):
+        if not isinstance(saved, (list, tuple)) or len(saved) != len(model):
+            count = f"{len(saved)} entries" if isinstance(saved, (list, tuple)) else f"a {type(saved).__name__}"
+            differences.shapes.append(f"'{where}' has {count} in the checkpoint and {len(model)} entries in "
+                                      "the model")
+        else:
+            for index, (value, kept) in enumerate(zip(model, saved)):
+                _compare(value, kept, f"{where}.{index}", differences)
+
+
+def _listed(names: list[str], shown: int = 4) -> str:
+    """The first `shown` names, whole parts first (another algorithm's `target` before a layer's bias)."""
+    names = sorted(names, key=lambda name: name.count("."))
+    more = f" ({len(names)} in all)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + (", ..." if more else "") + more
+
+
+def check_fits(source: str | Path, saved: Mapping[str, Any], model: Mapping[str, Any]) -> None:
+    """CheckpointMismatch, one line, unless the learner state `saved` in checkpoint `source` fits
+    `model`, the state of the learner this run built (`learner.state_dict()`): the same entries,
+    every tensor of the same shape. Checked before `load_state_dict`, which reports the same
+    mistakes as a TypeError, a KeyError or many lines of torch's text. Settings without tensors
+    are not compared (a state saved by `torch.optim.Adam` carries more flags than `rl.adam.Adam`),
+    nor is an entry that is empty in the model (optimizer moments before the first step) or None
+    on either side."""
+    differences = _Differences()
+    _compare(model, saved, "", differences)
+    parts = differences.shapes[:2] + ([f"{len(differences.shapes) - 2} more differ in shape"]
+                                       if len(differences.shapes) > 2 else [])
+    parts += [f"{what}: {_listed(names)}" for what, names in
+              (("missing", differences.missing), ("unexpected", differences.unexpected)) if names]
+    if parts:
+        raise CheckpointMismatch(f"checkpoint {source} does not fit this run: {'; '.join(parts)}")
 
 
 def _storable(tree: Any) -> Any:
@@ -274,8 +392,14 @@ class Checkpointer:
 
     It must come after the metrics recorder among the observers: it flushes the run file so the
     file holds every row the checkpoint covers. `resumed_from`: the policy version the run
-    continues from; kept checkpoints past it belong to the abandoned continuation and are removed,
-    and the best one kept so far stays the best to beat.
+    continues from; the best checkpoint kept so far stays the best to beat.
+
+    Kept checkpoints past `resumed_from` (there are some only where a resume from an older one was
+    forced) belong to the abandoned continuation. They stay untouched until this run saves its
+    first checkpoint, so a resume that fails before then loses none of them, and are removed at
+    that save with a warning naming them, rather than kept: their names are the versions this
+    continuation writes next, so kept they would pass for its own (its v<N>.ckpt replacing theirs
+    one by one), and keeping the newest k by version would remove its checkpoints before them.
     """
 
     def __init__(self, trainer: Checkpointable, writer: RunWriter, run_path: str | Path,
@@ -289,10 +413,8 @@ class Checkpointer:
         self.last_saved = time.monotonic()
         self.saved = 0
         self.best_score: float | None = None
+        self.resumed_from = resumed_from
         if resumed_from is not None:
-            for version, path in versioned_checkpoints(self.run_path).items():
-                if version > resumed_from:
-                    path.unlink()
             best = best_checkpoint_path(self.run_path)
             if keep_best and best.is_file():
                 self.best_score = checkpoint_score(load_checkpoint(best))
@@ -302,9 +424,21 @@ class Checkpointer:
             self.writer.flush()
         checkpoint = self.trainer.checkpoint()
         save_checkpoint(self.path, checkpoint, self.reserve_bytes)
+        if self.saved == 0 and self.resumed_from is not None:
+            self._drop_abandoned(self.resumed_from)
         self._keep(checkpoint)
         self.last_saved = time.monotonic()
         self.saved += 1
+
+    def _drop_abandoned(self, resumed_from: int) -> None:
+        """Remove the kept checkpoints past `resumed_from`, saying which (see the class docstring)."""
+        abandoned = {version: path for version, path in versioned_checkpoints(self.run_path).items()
+                     if version > resumed_from}
+        for path in abandoned.values():
+            path.unlink()
+        if abandoned:
+            log.warning("removed the checkpoints kept after policy version %d, the continuation abandoned by "
+                        "resuming from it: %s", resumed_from, ", ".join(str(path) for path in abandoned.values()))
 
     def _keep(self, checkpoint: TrainingCheckpoint) -> None:
         """The newest `keep_last` as versioned links, the best one as `best.ckpt`."""

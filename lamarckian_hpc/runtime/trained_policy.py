@@ -21,7 +21,7 @@ import numpy as np
 from ..config import RunConfig, apply_overrides
 from ..storage import RunFileReadError, open_run
 from .algorithms import RL_ALGORITHMS, build_model, rl_algorithm
-from .checkpoint import load_checkpoint, resolve_checkpoint
+from .checkpoint import CheckpointMismatch, check_fits, load_checkpoint, resolve_checkpoint
 from .sampling import spaces_of
 
 if TYPE_CHECKING:
@@ -117,7 +117,11 @@ def policy_from_weights(config: RunConfig, weights: Mapping[str, Any], policy_ve
     try:
         observation_space, action_space = spaces_of(config)
         model = build_model(config, observation_space, action_space)
-        model.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()})
+        tensors = {name: torch.as_tensor(value) for name, value in weights.items()}
+        check_fits(source, tensors, model.state_dict())
+        model.load_state_dict(tensors)
+    except CheckpointMismatch as error:
+        raise TrainedPolicyError(str(error)) from None
     except (ValueError, KeyError, RuntimeError) as error:  # load_state_dict: RuntimeError for other shapes
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise TrainedPolicyError(f"{source}: {reason}") from None

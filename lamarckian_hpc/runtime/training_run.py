@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping
 from ..config import RunConfig
 from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .algorithms import rl_algorithm
-from .checkpoint import Checkpointer, load_checkpoint, resolve_checkpoint
+from .checkpoint import (Checkpointer, CheckpointMismatch, TrainingCheckpoint, check_fits, load_checkpoint,
+                         newer_checkpoints, resolve_checkpoint)
 from .node_watch import NodeLostError
 from .observers import TrainObserver, TrainResult
 from .recording import MetricsRecorder, trajectory_writer_options
@@ -65,20 +66,41 @@ def metric_names_for(config: RunConfig) -> tuple[str, ...]:
     return names
 
 
+def _resumed(run_path: Path, checkpoint: str | Path, force: bool) -> tuple[Path, TrainingCheckpoint]:
+    """The checkpoint a resumed run continues from, and its file. One older than the run's newest is
+    refused unless `force`: the resume drops the run file's rows past it at once and the newer
+    checkpoints at its first save (`Checkpointer`), which a mistyped `--checkpoint` should not cost."""
+    source = resolve_checkpoint(run_path, checkpoint)
+    saved = load_checkpoint(source)
+    newer = newer_checkpoints(run_path, saved.policy_version)
+    if newer and not force:
+        path, version = list(newer.items())[-1]
+        versions = ", ".join(str(kept) for kept in sorted(set(newer.values())))
+        raise TrainingSetupError(
+            f"checkpoint {source} (policy version {saved.policy_version}) is older than the run's newest, {path} "
+            f"(policy version {version}); resuming from it drops the run file's rows after version "
+            f"{saved.policy_version} and, at its first save, the checkpoints of policy versions {versions}: "
+            "give --force to resume from it anyway")
+    return source, saved
+
+
 def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = False,
-                 checkpoint: str | Path = "last", meta: Mapping[str, Any] | None = None,
+                 checkpoint: str | Path = "last", force: bool = False, meta: Mapping[str, Any] | None = None,
                  observers: tuple[TrainObserver, ...] = (),
                  on_start: Callable[[Path], None] | None = None) -> TrainResult:
     """Train, recording metrics to `run_path` and checkpoints beside it.
 
     With `resume`, training continues from a checkpoint of the run (`checkpoint`: "last", the newest
     beside `run_path`; "best", the best one kept; or a checkpoint file), and the run file keeps
-    exactly the rows up to that checkpoint. The file is closed as completed only when training
-    ends normally; an exception or Ctrl-C leaves it marked incomplete, and resumable.
+    exactly the rows up to that checkpoint. One older than the run's newest needs `force`
+    (`_resumed`), and one that does not fit the learner this config builds is refused
+    (`check_fits`), both with one TrainingSetupError line and the run's files untouched. The file
+    is closed as completed only when training ends normally; an exception or Ctrl-C leaves it
+    marked incomplete, and resumable.
     """
     run_path = Path(run_path)
     try:
-        saved = load_checkpoint(resolve_checkpoint(run_path, checkpoint)) if resume else None
+        source, saved = _resumed(run_path, checkpoint, force) if resume else (None, None)
         trainer = make_trainer(config)
     except ValueError as error:
         raise TrainingSetupError(str(error)) from None
@@ -91,6 +113,10 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
         options = trajectory_writer_options(config, trainer.spaces, *(config.multiagent.trained if config.multiagent
                                                                       else (POLICY_ID,)))
         if saved is not None:
+            try:  # every runtime's learner (serial, distributed, multi-agent); learner ranks get rank 0's state
+                check_fits(source, saved.learner, trainer.learner.state_dict())
+            except CheckpointMismatch as error:
+                raise TrainingSetupError(str(error)) from None
             trainer.restore(saved)
             writer = continue_run_file(run_path, names, saved.policy_version, meta, min_free_bytes=reserve,
                                        through_env_frames=saved.env_frames, **options)
