@@ -157,3 +157,19 @@ def test_gradients_must_match_the_models_parameters(intake, monkeypatch):
 def test_the_readers_error_names_the_field(field, value):
     with pytest.raises(MalformedMessage, match=f"^{field}: "):
         read_experience(decode(encode(experience(**{field: value})), KINDS))
+
+
+def test_a_message_that_arrives_after_a_later_one_is_not_lost_twice() -> None:
+    """Out of order (another way through the tree): the gap it left counted it lost; its arrival
+    takes that back, and the numbering does not move back to count the later ones again."""
+    from types import SimpleNamespace
+
+    from lamarckian_hpc.runtime.learner.intake import ExperienceIntake
+
+    intake = ExperienceIntake()
+    intake.next_sequence, intake.lost_messages = {}, 0
+    for sequence in (0, 1, 3, 2, 4, 5):
+        intake._check_sequence(SimpleNamespace(actor_index=7, sequence=sequence))
+    assert intake.lost_messages == 0 and intake.next_sequence[7] == 6
+    intake._check_sequence(SimpleNamespace(actor_index=7, sequence=9))  # 6, 7 and 8 never come
+    assert intake.lost_messages == 3

@@ -214,11 +214,11 @@ class Relay:
             while self._down.poll(0):
                 try:
                     frames = receive_frames(self._down)
+                    route, body = split_route(frames)
+                    message = decode(body)  # views only: what is passed up is well formed
                     if self.bundler.wait_ms <= 0:
                         self._send_up(frames, 1)
                         continue
-                    route, body = split_route(frames)
-                    message = decode(body)
                     parts = ([(route + below, part) for below, part in unbundle(message)] if message.kind == BUNDLE
                              else [(route, message)])
                 except WireError as error:

@@ -109,12 +109,17 @@ class ExperienceIntake:
         return item
 
     def _check_sequence(self, item: ActorExperience) -> None:
-        """Count messages that never arrived: a gap in an actor process's numbering."""
+        """Count messages that never arrived: a gap in an actor process's numbering. One that
+        arrives after a later one (by another way through the tree) was counted in the gap it
+        left: it is taken off again, and the numbering does not move back (which would count the
+        messages after it as lost a second time)."""
         if item.sequence < 0:
             return
         expected = self.next_sequence.get(item.actor_index, 0)
-        if item.sequence > expected:
-            self.lost_messages += item.sequence - expected
+        if item.sequence < expected:
+            self.lost_messages = max(0, self.lost_messages - 1)
+            return
+        self.lost_messages += item.sequence - expected
         self.next_sequence[item.actor_index] = item.sequence + 1
 
     def counters(self) -> dict[str, float]:
