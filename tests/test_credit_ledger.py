@@ -382,3 +382,16 @@ def test_requests_queued_while_the_learner_paused_do_not_write_off_its_fresh_gra
     ledger.grants()  # resuming: two fresh grants go out
     ledger.want(route, window=2, received=2, spent=2)  # the request it sent during the pause
     assert ledger.written_off == 0 and ledger.grants() == [] and ledger.in_flight == 2
+
+
+def test_the_ledger_remembers_only_the_grants_still_on_their_way() -> None:
+    clock = Clock()
+    ledger = CreditLedger(budget=1, clock=clock)
+    route = (b"a",)
+    ledger.want(route, window=1)
+    for _ in range(10_000):  # a long run: an hour of grants, one every 0.4 s
+        ledger.grants()
+        ledger.spend(route)
+        clock.now += 0.4
+        ledger.listen()
+    assert len(ledger.accounts[route].sent) <= 14

@@ -176,6 +176,7 @@ class CreditLedger:
             if account.outstanding >= account.window:
                 continue
             if route not in given:
+                self._granted_before_transit(account)  # forget the grants that arrived long since
                 account.sent.append((self.clock(), account.granted))
             account.granted += 1
             self.in_flight += 1
