@@ -164,12 +164,16 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def commit_of(path: Path) -> str | None:
+def commit_of(package: Path) -> str | None:
+    """The commit the measured package comes from, "-dirty" when its files differ from it."""
     try:
-        return subprocess.run(["git", "-C", str(path), "describe", "--always", "--dirty"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        commit = subprocess.run(["git", "-C", str(package), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--", "."],
+                                 capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+    return commit + ("-dirty" if changed else "")
 
 
 def main(argv: list[str] | None = None) -> None:
