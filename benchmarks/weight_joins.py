@@ -138,7 +138,7 @@ def measure(mode: str, count: int, megabytes: float, workdir: str) -> dict[str, 
         settle()
         broadcast = [socket.messages - before for socket, before in zip(counted, copies)]
         if max(broadcast) != 1:
-            raise AssertionError(f"{mode}, {count} subscribers: a broadcast reached a subscriber {max(broadcast)} times")
+            raise AssertionError(f"{mode}, {count} subscribers: a broadcast reached one {max(broadcast)} times")
         return {"mode": mode, "join_answer": join_answer(), "subscribers": count,
                 "join_copies": sum(copies), "copies_first": copies[0], "copies_last": copies[-1],
                 "join_gigabytes": round(join_bytes / 1e9, 3), "broadcast_copies": sum(broadcast),

@@ -409,7 +409,8 @@ def test_receivers_survive_an_empty_array_with_an_absurd_shape(context, closing)
     subscriber = WeightSubscriber(context, publisher.address)
     closing.append(subscriber)
     assert_weights(wait_for(publisher, [subscriber])[0], 1)
-    publisher.socket.send_multipart([WEIGHTS_TOPIC, *frames_for(header(kind="weights", policy_version=2, arrays=[absurd]), b"")])
+    absurd_weights = frames_for(header(kind="weights", policy_version=2, arrays=[absurd]), b"")
+    publisher.socket.send_multipart([WEIGHTS_TOPIC, *absurd_weights])
     publisher.publish(3, weights(3))
     deadline, got = time.monotonic() + DEADLINE_SECONDS, None
     while got is None:

@@ -98,6 +98,7 @@ def log_malformed(count: int, what: str, error: WireError, where: str = "") -> N
     if count <= MALFORMED_LOGGED or count % 1000 == 0:
         log.error("%sdropped malformed %s #%d: %s", where, what, count, error)
 
+
 def subscribe_to_weights(socket: zmq.Socket) -> bytes:
     """Subscribe a SUB socket to the broadcasts and to a new topic of its own, on which the
     publisher answers its join; returns that topic (for `weights_frames`). Called before connect,

@@ -37,8 +37,8 @@ A dead parent is noticed from the connection itself: the SUB socket sends ZeroMQ
 socket monitor reports the disconnect (at once when the parent's process dies, after the heartbeat
 timeout when its host goes silent). The relay then removes the parent from its copy of the tree
 (`BroadcastTree.reattach`) and subscribes to the new parent, whose XPUB sends its newest weights to
-the relay on the join. A parent it cannot connect to within the timeout counts as dead the same way. Other
-relays are not affected by one relay's death.
+the relay on the join. A parent it cannot connect to within the timeout counts as dead the same
+way. Other relays are not affected by one relay's death.
 """
 
 from __future__ import annotations
