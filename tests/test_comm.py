@@ -15,6 +15,7 @@ import zmq
 
 from lamarckian_hpc.comm import (
     SCHEMA_VERSION,
+    WEIGHTS_TOPIC,
     ExperienceReceiver,
     ExperienceSender,
     Message,
@@ -408,7 +409,8 @@ def test_receivers_survive_an_empty_array_with_an_absurd_shape(context, closing)
     subscriber = WeightSubscriber(context, publisher.address)
     closing.append(subscriber)
     assert_weights(wait_for(publisher, [subscriber])[0], 1)
-    publisher.socket.send_multipart(frames_for(header(kind="weights", policy_version=2, arrays=[absurd]), b""))
+    absurd_weights = frames_for(header(kind="weights", policy_version=2, arrays=[absurd]), b"")
+    publisher.socket.send_multipart([WEIGHTS_TOPIC, *absurd_weights])
     publisher.publish(3, weights(3))
     deadline, got = time.monotonic() + DEADLINE_SECONDS, None
     while got is None:
@@ -584,8 +586,37 @@ def test_late_subscribers_get_the_newest_weights(context, closing):
     closing.extend(late)
     for message in wait_for(publisher, late):
         assert_weights(message, 3)
-    assert publisher.joins_served >= 3
-    assert first.poll(timeout_ms=50) is None  # re-sends for later joins are not news to the first subscriber
+    assert publisher.joins_served == 3
+    assert first.poll(timeout_ms=50) is None
+
+
+def test_a_join_sends_the_weights_to_the_joiner_alone(context, closing):
+    """At a start of N actors, N copies of the weights, not one to everyone already there per join."""
+    publisher = WeightPublisher(context)
+    closing.append(publisher)
+    early = WeightSubscriber(context, publisher.address)  # joins before there are weights
+    closing.append(early)
+    events = set()
+    while len(events) < 2 and publisher.socket.poll(int(DEADLINE_SECONDS * 1000)):
+        events.add(publisher.socket.recv())
+    assert events == {b"\x01" + WEIGHTS_TOPIC, b"\x01" + early.topic}  # the broadcasts, and its own topic
+    publisher.publish(3, weights(3))
+    assert_weights(wait_for(publisher, [early])[0], 3)  # the first broadcast reaches it
+    joined = [early]
+    for count in range(1, 5):
+        joiner = WeightSubscriber(context, publisher.address)
+        closing.append(joiner)
+        assert_weights(wait_for(publisher, [joiner])[0], 3)
+        assert publisher.joins_served == count
+        for earlier in joined:
+            assert not earlier.socket.poll(200), "a subscriber was sent the weights again when another joined"
+        joined.append(joiner)
+    publisher.publish(4, weights(4))
+    for subscriber in joined:  # broadcasts still reach everyone, once
+        assert subscriber.socket.poll(int(DEADLINE_SECONDS * 1000))
+        assert_weights(subscriber.poll(), 4)
+        assert not subscriber.socket.poll(100)
+        assert subscriber.dropped == 0
 
 
 def test_subscriber_skips_stale_versions_and_keeps_the_newest_of_a_burst(context, closing):
@@ -617,9 +648,13 @@ def test_subscriber_drops_malformed_weights_and_keeps_going(context, closing):
     subscriber = WeightSubscriber(context, publisher.address)
     closing.append(subscriber)
     assert_weights(wait_for(publisher, [subscriber])[0], 1)
-    publisher.socket.send(b"\xc1 garbage")
-    publisher.socket.send_multipart(frames_for(header(kind="weights"), b"ab"))
-    publisher.socket.send_multipart(frames_for(header(kind="experience"), b"abc"))
+    publisher.socket.send_multipart([WEIGHTS_TOPIC, b"\xc1 garbage"])
+    publisher.socket.send_multipart([WEIGHTS_TOPIC, *frames_for(header(kind="weights"), b"ab")])
+    publisher.socket.send_multipart([WEIGHTS_TOPIC, *frames_for(header(kind="experience"), b"abc")])
+    publisher.socket.send(WEIGHTS_TOPIC)  # a topic and nothing after it
+    valid = encode(Message("weights", "learner", 9, weights(9)))
+    publisher.socket.send_multipart([WEIGHTS_TOPIC + b"x", *valid])  # matches the broadcast topic's prefix only
+    publisher.socket.send_multipart([subscriber.topic + b"x", *valid])  # and the subscriber's own
     publisher.publish(2, weights(2))
     deadline = time.monotonic() + DEADLINE_SECONDS
     message = None
@@ -627,7 +662,7 @@ def test_subscriber_drops_malformed_weights_and_keeps_going(context, closing):
         assert time.monotonic() < deadline
         message = subscriber.poll(timeout_ms=50)
     assert_weights(message, 2)
-    assert subscriber.dropped == 3
+    assert subscriber.dropped == 6
 
 
 # Closing

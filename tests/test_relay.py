@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zmq
 
-from lamarckian_hpc.comm import WeightPublisher, WeightSubscriber
+from lamarckian_hpc.comm import WEIGHTS_TOPIC, WeightPublisher, WeightSubscriber
 from lamarckian_hpc.comm.relay import Relay, RelaySpec, spawn_relay
 from lamarckian_hpc.comm.topology import build_tree
 from local_ray import local_ray
@@ -58,7 +58,8 @@ def _subscribe(context, tmp_path, nodes):
 
 
 def _collect(learner, subscribers, version, deadline_s):
-    """Publish nothing new; serve joins and gather `version` from every subscriber (raw frames kept)."""
+    """Publish nothing new; serve joins and gather `version` from every subscriber (raw frames kept,
+    the topic frame first)."""
     got = {}
     deadline = time.monotonic() + deadline_s
     while len(got) < len(subscribers) and time.monotonic() < deadline:
@@ -84,7 +85,8 @@ def test_two_layers_of_relays_deliver_identical_bytes_to_every_node(relay_tree, 
             got = _collect(learner, subscribers, version, 15.0)
             assert set(got) == set(tree.nodes), f"version {version} missing at {set(tree.nodes) - set(got)}"
             for node, frames in got.items():
-                assert frames == sent, f"{node} received different bytes"
+                assert frames[1:] == sent, f"{node} received different bytes"
+                assert frames[0] in (WEIGHTS_TOPIC, subscribers[node].topic)
     finally:
         for subscriber in subscribers.values():
             subscriber.close()
@@ -146,6 +148,49 @@ def test_a_relay_drops_malformed_messages_and_skips_old_versions(context, tmp_pa
         with pytest.raises(ValueError, match="learner's node"):
             Relay(RelaySpec("node0", tree.to_dict(), {}), context)
     finally:
+        relay.close()
+        learner.close()
+
+
+def test_a_relay_sends_the_weights_to_a_joiner_alone_and_passes_broadcasts_to_all(context, tmp_path):
+    """The relay joins the learner as one subscriber, and its own publisher answers the joins of
+    the actors below it on each joiner's topic: nobody else below gets a copy."""
+    tree = build_tree(["node0", "node1"])
+    learner = WeightPublisher(context)
+    relay = Relay(RelaySpec("node1", tree.to_dict(), {"node0": learner.address}, ipc_path=f"{tmp_path}/r.ipc"),
+                  context)
+    joined: list[WeightSubscriber] = []
+
+    def until(received, what: str):
+        """Serve the learner's joins and step the relay until `received()` is not None."""
+        deadline = time.monotonic() + 15
+        while (value := received()) is None:
+            assert time.monotonic() < deadline, what
+            learner.serve_joins()
+            relay.step(10)
+        return value
+
+    try:
+        rng = np.random.default_rng(3)
+        learner.publish(1, _weights(1, rng))
+        until(lambda: True if relay.stats.version == 1 else None, "the relay got no weights")
+        assert learner.joins_served == 1
+        for count in range(1, 5):
+            joiner = WeightSubscriber(context, relay.ipc_address)
+            joined.append(joiner)
+            assert until(lambda: joiner.poll(0), f"joiner {count} got no weights").policy_version == 1
+            assert relay.stats.joins_served == count
+            relay.step(100)
+            for earlier in joined[:-1]:
+                assert not earlier.socket.poll(100), "a subscriber was sent the weights again when another joined"
+        learner.publish(2, _weights(2, rng))
+        for subscriber in joined:  # the learner's broadcast reaches everyone below the relay, once
+            assert until(lambda: subscriber.poll(0), "a broadcast did not reach a subscriber").policy_version == 2
+            assert not subscriber.socket.poll(100)
+        assert learner.joins_served == 1 and relay.stats.forwarded == 2 and relay.stats.malformed == 0
+    finally:
+        for subscriber in joined:
+            subscriber.close()
         relay.close()
         learner.close()
 

@@ -19,7 +19,7 @@ import zmq
 
 from lamarckian_hpc.comm import (BROADCAST, CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES, LEARNER,
                                  ExperienceReceiver, ExperienceSender, JobKeys, KeyFolderError, Message,
-                                 WeightPublisher, WeightSubscriber, encode, stop_authenticator)
+                                 WEIGHTS_TOPIC, WeightPublisher, WeightSubscriber, encode, stop_authenticator)
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 
@@ -134,7 +134,8 @@ def test_a_process_with_only_actor_keys_cannot_pose_as_the_learner(job):
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             sender.send(_experience(-1.0), timeout_ms=10)
-            fake_publisher.send_multipart(encode(Message("weights", "learner", 1, {"w": np.ones(2, np.float32)})))
+            fake_publisher.send_multipart([WEIGHTS_TOPIC, *encode(Message("weights", "learner", 1,
+                                                                          {"w": np.ones(2, np.float32)}))])
             assert subscriber.poll(50) is None, "an actor took weights from an impostor"
         assert not fake_receiver.poll(200), "an impostor got an actor's experience"
         # The real learner, with the same actor keys on the other end, is reached at once.

@@ -18,9 +18,9 @@ import psutil
 import pytest
 import zmq
 
-from lamarckian_hpc.comm import (BROADCAST, LEARNER, SCHEMA_VERSION, ExperienceReceiver, ExperienceSender, JobKeys,
-                                 Message, WeightPublisher, WeightSubscriber, WireError, decode, encode,
-                                 stop_authenticator)
+from lamarckian_hpc.comm import (BROADCAST, LEARNER, SCHEMA_VERSION, WEIGHTS_TOPIC, ExperienceReceiver,
+                                 ExperienceSender, JobKeys, Message, WeightPublisher, WeightSubscriber, WireError,
+                                 decode, encode, stop_authenticator)
 from lamarckian_hpc.comm.channels import MALFORMED_LOGGED
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
@@ -177,7 +177,9 @@ def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(
                     junk_sent += 1
                 except zmq.Again:
                     pass
-                learner.socket.send_multipart(hostile(rng, weights_base, "weights"))  # what the relay is sent
+                # What the relay is sent: the broadcast topic (now and then with junk after it), then junk.
+                topic = WEIGHTS_TOPIC + (rng.bytes(int(rng.integers(1, 40))) if rng.random() < 0.1 else b"")
+                learner.socket.send_multipart([topic, *hostile(rng, weights_base, "weights")])
                 subscription_junk.send(rng.bytes(int(rng.integers(0, 40))))
             learner.publish(round_, weights(round_).arrays)
             learner.serve_joins()

@@ -1,7 +1,7 @@
 """ZeroMQ transport: the wire format and the channels between learner and actors."""
 
-from .channels import (ExperienceReceiver, ExperienceSender, WeightPublisher, WeightSubscriber, bind_random,
-                       make_socket)
+from .channels import (WEIGHTS_TOPIC, ExperienceReceiver, ExperienceSender, WeightPublisher, WeightSubscriber,
+                       bind_random, make_socket)
 from .limits import (CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES, MEGABYTE, largest_message_bytes, limit_bytes,
                      message_limit)
 from .security import BROADCAST, LEARNER, JobKeys, KeyFolderError, KeyPair, authenticate, stop_authenticator
@@ -15,6 +15,7 @@ __all__ = [
     "LEARNER",
     "MEGABYTE",
     "SCHEMA_VERSION",
+    "WEIGHTS_TOPIC",
     "ExperienceReceiver",
     "ExperienceSender",
     "JobKeys",

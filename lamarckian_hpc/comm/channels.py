@@ -1,9 +1,14 @@
 """ZeroMQ channels of a run: weights out on PUB/SUB, experience back on PUSH/PULL.
 
 Weights: the publisher is an XPUB socket, so it sees every new subscription and answers it by
-re-sending the newest weights. A subscriber that joins late therefore gets the current policy at
-once, and nobody sleeps against ZeroMQ's slow-joiner problem. Subscribers keep only the newest
-version they have seen.
+sending the newest weights to the subscriber that joined, and to it alone. A subscriber that joins
+late therefore gets the current policy at once, nobody sleeps against ZeroMQ's slow-joiner
+problem, and a start of N actors costs N copies of the weights, not the N(N+1)/2 that answering
+each join with a broadcast would. Every weights message is a topic frame followed by the wire
+format's frames (`comm.wire`): broadcasts go on WEIGHTS_TOPIC, which every subscriber takes; each
+subscriber also subscribes to a topic of its own (JOIN_PREFIX and random bytes), and the publisher
+answers the subscription it hears for that topic on that topic, which no other subscriber matches.
+Subscribers keep only the newest version they have seen.
 
 Experience: actors send messages tagged with the policy version that produced them from a DEALER
 to a ROUTER: the learner's, or on a node with a relay, the relay's, which forwards them up the
@@ -43,6 +48,13 @@ from .wire import MAX_ARRAYS, Message, WireError, decode, encode
 log = logging.getLogger(__name__)
 
 WEIGHTS = "weights"
+#: The first frame of a broadcast weights message; every subscriber subscribes to it.
+WEIGHTS_TOPIC = b"w"
+#: A subscriber's own topic is JOIN_PREFIX and JOIN_ID_BYTES random bytes: the publisher sends the
+#: newest weights to a joiner on it. Neither topic is a prefix of the other (ZeroMQ matches
+#: prefixes), and all own topics have one length, so a join's answer reaches its subscriber only.
+JOIN_PREFIX = b"j"
+JOIN_ID_BYTES = 8
 #: The kind of credit requests and grants, and the meta key of a message that spends a credit.
 CREDIT = "credit"
 #: Malformed messages logged one by one; after these, every 1000th, so that a peer sending junk
@@ -87,8 +99,38 @@ def log_malformed(count: int, what: str, error: WireError, where: str = "") -> N
     if count <= MALFORMED_LOGGED or count % 1000 == 0:
         log.error("%sdropped malformed %s #%d: %s", where, what, count, error)
 
+
+def subscribe_to_weights(socket: zmq.Socket) -> bytes:
+    """Subscribe a SUB socket to the broadcasts and to a new topic of its own, on which the
+    publisher answers its join; returns that topic (for `weights_frames`). Called before connect,
+    so that the first subscription the publisher hears already names the joiner."""
+    own = JOIN_PREFIX + os.urandom(JOIN_ID_BYTES)
+    socket.setsockopt(zmq.SUBSCRIBE, WEIGHTS_TOPIC)
+    socket.setsockopt(zmq.SUBSCRIBE, own)
+    return own
+
+
+def weights_frames(frames: list[Any], own_topic: bytes) -> list[Any]:
+    """The wire-format frames of a weights message a subscriber received, after its topic frame.
+    Raises WireError unless that frame is the broadcast topic or the subscriber's own (ZeroMQ
+    filters by prefix only, so a longer first frame could get through)."""
+    if len(frames) < 2:
+        raise WireError(f"a weights message of {len(frames)} frames: expected a topic frame, then the message's")
+    if len(frames[0]) > len(own_topic) or bytes(frames[0]) not in (WEIGHTS_TOPIC, own_topic):
+        raise WireError(f"weights topic {bytes(frames[0])[:16]!r} is neither the broadcast's nor this subscriber's")
+    return frames[1:]
+
+
+def join_topic(event: bytes) -> bytes | None:
+    """The topic a subscriber joined on, if the XPUB event `event` is a subscription to an own
+    topic (b"\\x01" + JOIN_PREFIX + id); None for anything else (the broadcast topic, leaving, junk)."""
+    if len(event) == 2 + JOIN_ID_BYTES and event[:2] == b"\x01" + JOIN_PREFIX:
+        return event[1:]
+    return None
+
+
 class WeightPublisher:
-    """Learner side of the weight broadcast."""
+    """Learner side of the weight broadcast (and each relay's, towards its subscribers)."""
 
     def __init__(self, context: zmq.Context, host: str = "127.0.0.1", sender: str = "learner",
                  keys: JobKeys | None = None) -> None:
@@ -98,6 +140,9 @@ class WeightPublisher:
         self.sender = sender
         self.version = -1
         self._latest: list[Any] | None = None
+        #: Subscribers sent the newest weights on joining, one copy each (a subscriber that
+        #: reconnects joins again); joins before the first weights are not served, the first
+        #: broadcast reaches them.
         self.joins_served = 0
 
     def publish(self, version: int, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> None:
@@ -114,15 +159,17 @@ class WeightPublisher:
             raise WireError(f"frames of version {message.policy_version} published as version {version}")
         self.version = version
         self._latest = frames
-        self.socket.send_multipart(frames, copy=False)
+        self.socket.send_multipart([WEIGHTS_TOPIC, *frames], copy=False)
 
     def serve_joins(self) -> int:
-        """Answer pending subscriptions with the newest weights; never blocks."""
+        """Send the newest weights to each subscriber that joined since the last call, on its own
+        topic, so that nobody else receives a copy; never blocks. The other subscription messages
+        (to the broadcast topic, departures, junk) are read and ignored. Returns the joins served."""
         served = 0
         while self.socket.poll(0):
-            event = self.socket.recv()
-            if event[:1] == b"\x01" and self._latest is not None:
-                self.socket.send_multipart(self._latest, copy=False)
+            topic = join_topic(self.socket.recv())
+            if topic is not None and self._latest is not None:
+                self.socket.send_multipart([topic, *self._latest], copy=False)
                 served += 1
         self.joins_served += served
         return served
@@ -137,7 +184,7 @@ class WeightSubscriber:
     def __init__(self, context: zmq.Context, address: str, keys: JobKeys | None = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.socket = make_socket(context, zmq.SUB, max_message_bytes, keys, trust=BROADCAST)
-        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.topic = subscribe_to_weights(self.socket)
         self.socket.connect(address)
         self.version = -1
         self.dropped = 0
@@ -149,9 +196,8 @@ class WeightSubscriber:
         wait = timeout_ms
         while self.socket.poll(wait):
             wait = 0
-            frames = self.socket.recv_multipart(copy=False)
             try:
-                message = decode(frames, known_kinds={WEIGHTS})
+                message = decode(weights_frames(receive_frames(self.socket), self.topic), known_kinds={WEIGHTS})
             except WireError as error:
                 self.dropped += 1
                 log_malformed(self.dropped, "weights message", error)

@@ -1,12 +1,15 @@
 """A relay of the tree: weights down from its parent, experience and credits through it.
 
-One relay runs per node (see `topology.py`). It subscribes to its parent's weight publisher and
+One relay runs per node (see `topology.py`). It subscribes to its parent's weight publisher, as any
+subscriber does (the broadcast topic and one of its own, `channels.subscribe_to_weights`), and
 re-publishes every newer version at once on its own `WeightPublisher`, an XPUB socket bound twice:
-on TCP for the relays below it and on IPC for the actors of its node. It forwards the received
-frames as they are (zero copy), once they pass the very check its subscribers make (`wire.decode`,
-which only makes views of the frames): a malformed message is counted and dropped, never forwarded
-nor kept as the newest weights that every joining subscriber is sent. The learner never waits for
-a relay; XPUB drops for a subscriber that cannot keep up rather than blocking.
+on TCP for the relays below it and on IPC for the actors of its node; that publisher answers the
+joins of its own subscribers, each on the joiner's topic. It forwards the received frames as they
+are (zero copy, behind its own broadcast topic frame), once they pass the very check its
+subscribers make (`wire.decode`, which only makes views of the frames): a malformed message is
+counted and dropped, never forwarded nor kept as the newest weights that every joining subscriber
+is sent. The learner never waits for a relay; XPUB drops for a subscriber that cannot keep up
+rather than blocking.
 
 Experience goes the other way, as in the Lamarckian paper's tree: the relay's ROUTER (TCP for the
 relays below it, IPC for its node's actors) takes what arrives, and its DEALER passes it up to the
@@ -33,9 +36,9 @@ subscribes with and the broadcast pair it serves with, never the learner's secre
 A dead parent is noticed from the connection itself: the SUB socket sends ZeroMQ heartbeats, and a
 socket monitor reports the disconnect (at once when the parent's process dies, after the heartbeat
 timeout when its host goes silent). The relay then removes the parent from its copy of the tree
-(`BroadcastTree.reattach`) and subscribes to the new parent, whose XPUB re-sends its newest weights
-on the join. A parent it cannot connect to within the timeout counts as dead the same way. Other
-relays are not affected by one relay's death.
+(`BroadcastTree.reattach`) and subscribes to the new parent, whose XPUB sends its newest weights to
+the relay on the join. A parent it cannot connect to within the timeout counts as dead the same
+way. Other relays are not affected by one relay's death.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ from zmq.utils.monitor import recv_monitor_message
 from .bundle import (BUNDLE, DEFAULT_BUNDLE_BYTES, DEFAULT_BUNDLE_WAIT_MS, MAX_PART_ROUTE, Bundler, bundle, stackable,
                      unbundle)
 from .channels import (CREDIT, SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, grant_message,
-                       grants_message, log_malformed, make_socket, read_grants, receive_frames, split_route)
+                       grants_message, log_malformed, make_socket, read_grants, receive_frames, split_route,
+                       subscribe_to_weights, weights_frames)
 from .limits import DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, stop_authenticator
 from .topology import BroadcastTree
@@ -107,7 +111,7 @@ class RelayStats:
     malformed: int = 0
     reattachments: int = 0
     parent: str = ""
-    joins_served: int = 0
+    joins_served: int = 0  # subscribers below sent the newest weights on joining, one copy each
     experience_up: int = 0  # messages (parts of bundles included) passed up towards the learner
     bundles_up: int = 0  # messages sent up: bundles, and parts sent alone
     credits_down: int = 0  # grants passed down to actors and relays below
@@ -154,6 +158,7 @@ class Relay:
         self.bundler = Bundler(max(1, min(spec.bundle_bytes, spec.max_message_bytes)), max(0.0, spec.bundle_wait_ms))
         self.stop_event = threading.Event()
         self._upstream: zmq.Socket | None = None
+        self._topic = b""  # this relay's own topic on its parent's publisher
         self._poller = zmq.Poller()
         self._monitor: zmq.Socket | None = None
         self._connected = False
@@ -173,7 +178,7 @@ class Relay:
         socket = make_socket(self.context, zmq.SUB, self.spec.max_message_bytes, self.keys, trust=BROADCAST)
         socket.setsockopt(zmq.HEARTBEAT_IVL, self.spec.heartbeat_ms)
         socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, self.spec.timeout_ms)
-        socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self._topic = subscribe_to_weights(socket)
         self._monitor = socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         socket.connect(address)
         self._upstream = socket
@@ -332,8 +337,21 @@ class Relay:
         elif event == zmq.EVENT_DISCONNECTED:
             self._parent_died()
 
+    def _take_upstream(self) -> None:
+        """Forward the next weights message from the parent, its frames counted and its topic frame
+        checked and taken off."""
+        assert self._upstream is not None
+        try:
+            frames = weights_frames(receive_frames(self._upstream), self._topic)
+        except WireError as error:
+            self.stats.malformed += 1
+            log_malformed(self.stats.malformed, "weights message", error, where=f"relay {self.spec.node}: ")
+            return
+        self.forward(frames)
+
     def forward(self, frames: list[Any]) -> bool:
-        """Re-publish a received message if it is well formed and newer than the last one."""
+        """Re-publish a received message (its wire frames, without the topic frame) if it is well
+        formed and newer than the last one."""
         try:
             version = decode(frames, known_kinds={WEIGHTS}).policy_version
             if version <= self.stats.version:
@@ -359,7 +377,7 @@ class Relay:
                 self._on_monitor_event()
         if self._upstream is not None and self._upstream in ready:
             while self._upstream.poll(0):
-                self.forward(self._upstream.recv_multipart(copy=False))
+                self._take_upstream()
         if self.publisher.socket in ready:
             self.stats.joins_served += self.publisher.serve_joins()
         self._pass_experience(ready)

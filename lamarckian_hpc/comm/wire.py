@@ -2,7 +2,9 @@
 
 Frame 0 is a msgpack map: kind, schema version, policy version, sender, a small `meta` map and,
 for every array, its name, dtype and shape. Frames 1..n are the arrays' bytes, sent from the
-arrays' own memory and read back as views of the received frames (no copy either way).
+arrays' own memory and read back as views of the received frames (no copy either way). On the
+weights channel one topic frame goes in front of these (`comm.channels`: which subscribers a
+message is for); the subscriber checks it and takes it off, and `decode` sees the frames after it.
 
 Decoding trusts nothing, and every way a message can be wrong ends in `WireError`, never in an
 exception a receiver does not expect: the header's size is checked before it is unpacked (a few
