@@ -66,6 +66,9 @@ EXAMPLES: dict[str, Any] = {
     "RuntimeConfig.key_folder": "/shared/job-keys",
     "RuntimeConfig.bind_address": "10.1.2.3", "StorageConfig.directory": "/scratch/runs",
     "StorageConfig.run_name": "cartpole-lr3e-4", "StopConfig.target_return": 475,
+    "WandbConfig.project": "cartpole", "WandbConfig.entity": "my-team", "WandbConfig.mode": "offline",
+    "WandbConfig.directory": "/scratch/wandb", "WandbConfig.group": "lr-study",
+    "MlflowConfig.tracking_uri": "http://mlflow.example:5000", "MlflowConfig.experiment": "cartpole",
     "StopConfig.max_wall_seconds": 3600, "PBTStopConfig.target_return": 475, "ProblemConfig.name": "dtlz2",
     "ProblemConfig.num_variables": 12, "ProblemConfig.num_objectives": 4, "ProblemConfig.game_data": "my_game",
     "GAConfig.crossover": "one_point", "GameConfig.data": "my_game", "GameConfig.planted_bugs": ["stuck_battle"],
@@ -299,6 +302,10 @@ def _rows(root: Root, model: type[BaseModel], instance: BaseModel, place: Place,
             rows += _rows(root, type(value), value, Place(f"{dotted}{name}", place.context))
         else:
             rows.append(_row(root, model, name, instance.model_dump(mode="json")[name], place))
+            section = [member for member in typing.get_args(model.model_fields[name].annotation)
+                       if isinstance(member, type) and issubclass(member, BaseModel)]
+            if value is None and section and place.entry is None and place.stem:  # an optional section in a section
+                rows += _rows(root, section[0], section[0](), Place(f"{dotted}{name}", place.context))
     for name, computed in type(instance).model_computed_fields.items() if names is None else ():
         description = computed.description or ""
         rows.append(f"| `{dotted}{name}` |{' |' if root.options else ''} derived | "

@@ -1,14 +1,17 @@
-"""The optional parts that some tests need (a Slurm cluster, an MPI library, Google Research
-Football, ALE): each test of such a part skips with the reason when it is absent, and fails instead
-when CI's LAMARCKIAN_HPC_REQUIRE_<PART>=1 says the part must be there."""
+"""The optional parts that some tests need (a Slurm cluster, an MPI library, Google Research Football,
+ALE, the wandb and mlflow extras): each test of such a part skips with the reason when it is absent,
+and fails instead when CI's LAMARCKIAN_HPC_REQUIRE_<PART>=1 says the part must be there.
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 import subprocess
 import sys
+from types import ModuleType
 
 import pytest
 
@@ -33,6 +36,18 @@ def mpi_problem() -> str | None:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return f"mpi4py finds no MPI library ({last}); pip install mpich, or load the cluster's MPI"
     return None
+
+
+def require_extra(extra: str, module: str) -> ModuleType:
+    """`module`, which the pip extra `extra` installs; a module-level skip saying how to install it
+    when it is missing (a failure where LAMARCKIAN_HPC_REQUIRE_<EXTRA> is set)."""
+    __tracebackhide__ = True
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        skip_unless_required(extra, f"{module} is not installed (pip install -c constraints.txt -e \".[{extra}]\")",
+                             module_level=True)
+        raise  # not reached: skip_unless_required skips or fails
 
 
 def require_mpi() -> None:

@@ -44,7 +44,7 @@ def test_the_second_pass_runs_what_skipped_with_the_parts_required():
     second = [i for i, command in enumerate(commands) if "--skipped-last-run" in command]
     assert len(second) == 1
     before = "\n".join(commands[:second[0]])
-    for part in ("SLURM", "MPI", "FOOTBALL", "ATARI", "HDF5_READERS"):
+    for part in ("SLURM", "MPI", "FOOTBALL", "ATARI", "HDF5_READERS", "WANDB", "MLFLOW"):
         assert f"LAMARCKIAN_HPC_REQUIRE_{part}=1" in before
     assert "testcluster/start.sh" in before and "install_football.sh" in before
     # tests/test_run_file_readers.py: h5dump of HDF5 1.10, and an h5py on an older HDF5 in a venv of its own
@@ -52,6 +52,9 @@ def test_the_second_pass_runs_what_skipped_with_the_parts_required():
     older = re.search(r'export LAMARCKIAN_HPC_OLDER_H5PY_PYTHON="(\$work/[^/"]+)/bin/python"', before)
     assert older and f'python3 -m venv "{older.group(1)}"' in before
     assert re.search(rf'"{re.escape(older.group(1))}/bin/pip" install .*"h5py==3\.9\.0"', before)
+    extras = {extra for group in re.findall(r'pip install -q -c constraints\.txt -e "\.\[([a-z,]+)\]"', before)
+              for extra in group.split(",")}
+    assert {"wandb", "mlflow"} <= extras  # tests/test_tracking_sinks.py
 
 
 def test_the_lowest_versions_pass_uses_constraints_min_in_a_venv_of_its_own():

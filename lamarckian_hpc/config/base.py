@@ -85,6 +85,32 @@ class TrajectoriesConfig(Section):
         "about 78x at the speed of lzf (48x); none writes fastest where nothing compresses.")
 
 
+class WandbConfig(Section):
+    """A Weights & Biases run per run file (`storage.wandb`; the wandb extra)."""
+
+    project: str = Field("lamarckian-hpc", min_length=1, description="W&B project of the runs.")
+    entity: str | None = Field(
+        None, min_length=1, description="W&B team or user the project belongs to; null: the logged-in user's default.")
+    mode: Literal["online", "offline"] = Field(
+        "online", description="online sends the metrics as they come (after `wandb login`, or with WANDB_API_KEY); "
+        "offline writes them to <directory>/wandb/offline-run-*/, for `wandb sync` later (nodes without internet).")
+    directory: Path | None = Field(
+        None, description="Folder of W&B's local files (its wandb/ folder); null: WANDB_DIR, or the working "
+        "directory.")
+    group: str | None = Field(None, min_length=1, description="W&B group of the run, e.g. the runs of one study.")
+
+
+class MlflowConfig(Section):
+    """An MLflow run per run file (`storage.mlflow`; the mlflow extra)."""
+
+    tracking_uri: str | None = Field(
+        None, min_length=1, description="MLflow tracking server or store: http://host:5000, sqlite:///mlflow.db, or "
+        "file:///DIR (MLflow 3 asks for MLFLOW_ALLOW_FILE_STORE=true there); null: MLFLOW_TRACKING_URI, or MLflow's "
+        "default.")
+    experiment: str = Field("lamarckian-hpc", min_length=1, description="MLflow experiment of the runs; made if "
+                            "missing.")
+
+
 class StorageConfig(Section):
     directory: Path = Field(Path("runs"), description="Folder for run files.")
     run_name: str | None = Field(None, min_length=1, description="File stem; default <config>-<time>-s<seed>.")
@@ -108,3 +134,12 @@ class StorageConfig(Section):
         "(`tensorboard --logdir DIR`), with the run file's metric names, flushed with it; a population run adds "
         "one series per PBT member. Needs tensorboardX (the export extra); a sink that fails logs one line and the "
         "run goes on.")
+    wandb: WandbConfig | None = Field(
+        None, description="Also send the run's metrics live to Weights & Biases, one W&B run named after the run "
+        "file, with the run file's metric names and steps and the resolved config (dotted keys) as its config; "
+        "e.g. storage.wandb.mode=offline. Needs the wandb extra; a sink that fails logs one line and the run goes on.")
+    mlflow: MlflowConfig | None = Field(
+        None, description="Also send the run's metrics live to MLflow, one MLflow run named after the run file, with "
+        "the run file's metric names and steps and the resolved config (dotted keys) as its parameters; e.g. "
+        "storage.mlflow.tracking_uri=http://host:5000. Needs the mlflow extra; a sink that fails logs one line and "
+        "the run goes on.")

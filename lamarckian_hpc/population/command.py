@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ..run_result import CANNOT_START, FAILED, INTERRUPTED, RunFailed
 from ..runtime.checkpoint import checkpoint_path, load_run_state
-from ..runtime.tensorboard_sink import tensorboard_sink
+from ..runtime.sinks import build_sinks
 from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
 from .workflow import Checkpointing, PopulationProgram, PopulationRuntime, run_population
 
@@ -104,12 +104,12 @@ def population_command(program: PopulationProgram, config: Any, path: Path, conf
     checkpointing = Checkpointing(checkpoint_path(path), config.storage.checkpoint_interval_seconds, reserve)
     resumed_after = None if state is None else done - 1
     genome_names = population_shape[2] if population_shape is not None and len(population_shape) > 2 else ()
-    sink = tensorboard_sink(config.storage, path, resumed=state is not None, genome_names=genome_names)
+    sinks = build_sinks(config, path, resumed=state is not None, genome_names=genome_names)
     try:
         return run_closing(writer, path, lambda: PopulationRun(run_population(
             program, PopulationRuntime.of(config.runtime), writer, checkpointing, state,
             report or (lambda line: console.print(line, highlight=False, soft_wrap=True)),
-            observers=() if sink is None else (sink,)), resumed_after), interrupted_after=unit)
+            observers=tuple(sinks)), resumed_after), interrupted_after=unit)
     finally:
-        if sink is not None:
+        for sink in sinks:
             sink.close()

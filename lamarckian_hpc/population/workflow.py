@@ -189,7 +189,7 @@ def run_population(program: PopulationProgram, runtime: PopulationRuntime, write
 
     `resume` is a state saved by an earlier process of this run: the program, its members and the
     clock continue from it. A pool given by the caller is used and left open. `observers` (the live
-    TensorBoard sink) are told each generation once the run file has it."""
+    sinks: TensorBoard, W&B, MLflow) are told each generation once the run file has it."""
     owns_pool = pool is None
     if pool is None:
         pool = make_pool(runtime.mode, program.host_factory(), program.num_slots, runtime.num_workers,

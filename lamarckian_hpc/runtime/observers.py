@@ -2,9 +2,10 @@
 after each generation, and the observers that listen.
 
 The trainer does not know about files or terminals: the HDF5 recorder, the console progress and the
-live TensorBoard sink subscribe to `on_update_end`, so a test can train with none of them and a new
-sink never changes the training loop. The population workflow writes its run file itself and then
-hands the same generation to its observers (`on_generation_end`).
+live sinks (TensorBoard, Weights & Biases, MLflow: `runtime.sinks`) subscribe to `on_update_end`, so
+a test can train with none of them and a new sink never changes the training loop. The population
+workflow writes its run file itself and then hands the same generation to its observers
+(`on_generation_end`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from .node_watch import NodeLostError
 from .observers import TrainObserver, TrainResult
 from .recording import MetricsRecorder, trajectory_writer_options
 from .sampling import POLICY_ID
-from .tensorboard_sink import TensorBoardSink, tensorboard_sink
+from .sinks import MetricSink, build_sinks
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
         trainer = make_trainer(config)
     except ValueError as error:
         raise TrainingSetupError(str(error)) from None
-    sink: TensorBoardSink | None = None
+    sinks: list[MetricSink] = []
     try:
         layout = getattr(trainer, "tree", None)
         meta = {**(meta or {}), **(layout.meta() if layout is not None else {"broadcast_layout": "serial"})}
@@ -133,9 +133,8 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
                                     resumed_from=saved.policy_version if saved is not None else None)
         # The checkpointer follows the recorder: it flushes the rows the checkpoint covers.
         trainer.observers += [recorder, checkpointer, *observers]
-        sink = tensorboard_sink(storage, run_path, resumed=saved is not None)
-        if sink is not None:
-            trainer.observers.append(sink)
+        sinks = build_sinks(config, run_path, resumed=saved is not None)
+        trainer.observers += sinks
         try:
             result = trainer.train()  # the recorder closes the file as completed when training ends
         except NodeLostError:
@@ -147,7 +146,7 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
             writer.close(completed=False)
             raise
     finally:
-        if sink is not None:  # a run that failed keeps the events of its last updates too
+        for sink in sinks:  # a run that failed keeps the metrics of its last updates too
             sink.close()
         trainer.close()
     return result
