@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+import time
 import sys
 from pathlib import Path
 
@@ -46,7 +47,19 @@ def mlflow_store(tmp_path, monkeypatch):
     return f"file://{tmp_path / 'mlruns'}"
 
 
-def wandb_records(folder: Path) -> list:
+def wandb_records(folder: Path, wait_seconds: float = 30.0) -> list:
+    """The records of the one offline W&B run under `folder`, once its run record is there: wandb's
+    service process may still be writing the file when the run has finished on our side (seen on a
+    loaded machine)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        records = _read_wandb_file(folder)
+        if any(record.WhichOneof("record_type") == "run" for record in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
+def _read_wandb_file(folder: Path) -> list:
     """The records of the one offline W&B run under `folder`, as wandb's own protobufs: the run file
     is a LevelDB-style log (a 7-byte header, then 32 KiB blocks of chunks: crc32c, length, type)."""
     from wandb.proto import wandb_internal_pb2
