@@ -18,7 +18,8 @@ import zmq
 from lamarckian_hpc.comm import ExperienceSender, Message, decode, encode
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.learner.ranks import ShardLearner
+pytest.importorskip("ray")  # a learner rank's intake is built on Ray's process model
+from lamarckian_hpc.runtime.learner.ranks import ShardLearner  # noqa: E402
 from lamarckian_hpc.runtime.messages import (KINDS, ActorExperience, ActorGradients, MalformedMessage, concatenate,
                                              gradients_message, hello_message, read_experience, read_gradients)
 from lamarckian_hpc.runtime.sampling import spaces_of

@@ -163,7 +163,8 @@ class DistributedTrainer(ExperienceIntake):
                                 config.runtime.stall_timeout_seconds, self._describe_actors,
                                 expected=self.shards.actors_of(0) if self.shards is not None else None)
         gradients = rl_algorithm(config).actor_gradients
-        self.spec = MessageSpec.of(self.num_actors, message_spaces, self.spaces[0], self.policy_learners,
+        # Observations travel as the sampler saw them (`MultiAgentSpaces.step_space`), as they are recorded.
+        self.spec = MessageSpec.of(self.num_actors, self.spaces, self.spaces[0], self.policy_learners,
                                    [p.shape for p in self.learner.model.parameters()] if gradients else None)
         self.malformed_logged: dict[str, float] = {}
         self.hellos: dict[int, int] = {}
