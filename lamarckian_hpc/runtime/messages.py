@@ -90,15 +90,50 @@ def _read_recorded(message: Message, episodes: int) -> tuple[Recorded, ...]:
                  for index, length, end, done, agent in zip(indices, lengths, ends, terminated, agent_ids))
 
 
-def read_experience(message: Message) -> ActorExperience:
-    """Rebuild the batch; raises KeyError or ValueError on a message that lacks a field."""
-    arrays = message.arrays
-    batch = ExperienceBatch(**{name: arrays[name] for name in _BATCH_FIELDS})
-    if int(batch.lengths.sum()) != len(batch) or len(batch.terminated) != len(batch.lengths):
+#: Per-step and per-fragment arrays of a batch: each group has one length.
+_STEP_FIELDS = ("observations", "actions", "log_probs", "rewards", "policy_versions")
+_FRAGMENT_FIELDS = ("lengths", "terminated", "bootstrap_observations")
+
+
+def _meta_int(message: Message, name: str, minimum: int, default: int | None = None) -> int:
+    """An integer of the message's meta, of type int (not a string or float that int() would take)."""
+    value = message.meta.get(name, default) if default is not None else message.meta[name]
+    if type(value) is not int or value < minimum:
+        raise ValueError(f"meta {name!r} must be an integer of at least {minimum}, got {value!r}")
+    return value
+
+
+def _check_batch(arrays: dict[str, np.ndarray]) -> None:
+    """A batch whose arrays line up: a message can decode and still describe a batch whose arrays
+    disagree (a bug in a sender, or a hostile key holder), which would stop the learner's update
+    or poison it with NaN; such a message is refused here, naming what is wrong."""
+    for group in (_STEP_FIELDS, _FRAGMENT_FIELDS, ("episode_returns", "episode_lengths")):
+        for name in group:
+            if arrays[name].ndim == 0:
+                raise ValueError(f"experience array {name!r} is 0-d")
+        sizes = {name: len(arrays[name]) for name in group}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"experience arrays of different lengths: {sizes}")
+    lengths = arrays["lengths"]
+    if lengths.dtype.kind not in "iu" or (lengths < 1).any() or int(lengths.sum()) != len(arrays["rewards"]):
         raise ValueError("experience fragments do not add up to its steps")
-    return ActorExperience(int(message.meta["actor_index"]), batch, arrays["episode_returns"],
-                           arrays["episode_lengths"], int(message.meta["env_frames"]),
-                           int(message.meta.get("env_errors", 0)), int(message.meta.get("sequence", -1)),
+    for name in ("observations", "bootstrap_observations", "log_probs", "rewards", "episode_returns"):
+        if arrays[name].dtype.kind == "f" and not np.isfinite(arrays[name]).all():
+            raise ValueError(f"experience array {name!r} holds NaN or infinite values")
+    if arrays["observations"].shape[1:] != arrays["bootstrap_observations"].shape[1:]:
+        raise ValueError(f"observations of shape {arrays['observations'].shape[1:]} but bootstrap observations "
+                         f"of shape {arrays['bootstrap_observations'].shape[1:]}")
+
+
+def read_experience(message: Message) -> ActorExperience:
+    """Rebuild the batch; raises KeyError or ValueError on a message that lacks a field or whose
+    fields do not fit together (`_check_batch`)."""
+    arrays = message.arrays
+    _check_batch({name: arrays[name] for name in (*_BATCH_FIELDS, "episode_returns", "episode_lengths")})
+    batch = ExperienceBatch(**{name: arrays[name] for name in _BATCH_FIELDS})
+    return ActorExperience(_meta_int(message, "actor_index", 0), batch, arrays["episode_returns"],
+                           arrays["episode_lengths"], _meta_int(message, "env_frames", 0),
+                           _meta_int(message, "env_errors", 0, 0), _meta_int(message, "sequence", -1, -1),
                            _read_recorded(message, len(arrays["episode_returns"])), _policy_id(message))
 
 

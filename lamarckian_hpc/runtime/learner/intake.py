@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import gymnasium as gym
+
 from ...comm import ExperienceReceiver
 from ...config import RunConfig
 from ..actor_watch import ActorWatch
@@ -25,6 +27,7 @@ class ExperienceIntake:
     """The receiving half of a learner process; the class that mixes it in sets the attributes below."""
 
     config: RunConfig
+    spaces: tuple[gym.Space, gym.Space]  # a single-agent run's observation and action spaces
     receiver: ExperienceReceiver
     watch: ActorWatch
     learner: Any
@@ -66,6 +69,10 @@ class ExperienceIntake:
             return None
         try:
             item = read_gradients(message) if message.kind == GRADIENTS else read_experience(message)
+            if item.actor_index not in self.watch.expected:
+                raise ValueError(f"actor index {item.actor_index} is not one of this learner's actors")
+            if isinstance(item, ActorExperience):
+                self._check_fits(item)
         except (KeyError, ValueError, TypeError) as error:
             self.receiver.malformed += 1
             log.error("dropped a %s message from %s: %s", message.kind, message.sender, error)
@@ -73,6 +80,29 @@ class ExperienceIntake:
         if (item.steps if isinstance(item, ActorGradients) else len(item.batch)) > 0:
             self.watch.on_experience()
         return item
+
+    def _check_fits(self, item: ActorExperience) -> None:
+        """Experience of this run's spaces, and of no policy version the learner has not made yet:
+        what decodes and lines up can still not fit the model (another observation shape, an
+        action out of range), and the update would fail on it. Raises ValueError naming the misfit."""
+        versions = item.batch.policy_versions
+        learner = getattr(self, "policy_learners", {}).get(item.policy_id, self.learner)
+        if len(versions) and int(versions.max()) > learner.version:
+            raise ValueError(f"experience of policy version {int(versions.max())}, newer than the learner's "
+                             f"{learner.version}")
+        if self.config.multiagent is not None:
+            return  # a multi-agent message's rows are the policy's own, checked by its sampling
+        observation_space, action_space = self.spaces
+        observations, actions = item.batch.observations, item.batch.actions
+        if isinstance(observation_space, gym.spaces.Box) and observations.shape[1:] != observation_space.shape:
+            raise ValueError(f"observations of shape {observations.shape[1:]}, the run's are {observation_space.shape}")
+        if isinstance(action_space, gym.spaces.Discrete):
+            if actions.ndim != 1 or actions.dtype.kind not in "iu" or (
+                    len(actions) and not (action_space.start <= actions.min() and
+                                          actions.max() < action_space.start + action_space.n)):
+                raise ValueError(f"actions outside the run's {action_space}")
+        elif isinstance(action_space, gym.spaces.Box) and actions.shape[1:] != action_space.shape:
+            raise ValueError(f"actions of shape {actions.shape[1:]}, the run's are {action_space.shape}")
 
     def _next_experience(self) -> ActorExperience | None:
         """`_next_message` when it is experience, its environment errors and sequence counted."""

@@ -78,6 +78,7 @@ class ShardLearner(ExperienceIntake):
     def __init__(self, config: RunConfig, context: zmq.Context, host: str, keys: JobKeys | None,
                  actors: Sequence[int], credit_budget: int) -> None:
         self.config = config
+        self.spaces = spaces_of(config)
         self.receiver = ExperienceReceiver(context, KINDS, host=host, keys=keys,
                                            max_message_bytes=limit_bytes(config.runtime.max_message_megabytes),
                                            credit_budget=credit_budget, serve=BROADCAST)
