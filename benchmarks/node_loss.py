@@ -10,11 +10,8 @@ restored afterwards (slurmd restarted, resumed), whatever happened. Run through 
 
 from __future__ import annotations
 
-import queue
-import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,72 +19,15 @@ import numpy as np
 
 from lamarckian_hpc.storage import open_run
 
-ROOT = Path(__file__).resolve().parents[1]
-CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster_launch import LaunchProcess, end_job, launch_cartpole, wait_for_version  # noqa: E402
+
 LOST = "node3"
-sys.path.insert(0, str(ROOT / "slurm" / "testcluster"))  # testcluster_nodes: losing a node
-
-
-class LaunchProcess:
-    """`lamarckian-hpc launch` in a subprocess, its output lines timestamped as they come."""
-
-    def __init__(self, command: list[str], cwd: Path) -> None:
-        self.process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.put((time.monotonic(), line))
-
-    def wait_for(self, pattern: str, timeout_seconds: float) -> tuple[float, re.Match] | None:
-        """(when, match) of the first line matching `pattern`; None at the deadline or the end."""
-        deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            try:
-                at, line = self.lines.get(timeout=0.5)
-            except queue.Empty:
-                if self.process.poll() is not None and self.lines.empty():
-                    return None
-                continue
-            self.output.append(line)
-            if match := re.search(pattern, line):
-                return at, match
-        return None
 
 
 def _launch(folder: Path, policy: str, max_wall_seconds: float) -> tuple[LaunchProcess, str, Path]:
-    from lamarckian_hpc.cluster.scheduler import cluster_problem
-
-    if (problem := cluster_problem(4)) is not None:
-        raise SystemExit(f"node loss needs the Slurm test cluster with 4 nodes: {problem} "
-                         f"(slurm/testcluster/start.sh 4 && source /var/tmp/lamarckian-testcluster/env)")
-    run = folder / "runs" / f"node_loss_{policy}.h5"
-    launch = LaunchProcess([sys.executable, "-m", "lamarckian_hpc", "launch", str(CARTPOLE), "stop.target_return=null",
-                            "stop.total_env_steps=100000000", f"stop.max_wall_seconds={max_wall_seconds}",
-                            "runtime.num_actors=4", f"runtime.on_node_loss={policy}", "algorithm.batch_size=1024",
-                            "storage.checkpoint_interval_seconds=5", "storage.metrics_interval_seconds=1",
-                            f"storage.directory={run.parent}", f"storage.run_name={run.stem}",
-                            "--nodes", "4", "--cpus-per-node", "2", "--time", "10", "--object-store-mb", "100",
-                            "--folder", str(folder / "jobs"), "--poll", "0.5", "--wait-timeout", "400"], folder)
-    submitted = launch.wait_for(r"submitted job (\d+)", 60)
-    if submitted is None:
-        raise SystemExit("launch did not submit:\n" + "".join(launch.output))
-    return launch, submitted[1].group(1), run
-
-
-def _wait_for_version(launch: LaunchProcess, run: Path, version: int, timeout_seconds: float = 240) -> None:
-    """Until a checkpoint at `version` or later exists (the run is well under way)."""
-    from lamarckian_hpc.runtime.checkpoint import load_checkpoint
-
-    deadline = time.monotonic() + timeout_seconds
-    checkpoint = run.with_suffix(".ckpt")
-    while not (checkpoint.is_file() and load_checkpoint(checkpoint).policy_version >= version):
-        launch.wait_for(r"^$", 0.5)  # keep its output
-        if time.monotonic() > deadline or launch.process.poll() is not None:
-            raise SystemExit(f"no checkpoint at policy version {version} within {timeout_seconds:.0f} s:\n"
-                             + "".join(launch.output))
+    return launch_cartpole(folder, f"node_loss_{policy}", 4, ["runtime.num_actors=4", f"runtime.on_node_loss={policy}"],
+                           max_wall_seconds)
 
 
 def _rows(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -104,12 +44,7 @@ def _gaps(versions: np.ndarray) -> tuple[int, int]:
 
 
 def _end(job_id: str) -> None:
-    from testcluster_nodes import remove_job_leftovers, restore_node
-
-    subprocess.run(["scancel", job_id], timeout=30)
-    restore_node(LOST)
-    time.sleep(2)  # let the cancelled job's processes go
-    remove_job_leftovers(job_id)
+    end_job(job_id, restore=LOST)
 
 
 def node_loss_fail(folder: Path) -> dict:
@@ -120,7 +55,7 @@ def node_loss_fail(folder: Path) -> dict:
 
     launch, job_id, run = _launch(folder, "fail", 300)
     try:
-        _wait_for_version(launch, run, 10)
+        wait_for_version(launch, run, 10)
         killed = kill_node(LOST, job_id)
         error = launch.wait_for(r"^error: ", 180)
         launch.process.wait(60)
@@ -156,7 +91,7 @@ def node_loss_continue(folder: Path, max_wall_seconds: float = 150) -> dict:
     launch, job_id, run = _launch(folder, "continue", max_wall_seconds)
     down_after = None
     try:
-        _wait_for_version(launch, run, 10)
+        wait_for_version(launch, run, 10)
         at_kill = _rows(run)
         killed = kill_node(LOST, job_id)
         while "DOWN" not in node_state(LOST) and time.monotonic() - killed.killed_at < 150:

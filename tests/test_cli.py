@@ -265,3 +265,5 @@ def test_local_ray_run_authenticates_itself_and_keeps_its_files_to_itself(tmp_pa
     with open_run(run_file) as reader:
         assert reader.meta["broadcast_layout"] == "flat" and "broadcast_tree" not in reader.meta
         assert reader.meta["learner_experience_connections"] == 1 == sum(reader.meta["actors_per_node"].values())
+        assert reader.meta["learner_experience_address"].startswith("tcp://127.0.0.1:")
+        assert reader.meta["learner_weights_address"] != reader.meta["learner_experience_address"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,9 @@ from lamarckian_hpc.runtime.sampling import POLICY_ID  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 from local_ray import local_ray  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from chaos import bad_experience  # noqa: E402  (benchmarks/chaos.py's bad messages)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CARTPOLE = CONFIGS / "ppo_cartpole.yaml"
@@ -212,3 +217,63 @@ def test_synchronous_sampling_goes_on_at_once_after_an_actor_restarts(tmp_path):
     assert after and after[0] - killer.killed_at < 60, "the run waited for the dead actor's credits"
     assert trainer.receiver.ledger.written_off >= 1 and trainer.receiver.ledger.reclaimed == 0
     assert killer.reports[-1].metrics["staleness_max"] == 0  # still only the current version
+
+
+class SendBadMessages(Collect):
+    """At `update`, a thread holding the job's actor keys sends `count` experience messages that
+    decode but are wrong inside (benchmarks/chaos.py's) to the learner's experience address."""
+
+    def __init__(self, trainer_ref: list, update: int, count: int) -> None:
+        super().__init__()
+        self.trainer_ref, self.update, self.count = trainer_ref, update, count
+        self.sent: list[int] = []
+        self.thread = None
+
+    def on_update_end(self, report) -> None:
+        super().on_update_end(report)
+        if self.thread is None and report.update >= self.update:
+            self.thread = threading.Thread(target=self._send, args=(report.policy_version,))
+            self.thread.start()
+
+    def _send(self, version: int) -> None:
+        import zmq
+
+        from lamarckian_hpc.comm import JobKeys
+        from lamarckian_hpc.comm.channels import ExperienceSender
+
+        trainer = self.trainer_ref[0]
+        context = zmq.Context()
+        sender = ExperienceSender(context, trainer.receiver.address, keys=JobKeys.load(trainer.keys.actor_folder),
+                                  high_water_mark=self.count)
+        try:
+            self.sent.append(sum(sender.send(bad_experience(index, version), timeout_ms=10_000)
+                                 for index in range(self.count)))
+        finally:
+            sender.socket.setsockopt(zmq.LINGER, 30_000)  # the queued ones leave before the socket closes
+            sender.close()
+            context.term()
+
+
+def test_bad_messages_from_a_holder_of_the_keys_are_counted_and_training_goes_on():
+    """Experience that decodes but does not fit (meta of the wrong types, NaN and inf, arrays that
+    do not line up, 0-d arrays, actions out of range, an actor that does not exist, a version the
+    learner has not made) is dropped and counted in malformed_messages, every kind of it; none
+    reaches an update, so the weights stay finite and the run ends at its budget. (The learner's
+    socket takes its connections in turn, so a flood from one costs the others a share, not all.)"""
+    config = load_config(CARTPOLE, ["runtime.mode=ray", "runtime.num_actors=2", "stop.total_env_steps=40000",
+                                    "stop.target_return=null"])
+    trainer_ref: list = []
+    bad = SendBadMessages(trainer_ref, update=3, count=16 * 2)
+    trainer = DistributedTrainer(config, [bad])
+    trainer_ref.append(trainer)
+    try:
+        result = trainer.train()
+        bad.thread.join(30)
+    finally:
+        trainer.close()
+    assert bad.sent == [bad.count]
+    assert result.env_frames >= 40000
+    assert trainer.receiver.malformed == bad.count
+    assert bad.reports[-1].metrics["malformed_messages"] == bad.count
+    assert all(np.isfinite(array).all() for array in trainer.learner.weights().values())
+    assert all(np.isfinite(report.metrics["loss_policy"]) for report in bad.reports)

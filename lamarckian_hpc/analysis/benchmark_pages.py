@@ -291,6 +291,13 @@ def _learner_scaling(data: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
+#: benchmarks/chaos.py's figures per fault, in the order its page explains them.
+CHAOS_COLUMNS = ["name", "hosts", "injected", "first_update_after_s", "longest_update_gap_after_s",
+                 "staleness_under_2_after_s", "credits_in_flight_max_after", "credit_budget", "staleness_mean_after",
+                 "lost_messages", "credits_written_off", "credits_late", "credits_reclaimed", "malformed_messages",
+                 "incomplete_batches", "finished", "file_read_failures", "file_reads"]
+
+
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
@@ -307,6 +314,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
         columns=["sent_bad", "malformed_messages", "sent_valid", "accepted", "learner_alive", "update_finite",
                  "distinct_mutations", "seconds"]),
     "learner_fuzz.mutations": lambda data: pd.DataFrame([data["result"]["mutations"]]),
+    "chaos": lambda data: pd.DataFrame(data["rows"]).reindex(columns=CHAOS_COLUMNS),
     "pbt_vs_tune_run2": pbt_vs_tune_frame, "pbt_vs_tune_idle": pbt_vs_tune_frame,
     "pbt_vs_tune_quiet": pbt_vs_tune_frame, "pbt_vs_tune_batched": pbt_vs_tune_frame,
     "pbt_vs_tune_run6": pbt_vs_tune_frame, "pbt_vs_tune_run7": pbt_vs_tune_frame,

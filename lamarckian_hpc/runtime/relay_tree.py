@@ -182,14 +182,18 @@ class RelayTree:
 
     def meta(self) -> dict[str, Any]:
         """What the run file's /meta records of the layout used: flat or tree, the tree over the
-        nodes (a tree run only) and the actors planned per node."""
+        nodes (a tree run only), the actors planned per node, and the learner's TCP addresses for
+        weights and experience (for an operator who needs to reach the learner of a running job:
+        they admit only holders of the job's keys)."""
         counts = [self.plan.actor_nodes.count(node) for node in range(len(self.plan.names))]
         if self.tree is None:
             connections = len(self.plan.actor_nodes)
         else:  # the relays of the first layer and the learner's node's own actors
             connections = counts[0] + sum(1 for name in self.plan.names[1:] if self.tree.parent_of(name) == self.tree.root)
         meta: dict[str, Any] = {"broadcast_layout": self.layout, "learner_experience_connections": connections,
-                                "actors_per_node": dict(zip(self.plan.names, counts))}
+                                "actors_per_node": dict(zip(self.plan.names, counts)),
+                                "learner_weights_address": self.publisher.address,
+                                "learner_experience_address": self.receiver.address}
         if self.tree is not None:
             meta["broadcast_tree"] = self.tree.to_dict()
         return meta

@@ -73,6 +73,29 @@ def job_processes_on(node: str, job_id: str | None = None) -> list[int]:
     return found
 
 
+def _command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0").split("\0")
+    except OSError:
+        return []
+
+
+def job_processes_titled(node: str, job_id: str, title: str) -> list[int]:
+    """The job's processes on `node` whose command line starts with `title`: Ray names its worker
+    processes after the actor they hold (`ray::ActorProcess`, `ray::RelayProcess`)."""
+    return sorted(pid for pid in job_processes_on(node, job_id) if " ".join(_command_line(pid)).startswith(title))
+
+
+def bootstrap_task(node: str, job_id: str) -> int:
+    """The job's bootstrap task on `node` (submitit's `_submit` process that slurmstepd started): on
+    the first node it is the driver, the learner's process."""
+    tasks = [pid for pid in job_processes_on(node, job_id)
+             if _name(_parent(pid)) == "slurmstepd" and "submitit.core._submit" in _command_line(pid)]
+    if len(tasks) != 1:
+        raise RuntimeError(f"{len(tasks)} bootstrap tasks of job {job_id} on {node}: {tasks}")
+    return tasks[0]
+
+
 def slurmd_pid(node: str) -> int:
     return int((TESTCLUSTER_DIR / "nodes" / node / "slurmd.pid").read_text().strip())
 
