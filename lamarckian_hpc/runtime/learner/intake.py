@@ -144,6 +144,10 @@ class ExperienceIntake:
         versions = experience.batch.policy_versions
         if not len(versions):
             return False
+        if int(versions.max()) > version:  # no actor samples with weights the learner has not made
+            self._drop_malformed(f"actor-{experience.actor_index}", "experience", MalformedMessage(
+                f"policy_versions: {int(versions.max())}, newer than the learner's {version}"))
+            return False
         if self.config.runtime.sampling == "sync":
             return self._fresh(int(versions.min()), len(versions), 0, version)  # only the current version
         return self._fresh(int(versions.min()), len(versions), self.config.runtime.max_policy_lag, version)
