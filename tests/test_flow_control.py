@@ -169,6 +169,41 @@ def test_a_sender_that_lost_its_grant_asks_again_and_gets_it(context, monkeypatc
         receiver.close()
 
 
+def test_what_a_sender_announced_goes_up_again_with_each_new_ask(context, monkeypatch) -> None:
+    """A hello can die in a relay that dies with it queued: a sender that waited so long for a
+    credit that it asks again sends its announcements again first."""
+    import lamarckian_hpc.comm.channels as channels
+
+    monkeypatch.setattr(channels, "ASK_AGAIN_SECONDS", 0.3)
+    receiver = ExperienceReceiver(context, {"experience", "hello"}, credit_budget=1)
+    sender = ExperienceSender(context, receiver.address)
+    kinds: list[str] = []
+
+    def take_in(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            message = receiver.receive(20)
+            if message is not None:
+                kinds.append(message.kind)
+
+    try:
+        assert sender.announce(Message("hello", "actor-0", -1, {}, {"actor_index": 0}))
+        deadline = time.monotonic() + 5
+        while not sender.take_credit(50):
+            take_in(0.05)
+            assert time.monotonic() < deadline, "no credit"
+        assert kinds == ["hello"]  # once, before the first ask
+        sender.send(experience(1.0), credited=True)  # the learner does not take it in: no credit comes back
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert not sender.take_credit(50)
+        take_in(0.5)
+        assert kinds[:3] == ["hello", "experience", "hello"], kinds  # asked again (after 0.3 s), hello first
+    finally:
+        sender.close()
+        receiver.close()
+
+
 def test_through_a_relay_the_learner_holds_one_connection_and_credits_come_back_down(context, tmp_path) -> None:
     keys = JobKeys.create(tmp_path / "keys")
     relay_folder = keys.write_relay_folder()

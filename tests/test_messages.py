@@ -109,6 +109,20 @@ def test_a_wrong_message_is_dropped_and_counted_and_the_next_valid_one_trained_o
     assert len(concatenate(shard.pending)) == 12 * len(shard.pending)  # every kept batch lines up with the others
 
 
+def test_a_hello_sent_again_is_the_same_process_and_a_new_pid_a_restart(intake):
+    """Actors send their hello again with each new ask for credit (`ExperienceSender.announce`):
+    a repeat neither counts as a restart nor renumbers the process's messages."""
+    shard, _ = intake
+    deliver(intake, hello_message(0, 4242, "node-a"))
+    hellos, lost = shard.hellos[0], shard.lost_messages
+    shard._check_sequence(deliver(intake, experience(5)))
+    assert shard.next_sequence[0] == 6
+    deliver(intake, hello_message(0, 4242, "node-a"))
+    assert shard.hellos[0] == hellos and shard.next_sequence[0] == 6 and shard.lost_messages == lost + 5
+    deliver(intake, hello_message(0, 4343, "node-a"))  # Ray restarted the actor
+    assert shard.hellos[0] == hellos + 1 and shard.next_sequence[0] == 0 and shard.actor_pids[0] == 4343
+
+
 def test_a_senders_malformed_messages_are_logged_once_a_minute_each_with_the_total(intake, caplog):
     shard, _ = intake
     bad = experience(env_frames=-1)

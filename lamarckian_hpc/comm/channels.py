@@ -298,7 +298,9 @@ class ExperienceSender:
 
     Experience is sent with `credited=True` and spends a credit; control messages (hello, an
     environment that fails) spend none. `take_credit` waits until one is held, asking for the
-    window first and again after ASK_AGAIN_SECONDS of waiting without one. The routing id is random
+    window first and again after ASK_AGAIN_SECONDS of waiting without one. A wait that long
+    means that what went up may have been lost (a relay that died with it queued): what this
+    process `announce`d goes up again with each new ask. The routing id is random
     and this process's own; the learner keys its account by the whole route its messages take. No
     send waits past its timeout, or, without one, past the `stop` event."""
 
@@ -319,9 +321,20 @@ class ExperienceSender:
         self.stop = stop
         self._asked_at: float | None = None
         self._dry_since: float | None = None  # when the current wait for a credit began
+        self._announcements: list[Message] = []
+
+    def announce(self, message: Message) -> bool:
+        """Send a control message that the learner must get once at least (it takes a repeat as
+        one): it is sent now and again before each new ask."""
+        self._announcements.append(message)
+        return self.send(message)
 
     def ask(self) -> None:
-        """Ask the learner for the window, saying what this sender received and spent so far."""
+        """Ask the learner for the window, saying what this sender received and spent so far
+        (after the announcements again, when this is not the first ask)."""
+        if self._asked_at is not None:
+            for message in self._announcements:
+                self.send(message)
         self._send_frames(encode(credit_request(self.window, self.received, self.spent)), None)
         self._asked_at = time.monotonic()
 

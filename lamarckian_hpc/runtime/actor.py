@@ -72,7 +72,7 @@ class ActorLoop:
         share = math.ceil(steps_per_update(config) / self.num_actors)
         synchronous = config.runtime.sampling == "sync"
         try:
-            sender.send(hello_message(self.actor_index, os.getpid(), socket.gethostname()))
+            sender.announce(hello_message(self.actor_index, os.getpid(), socket.gethostname()))
             version = self._wait_for_weights(subscriber, side, newer_than=-1)
             sent_with_version = 0
             frames_before, errors_before = side.sampler.env_frames, side.sampler.env_errors

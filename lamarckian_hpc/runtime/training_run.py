@@ -41,6 +41,10 @@ def make_trainer(config: RunConfig) -> Any:
     # The environment is made once before Ray starts, so that an id or keyword it refuses is one
     # line within a second, not after Ray's start-up (and its shutdown).
     spaces = spaces_of(config) if config.multiagent is None else None
+    if config.runtime.device == "cuda":  # likewise a GPU that is not there (this imports torch first)
+        from ..rl.device import choose_device
+
+        choose_device("cuda")
     start_ray_while_importing(config.runtime.ray_address, ray_cpus(config.runtime.num_actors))
     from .distributed import DistributedTrainer
 

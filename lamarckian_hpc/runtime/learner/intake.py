@@ -60,10 +60,11 @@ class ExperienceIntake:
         try:
             if message.kind == HELLO:
                 index, pid, host = read_hello(message, self.spec)
-                self.hellos[index] = self.hellos.get(index, 0) + 1
-                self.watch.on_hello(index, host)
-                self.next_sequence[index] = 0  # a new process numbers its messages from 0
-                self.actor_pids[index] = pid
+                if self.actor_pids.get(index) != pid:  # a process's first hello; a repeat (`announce`) counts once
+                    self.hellos[index] = self.hellos.get(index, 0) + 1
+                    self.watch.on_hello(index, host)
+                    self.next_sequence[index] = 0  # a new process numbers its messages from 0
+                    self.actor_pids[index] = pid
                 previous, self.actor_routes[index] = self.actor_routes.get(index), self.receiver.last_route
                 if previous is not None and previous != self.receiver.last_route:
                     self.receiver.ledger.write_off(previous)  # the old process's credits died with it
