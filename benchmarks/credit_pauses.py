@@ -54,8 +54,9 @@ def _actor(context: zmq.Context, address: str, window: int, stop: threading.Even
 
 def measure(actors: int, cycles: int, budget: int) -> dict[str, Any]:
     channels.ASK_AGAIN_SECONDS = ASK_AGAIN
-    if hasattr(credits, "PAUSE_SECONDS"):  # scaled as the rest: 5 s each in a run
-        credits.PAUSE_SECONDS = credits.GRANT_TRANSIT_SECONDS = 0.5
+    for name in ("PAUSE_SECONDS", "GRANT_TRANSIT_SECONDS"):  # scaled as the rest: 5 s each in a run (where defined)
+        if hasattr(credits, name):
+            setattr(credits, name, 0.5)
     context = zmq.Context()
     receiver = ExperienceReceiver(context, {"experience"}, credit_budget=budget)
     receiver.ledger.reclaim_seconds = RECLAIM

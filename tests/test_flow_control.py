@@ -14,7 +14,7 @@ import zmq
 
 from lamarckian_hpc.comm import BROADCAST, ExperienceReceiver, ExperienceSender, JobKeys, Message, WeightPublisher
 import lamarckian_hpc.comm.credits as credits
-from lamarckian_hpc.comm.credits import GRANT_TRANSIT_SECONDS, CreditLedger
+from lamarckian_hpc.comm.credits import CreditLedger
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.config import load_config
@@ -28,34 +28,36 @@ def experience(value: float) -> Message:
     return Message("experience", "actor", 1, {"x": np.full(16, value, np.float32)})
 
 
+def new_credits(grants: list[tuple[tuple[bytes, ...], int, int]]) -> dict[tuple[bytes, ...], int]:
+    return {route: count for route, count, _ in grants}
+
+
 def test_the_ledger_keeps_the_budget_and_gives_credits_in_turn() -> None:
     ledger = CreditLedger(budget=3)
     for key in (b"a", b"b", b"c", b"d"):
         ledger.want((key,), window=2)
-    first = dict(ledger.grants())
-    assert first == {(b"a",): 1, (b"b",): 1, (b"c",): 1}  # one each in turn, never more than the budget
+    first = ledger.grants()
+    assert first == [((b"a",), 1, 1), ((b"b",), 1, 1), ((b"c",), 1, 1)]  # in turn, never past the budget
     assert ledger.in_flight == 3 and ledger.grants() == []
-    ledger.spend((b"a",))  # a's message arrived: its credit goes to the next in turn, d
-    assert dict(ledger.grants()) == {(b"d",): 1}
-    ledger.spend((b"b",))
-    assert dict(ledger.grants()) == {(b"a",): 1}  # then a again, before b asks twice
+    ledger.spend((b"a",), 1)  # a's message arrived: its credit goes to the next in turn, d
+    assert new_credits(ledger.grants()) == {(b"d",): 1}
+    ledger.spend((b"b",), 1)
+    assert ledger.grants() == [((b"a",), 1, 2)]  # then a again (its second credit), before b asks twice
     assert ledger.in_flight == 3 and ledger.uncredited == 0
 
 
 def test_the_window_caps_one_sender_and_a_repeated_request_grants_nothing_twice() -> None:
-    now = [0.0]
-    ledger = CreditLedger(budget=100, clock=lambda: now[0])
+    """A grant is the sender's limit: a request sent before the grants arrived has the limit sent
+    again, with nothing new, however long the grants took; the sender cannot hold more than it."""
+    ledger = CreditLedger(budget=100)
     ledger.want(ROUTE, window=3)
-    assert dict(ledger.grants()) == {ROUTE: 3}
+    assert ledger.grants() == [(ROUTE, 3, 3)]
     ledger.want(ROUTE, window=3, received=1, spent=0)  # asks while two grants are still on their way
-    assert ledger.grants() == [] and ledger.in_flight == 3 and ledger.written_off == 0
-    now[0] += GRANT_TRANSIT_SECONDS + 1
+    assert ledger.grants() == [(ROUTE, 0, 3)] and ledger.in_flight == 3 and ledger.written_off == 0
     ledger.want(ROUTE, window=3, received=3, spent=0)  # asks again: it holds all three
     assert ledger.grants() == [] and ledger.in_flight == 3
-    ledger.want(ROUTE, window=1, received=1, spent=0)  # two grants lost on the way
-    assert ledger.in_flight == 1 and ledger.grants() == []
-    ledger.spend(ROUTE)
-    assert ledger.in_flight == 0 and dict(ledger.grants()) == {ROUTE: 1}
+    ledger.spend(ROUTE, 1)
+    assert ledger.in_flight == 2 and ledger.grants() == [(ROUTE, 1, 4)]
 
 
 def test_credited_messages_lost_on_the_way_come_back_to_the_pool() -> None:
@@ -63,27 +65,39 @@ def test_credited_messages_lost_on_the_way_come_back_to_the_pool() -> None:
     than arrived, and those credits return (else a few lost messages would stall the budget)."""
     ledger = CreditLedger(budget=2)
     ledger.want(ROUTE, window=2)
-    assert dict(ledger.grants()) == {ROUTE: 2}
+    assert ledger.grants() == [(ROUTE, 2, 2)]
     ledger.want((b"b",), window=2)
     assert ledger.grants() == []  # the budget is with a's two messages, lost with its relay
     ledger.want(ROUTE, window=2, received=2, spent=2)
     assert ledger.written_off == 2 and ledger.in_flight == 0
-    assert dict(ledger.grants()) == {(b"b",): 1, ROUTE: 1}
-    ledger.spend(ROUTE)  # the new credit's message
-    ledger.spend(ROUTE)  # one of the lost two turns up after all: it grants nothing
+    assert new_credits(ledger.grants()) == {(b"b",): 1, ROUTE: 1}
+    ledger.spend(ROUTE, 3)  # the new credit's message
+    ledger.spend(ROUTE, 1)  # one of the lost two turns up after all: it grants nothing
     assert ledger.late == 1 and ledger.in_flight == 1 and ledger.accounts[ROUTE].spent == 3
+    assert new_credits(ledger.grants()) == {(b"b",): 1}  # one credit back (in turn, to b), not two
+
+
+def test_a_message_that_skips_numbers_writes_off_those_it_skipped() -> None:
+    ledger = CreditLedger(budget=3)
+    ledger.want(ROUTE, window=3)
+    ledger.grants()
+    ledger.spend(ROUTE, 3)  # 1 and 2 were lost on the way
+    assert ledger.written_off == 2 and ledger.in_flight == 0
+    ledger.spend(ROUTE, 2)  # or only late: nothing more comes back
+    ledger.spend(ROUTE, 9)  # a credit never granted spends nothing
+    assert ledger.late == 1 and ledger.uncredited == 1 and ledger.in_flight == 0
 
 
 def test_a_silent_sender_gives_its_credits_back() -> None:
     ledger = CreditLedger(budget=2, reclaim_seconds=10)
     ledger.want(ROUTE, window=2)
-    assert dict(ledger.grants()) == {ROUTE: 2}
+    assert new_credits(ledger.grants()) == {ROUTE: 2}
     ledger.want((b"x",), window=2)
     assert ledger.grants() == []  # the budget is with a sender that died
     assert ledger.reclaim(time.monotonic() + 11) == 2 and ROUTE not in ledger.accounts
     assert ledger.in_flight == 0
     ledger.want((b"x",), window=2)
-    assert dict(ledger.grants()) == {(b"x",): 2}
+    assert new_credits(ledger.grants()) == {(b"x",): 2}
 
 
 def test_messages_sizes_and_credits_follow_the_actor_count() -> None:
@@ -151,7 +165,6 @@ def test_a_sender_that_lost_its_grant_asks_again_and_gets_it(context, monkeypatc
     import lamarckian_hpc.comm.channels as channels
 
     monkeypatch.setattr(channels, "ASK_AGAIN_SECONDS", 0.3)
-    monkeypatch.setattr(credits, "GRANT_TRANSIT_SECONDS", 0.2)
     receiver = ExperienceReceiver(context, {"experience"}, credit_budget=1)
     sender = ExperienceSender(context, receiver.address)
     try:

@@ -389,9 +389,9 @@ def test_a_relay_drops_a_grants_message_that_is_not_well_formed_and_passes_the_n
         hop, actor, empty, *body = learner.recv_multipart()  # a lone part goes up as it came
         assert hop == b"relay:node1" and empty == b"" and decode(body).kind == "credit"
         assert actor == sender.socket.getsockopt(zmq.ROUTING_ID)
-        for grants in ([[["a"], 1]], "x", [[[actor], 0]], [[[actor, b"b", b"c", b"d"], 1]]):
+        for grants in ([[["a"], 1, 1]], "x", [[[actor], 2]], [[[actor, b"b", b"c", b"d"], 1, 1]]):
             learner.send_multipart([hop, b"", *encode(Message("credit", "learner", -1, {}, {"grants": grants}))])
-        learner.send_multipart([hop, b"", *encode(Message("credit", "learner", -1, {}, {"grants": [[[actor], 2]]}))])
+        learner.send_multipart([hop, b"", *encode(Message("credit", "learner", -1, {}, {"grants": [[[actor], 2, 2]]}))])
         assert sender.poll_credits(5_000) == 2  # the well-formed one came through, split for its sender
         assert relay.stats.malformed_down == 4
     finally:

@@ -256,35 +256,50 @@ def split_route(frames: list[Any]) -> tuple[tuple[bytes, ...], list[Any]]:
     raise WireError("no route: an experience-channel message starts with routing ids and an empty frame")
 
 
-def grant_message(count: int) -> Message:
-    return Message(CREDIT, "learner", -1, {}, {"grant": int(count)})
+def grant_message(count: int, limit: int) -> Message:
+    """`count` new credits, and the sender's limit: the credits granted to it in all."""
+    return Message(CREDIT, "learner", -1, {}, {"grant": int(count), "limit": int(limit)})
 
 
 def grants_message(grants: list[list[Any]]) -> Message:
-    """Grants for several senders behind one relay: [route below the relay, count] each."""
+    """Grants for several senders behind one relay: [route below the relay, count, limit] each."""
     return Message(CREDIT, "learner", -1, {}, {"grants": grants})
 
 
-#: Grants of one message to a relay at most, and credits of one grant at most.
+#: Grants of one message to a relay at most, credits of one grant at most, and a limit's bound.
 MAX_GRANTS = 4096
 MAX_GRANT = 1 << 20
+MAX_LIMIT = 1 << 62
+
+Grant = tuple[tuple[bytes, ...], int, int]
 
 
-def read_grants(message: Message) -> list[tuple[tuple[bytes, ...], int]]:
-    """The (route below, count) of a grants message, checked; raises WireError."""
+def _checked_grant(count: Any, limit: Any) -> tuple[int, int]:
+    if type(count) is not int or not 0 <= count <= MAX_GRANT:
+        raise WireError(f"a grant of {count!r} credits")
+    if type(limit) is not int or not count <= limit < MAX_LIMIT:
+        raise WireError(f"a grant's limit of {limit!r}")
+    return count, limit
+
+
+def read_grant(message: Message) -> tuple[int, int]:
+    """(count, limit) of a grant to one sender, checked; raises WireError."""
+    return _checked_grant(message.meta.get("grant"), message.meta.get("limit"))
+
+
+def read_grants(message: Message) -> list[Grant]:
+    """The (route below, count, limit) of a grants message, checked; raises WireError."""
     grants = message.meta.get("grants")
     if message.kind != CREDIT or not isinstance(grants, list) or not 0 < len(grants) <= MAX_GRANTS:
-        raise WireError(f"grants are a list of 1 to {MAX_GRANTS} [route, count]")
+        raise WireError(f"grants are a list of 1 to {MAX_GRANTS} [route, count, limit]")
     checked = []
     for grant in grants:
-        if not (isinstance(grant, list) and len(grant) == 2 and isinstance(grant[0], list)):
-            raise WireError("a grant is [route, count]")
-        route, count = grant
+        if not (isinstance(grant, list) and len(grant) == 3 and isinstance(grant[0], list)):
+            raise WireError("a grant is [route, count, limit]")
+        route, count, limit = grant
         if not 0 < len(route) < MAX_ROUTE_FRAMES or not all(type(r) is bytes and r for r in route):
             raise WireError(f"a grant's route is 1 to {MAX_ROUTE_FRAMES - 1} routing ids")
-        if type(count) is not int or not 0 < count <= MAX_GRANT:
-            raise WireError(f"a grant of {count!r} credits")
-        checked.append((tuple(route), count))
+        checked.append((tuple(route), *_checked_grant(count, limit)))
     return checked
 
 
@@ -347,15 +362,14 @@ class ExperienceSender:
             try:
                 if len(frames) < 2 or len(frames[0]) != 0:
                     raise WireError("a grant starts with an empty frame")
-                grant = decode(frames[1:], known_kinds={CREDIT}).meta.get("grant")
-                if type(grant) is not int or not 0 < grant <= MAX_GRANT:
-                    raise WireError(f"a grant of {grant!r} credits")
+                _, limit = read_grant(decode(frames[1:], known_kinds={CREDIT}))
             except WireError as error:
                 self.malformed += 1
                 log_malformed(self.malformed, "credit grant", error)
                 continue
-            self.credits += grant
-            self.received += grant
+            # A limit, not an increment: one that comes twice or late gives nothing past the newest.
+            self.received = max(self.received, limit)
+            self.credits = self.received - self.spent
         return self.credits
 
     def take_credit(self, timeout_ms: int) -> bool:
@@ -380,8 +394,8 @@ class ExperienceSender:
         does not block either: the peer that made the socket writable may be gone by then (a
         connection whose handshake failed), and a blocking send would then wait for a learner
         that never comes."""
-        if credited:
-            message = replace(message, meta={**message.meta, CREDIT: 1})
+        if credited:  # numbered: the learner can tell a late or lost one
+            message = replace(message, meta={**message.meta, CREDIT: self.spent + 1})
         if not self._send_frames(encode(message), timeout_ms):
             return False
         if credited:
@@ -497,8 +511,13 @@ class ExperienceReceiver:
                 return False
             self.ledger.want(route, *counts)
             return False
-        if message.meta.get(CREDIT):
-            self.ledger.spend(route)
+        number = message.meta.get(CREDIT)
+        if number is not None:
+            if type(number) is not int or not 0 < number < MAX_LIMIT:
+                self.malformed += 1
+                log_malformed(self.malformed, "credited message", WireError(f"credit number {number!r}"))
+                return False
+            self.ledger.spend(route, number)
         else:
             self.ledger.seen(route)
         self.received += 1
@@ -513,12 +532,12 @@ class ExperienceReceiver:
             self._reclaimed_at = now
             self.ledger.reclaim(now)
         via: dict[bytes, list[list[Any]]] = {}
-        for route, count in self.ledger.grants():
+        for route, count, limit in self.ledger.grants():
             if len(route) == 1:
-                self.socket.send_multipart([*route, b"", *encode(grant_message(count))])
+                self.socket.send_multipart([*route, b"", *encode(grant_message(count, limit))])
                 self.grant_messages += 1
             else:
-                via.setdefault(route[0], []).append([list(route[1:]), count])
+                via.setdefault(route[0], []).append([list(route[1:]), count, limit])
         for hop, grants in via.items():
             self.socket.send_multipart([hop, b"", *encode(grants_message(grants))])
             self.grant_messages += 1

@@ -28,26 +28,33 @@ another sender's credits. When a relay re-attaches, its senders' routes change; 
 asks on a new route retires its account on the old one (the credits it held there were lost with
 the relay) and starts one from its own counts.
 
-The counts are cumulative on both sides, which makes a repeated request idempotent: a sender that
+The counts are cumulative on both sides, and so are the grants and the spends: a grant says how
+many credits the sender has been granted in all (its limit, as TCP's window is an edge, not an
+increment), and a credited message says which of the sender's credits it spends (its number). A
+grant that comes twice, late or out of order gives nothing past the newest limit; a message that
+comes after a later one of its sender (or after it was written off) is `late` and spends nothing.
+So the ledger never needs to guess whether a grant is lost or still travelling: a sender that
 waited long without a credit asks again with how many it has received and spent, and the ledger
-writes off what never arrived: grants it never got, and credited messages it sent that never
-reached the learner (lost with a relay that re-attached); grants sent within the last few seconds
-are still on their way and are never written off (requests that queued while the learner paused
-arrive after the grants it sends on resuming). A written-off message that turns up after all is
-counted `late` and grants nothing: the credits in flight can then exceed the budget by at
-most what was on its way when it was written off. Whatever a sender claims, an account never holds
-less than nothing nor more than its window, so no request can make the ledger grant past the
-budget. Accounts of senders silent for `reclaim_seconds` (a dead process) return their credits to
-the pool; the time the learner itself was not listening (a long update, a slow checkpoint, a
-stopped process) does not count as silence. A sender whose account was reclaimed and that asks
-again starts a fresh account from its own counts, holding the credits it says it holds.
+sends its limit again (granting nothing new) when the sender has not got it all, and writes off the
+credited messages the sender sent that never reached it (lost with a relay). The credits a sender
+can hold are then never more than the ledger counts for it. Whatever a sender claims, an account
+never holds less than nothing nor more than its window, so no request can make the ledger grant
+past the budget.
+
+When a relay re-attaches, its senders' routes change; a sender that then asks on a new route takes
+its account there, with the ledger's counts, and the old route is closed. Accounts of senders
+silent for `reclaim_seconds` (a dead process) return their credits to the pool; the time the
+learner itself was not listening (a long update, a slow checkpoint, a stopped process) does not
+count as silence. A sender whose account was reclaimed and that asks again starts a fresh account
+from its own counts, holding the credits it says it holds; only a grant that was still travelling
+when its account was reclaimed (two minutes) can then take it past its window.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 #: How long an account may hold credits without a message before they count as lost.
@@ -55,9 +62,6 @@ RECLAIM_SECONDS = 120.0
 #: A learner that did not receive for this long was paused (an update, a checkpoint, a stop): the
 #: silence of its senders over that time is its own, not theirs.
 PAUSE_SECONDS = 5.0
-#: Grants younger than this are on their way, whatever a request says: requests queued while the
-#: learner paused arrive after the grants it sends on resuming, and must not write those off.
-GRANT_TRANSIT_SECONDS = 5.0
 
 Route = tuple[bytes, ...]
 
@@ -66,10 +70,9 @@ Route = tuple[bytes, ...]
 class _Account:
     window: int
     last_seen: float
-    granted: int = 0  # cumulative credits sent to it
-    spent: int = 0  # cumulative credited messages received from it
+    granted: int = 0  # cumulative credits granted to it: its limit
+    spent: int = 0  # the number of the newest credited message received from it
     queued: bool = False  # waiting in the ledger's turn queue
-    sent: deque[tuple[float, int]] = field(default_factory=deque)  # (when, granted before) of recent grants
 
     @property
     def outstanding(self) -> int:
@@ -89,6 +92,7 @@ class CreditLedger:
         self.accounts: dict[Route, _Account] = {}
         self._by_sender: dict[bytes, Route] = {}  # a sender's own id -> the route of its account
         self._turns: deque[Route] = deque()
+        self._resend: set[Route] = set()  # senders that asked without having their limit
         self.in_flight = 0  # credits granted and not yet spent, over every account
         self.uncredited = 0  # credited messages from senders that held no credit
         self.reclaimed = 0
@@ -104,44 +108,50 @@ class CreditLedger:
         self._listened_at = now
 
     def want(self, route: Route, window: int, received: int = 0, spent: int = 0) -> None:
-        """A sender asks for `window` credits at once; `received` and `spent` are its own counts.
-        Credits granted beyond `received` are written off (lost on the way, or not yet there: a
-        sender asks again only after a long wait), and so are credited messages it sent beyond
-        those that arrived: they come back to the pool."""
+        """A sender asks for `window` credits at once; `received` (its limit) and `spent` are its own
+        counts. Its credited messages the ledger has not seen are written off (lost on the way: a
+        sender asks again only after a long wait), and its limit is sent again when it has not got
+        it all. A request that comes after a newer one changes nothing."""
         window = max(1, window)
         account = self.accounts.get(route)
-        if account is None or spent < account.spent:  # new, reclaimed, re-attached or restarted
+        if account is None:
+            known = self.accounts.get(self._by_sender.get(route[-1], ()))
+            if known is not None and spent < known.spent:
+                return  # a request that took a way its sender has left, overtaken by newer messages
+            account = self._take_over(route)
+        if account is None:  # new, or reclaimed: start from the sender's own counts
             held = min(window, max(0, received - spent))
-            # What the old account held beyond the credits the sender still has never arrives.
-            lost = self._retire(self._by_sender.get(route[-1])) + self._retire(route)
-            self.written_off += max(0, lost - held)
             account = self.accounts[route] = _Account(window, self.clock(), granted=spent + held, spent=spent)
             self._by_sender[route[-1]] = route
             self.in_flight += held
         else:
-            before = account.outstanding
             account.window, account.last_seen = window, self.clock()
             # Counts only ever make the account hold less: what it claims beyond the grants never was.
             spent = min(spent, account.granted)
-            received = max(min(received, account.granted), spent)
-            lost_grants = max(0, self._granted_before_transit(account) - received)  # the young are on their way
-            self.written_off += (spent - account.spent) + lost_grants
-            account.spent, account.granted = spent, account.granted - lost_grants
-            self.in_flight += account.outstanding - before
+            if spent > account.spent:
+                lost = spent - account.spent
+                self.written_off += lost
+                self.in_flight -= lost
+                account.spent = spent
+            if received < account.granted:
+                self._resend.add(route)
         self._queue(route, account)
 
-    def spend(self, route: Route) -> None:
-        """A credited message arrived by `route`: its credit comes back to the pool."""
+    def spend(self, route: Route, number: int) -> None:
+        """A credited message arrived by `route`, spending the sender's credit `number` (1 for its
+        first): its credits up to that number come back to the pool (those it skipped were lost on
+        the way, and are written off)."""
         account = self.accounts.get(route)
-        if account is None:
+        if account is None or number > account.granted:  # no account, or a credit never granted
             self.uncredited += 1
             return
         account.last_seen = self.clock()
-        if account.outstanding <= 0:  # written off already (it counted in the sender's `spent`)
+        if number <= account.spent:  # written off already, or overtaken by a later one
             self.late += 1
             return
-        self.in_flight -= 1
-        account.spent += 1
+        self.written_off += number - account.spent - 1
+        self.in_flight -= number - account.spent
+        account.spent = number
         self._queue(route, account)
 
     def seen(self, route: Route) -> None:
@@ -164,8 +174,10 @@ class CreditLedger:
         self._queue(route, account)
         return lost
 
-    def grants(self) -> list[tuple[Route, int]]:
-        """Credits to send now, (route, count) per sender, in turn while the budget has room."""
+    def grants(self) -> list[tuple[Route, int, int]]:
+        """Grants to send now, (route, new credits, limit) per sender: new credits in turn while the
+        budget has room, and the limit again (perhaps with none new) to senders that asked without
+        having it."""
         given: dict[Route, int] = {}
         while self.in_flight < self.budget and self._turns:
             route = self._turns.popleft()
@@ -175,14 +187,15 @@ class CreditLedger:
             account.queued = False
             if account.outstanding >= account.window:
                 continue
-            if route not in given:
-                self._granted_before_transit(account)  # forget the grants that arrived long since
-                account.sent.append((self.clock(), account.granted))
             account.granted += 1
             self.in_flight += 1
             given[route] = given.get(route, 0) + 1
             self._queue(route, account)
-        return list(given.items())
+        for route in self._resend:
+            if route in self.accounts:
+                given.setdefault(route, 0)
+        self._resend.clear()
+        return [(route, count, self.accounts[route].granted) for route, count in given.items()]
 
     def reclaim(self, now: float | None = None) -> int:
         """Return the credits of senders silent for `reclaim_seconds` to the pool; how many. Silence
@@ -195,12 +208,18 @@ class CreditLedger:
         self.reclaimed += returned
         return returned
 
-    def _granted_before_transit(self, account: _Account) -> int:
-        """The account's grants, less those sent within GRANT_TRANSIT_SECONDS (still on their way)."""
-        horizon = self.clock() - GRANT_TRANSIT_SECONDS
-        while account.sent and account.sent[0][0] < horizon:
-            account.sent.popleft()
-        return account.sent[0][1] if account.sent else account.granted
+    def _take_over(self, route: Route) -> _Account | None:
+        """The account the sender of `route` held on another route (a relay on its way re-attached),
+        moved to `route`; None for a sender without one."""
+        old = self._by_sender.get(route[-1])
+        account = self.accounts.pop(old, None) if old is not None else None
+        if account is None:
+            return None
+        self._resend.discard(old)
+        account.queued = False  # its turn under the old route is skipped
+        self.accounts[route] = account
+        self._by_sender[route[-1]] = route
+        return account
 
     def _retire(self, route: Route | None) -> int:
         """Close the account of `route`, its credits back in the pool; how many it held."""

@@ -238,6 +238,8 @@ class Relay:
                     if part[1].meta.get(CREDIT):
                         self._credited_up += 1
                     if not stackable(part[1]):
+                        if part[1].meta.get(CREDIT):
+                            self._flush()  # what its sender sent before it goes up first
                         self._send_part(part)
                         continue
                     if not self.bundler.fits(part):
@@ -265,12 +267,12 @@ class Relay:
             log_malformed(self.stats.malformed_down, "grants message", error, where=f"relay {self.spec.node}: ")
             return
         below: dict[bytes, list[list[Any]]] = {}
-        self._granted_below += sum(count for _, count in grants)
-        for route, count in grants:
+        self._granted_below += sum(count for _, count, _ in grants)
+        for route, count, limit in grants:
             if len(route) == 1:
-                self._send_down([route[0], b"", *encode(grant_message(count))])
+                self._send_down([route[0], b"", *encode(grant_message(count, limit))])
             else:
-                below.setdefault(route[0], []).append([list(route[1:]), count])
+                below.setdefault(route[0], []).append([list(route[1:]), count, limit])
         for hop, hop_grants in below.items():
             self._send_down([hop, b"", *encode(grants_message(hop_grants))])
 
