@@ -130,6 +130,18 @@ def test_nodes_join_ray_in_waves_that_grow_while_the_head_keeps_up():
     assert next_wave_size(32, 4.0, 4.0, False, settings) == 32          # capped
 
 
+def test_a_rank_whose_mpi_never_lets_it_end_is_ended_with_its_exit_code():
+    """A node cut off the network and back left rank 0 stuck inside MPI (a test of the release's
+    request in the fabric's TCP provider) and the job alive for ever: once its part is done, a
+    rank's process ends after a grace time whatever it is stuck in (here, a sleep that never ends)."""
+    code = ("import time; from lamarckian_hpc.cluster.ray_cluster import end_if_stuck\n"
+            "end_if_stuck(0.5, 3, 0)\ntime.sleep(60)\n")
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert result.returncode == 3 and time.monotonic() - started < 30
+    assert "rank 0: MPI did not let this process end within 0 s" in result.stderr, result.stderr
+
+
 def test_job_states_come_from_the_controller_without_accounting(tmp_path):
     require_slurm(1)
     from lamarckian_hpc.cluster.scheduler import GONE, job_state

@@ -21,7 +21,11 @@ join a few at a time; a node whose `ray start` exits before its node is up is st
 Waiting ranks poll non-blocking MPI requests with a sleep: MPICH's blocking calls spin, which on
 a shared node would take cores from the actors. They also stop once the head's Ray node has not
 answered for a while: the release is broadcast through other ranks, and a lost node among them
-would otherwise leave the ranks below it waiting for ever.
+would otherwise leave the ranks below it waiting for ever. A node that drops off the network and
+comes back can leave MPI itself stuck in a call that these polls cannot bound (a test of the
+release's request inside the fabric's TCP provider, or MPI_Finalize at exit): once its part is
+done, each rank ends its process after a grace time whatever MPI does (`end_if_stuck`), so the
+job ends and Slurm can requeue it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +66,9 @@ NODE_RESOURCE_PREFIX = "node:"  # custom resource `node:<slurm node name>` on ea
 HEAD_GONE_SECONDS = 10.0
 HEAD_CHECK_SECONDS = 2.0
 FAILED_WAIT_SECONDS = 3.0
+#: After a rank's part is done and its release and barrier waits are over, how long its process may
+#: still take to exit (MPI_Finalize included) before `end_if_stuck` ends it.
+EXIT_GRACE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,23 @@ def ray_start_command(node: NodeInfo, label: str, head_address: str | None, temp
         ports.pop("port"), ports.pop("dashboard-port")
     command += [f"--{name}={port}" for name, port in ports.items()]
     return command
+
+
+def end_if_stuck(seconds: float, exit_code: int, rank: int) -> threading.Timer:
+    """End this process with `exit_code` unless it has exited within `seconds` (a daemon timer: it
+    also runs while MPI_Finalize does, at exit). The run's files are closed by then."""
+    def end() -> None:
+        log.error("rank %d: MPI did not let this process end within %.0f s of its last wait (a node that "
+                  "dropped off the network leaves MPI stuck); ending it with exit code %d", rank, seconds, exit_code)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+    timer = threading.Timer(seconds, end)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def wait_request(request: Any, timeout_seconds: float | None, give_up: Callable[[], bool] | None = None) -> bool:
@@ -199,7 +224,9 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
     """Collective: start Ray over all ranks, run `driver` on rank 0 (the head), tear down.
 
     Returns the driver's result on rank 0 and None elsewhere; a driver exception propagates on
-    rank 0 after the teardown.
+    rank 0 after the teardown. It is a job task's whole work: the process should end soon after
+    it returns, and is ended (exit code 0, or 1 when the driver failed) after EXIT_GRACE_SECONDS
+    if MPI holds it.
     """
     from mpi4py import MPI
 
@@ -262,6 +289,7 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
             released = wait_request(comm.Ibcast(release, root=0), None,
                                     HeadGone(head.address, head.free_ports[0], process))
         finally:
+            end_if_stuck(3 * settings.stop_timeout_seconds + 10 + EXIT_GRACE_SECONDS, 0, rank)
             if process is not None:
                 process.stop(settings.stop_timeout_seconds)
             if released:
@@ -272,14 +300,18 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
     # that is gone never takes the release or reaches the barrier, the ones left stop by themselves
     # once the head is gone (HeadGone), and the error should reach the user.
     release_seconds, barrier_seconds = FAILED_WAIT_SECONDS, FAILED_WAIT_SECONDS
+    driven = False
     try:
         head_process = process
         if _join_in_waves(comm, settings, None, lambda: not head_process.process.alive()) is None:
             raise RayClusterError(f"the Ray head exited while the nodes joined:\n{head_process.process.log_tail()}")
         result = _drive(driver, layout, labels, head_address, env, settings, process, bootstrap_started)
         release_seconds, barrier_seconds = settings.stop_timeout_seconds, settings.stop_timeout_seconds + 10
+        driven = True
         return result
     finally:
+        end_if_stuck(release_seconds + barrier_seconds + settings.stop_timeout_seconds + EXIT_GRACE_SECONDS,
+                     0 if driven else 1, rank)
         if wait_request(comm.Ibcast(release, root=0), release_seconds):
             wait_request(comm.Ibarrier(), barrier_seconds)
         process.stop(settings.stop_timeout_seconds)
