@@ -12,13 +12,17 @@ node its own network namespace, its actors in their own CPU quota):
 - relay_kill: SIGKILL of the relay (`ray::RelayProcess`) of the second node; Ray restarts it;
 - actor_kill_sync: SIGKILL of two actors (`ray::ActorProcess`) on two other nodes, with
   `runtime.sampling=sync`;
-- link_cut: the third node's link (eth0 in its namespace) down for 20 s, then up;
+- link_cut: the third node's link (eth0 in its namespace) down for 20 s, then up, with
+  `runtime.on_node_loss=continue` (Ray marks a node dead after about 15 s without heartbeats;
+  with `fail`, the default, the run stops there with a checkpoint, exit 1);
 - bad_messages: a process holding the job's actor keys (the key folder beside the run file) sends
   10,000 messages that decode but are wrong inside (meta of the wrong types, NaN and inf, arrays
   whose lengths do not match, 0-d arrays) to the learner's experience address (the run file's
   /meta `learner_experience_address`);
 - requeue: `scontrol requeue` of the job (Slurm's requeue hold lifted at once); the job resumes
-  from its checkpoint.
+  from its checkpoint;
+- all_faults: one long run with every fault but the synchronous one, in turn, 20 s apart: a relay
+  killed, the learner stopped, two actors killed, a link cut, the bad messages, then the requeue.
 
 For each: the time from the end of the fault to the first update after it and to `staleness_mean`
 back under 2, the most credits in flight after recovery against the credit budget, the mean
@@ -249,6 +253,23 @@ def bad_messages(job_id: str, run: Path, hosts: int, count: int = 10_000) -> Fau
                                                  "kinds_of_bad_message": 16})
 
 
+def all_faults(job_id: str, run: Path, hosts: int, gap_seconds: float = 20.0) -> Fault:
+    """Every fault in turn, in one run (asynchronous sampling); each fault's own counts in detail."""
+    steps = [("relay_kill", relay_kill), ("learner_stop", learner_stop),
+             ("actor_kill", lambda *a: _kill_titled(job_id, ["node2", f"node{hosts}"], "ray::ActorProcess")),
+             ("link_cut", link_cut), ("bad_messages", bad_messages), ("requeue", requeue)]
+    start, injected, detail = time.monotonic(), 0, {}
+    for index, (name, inject) in enumerate(steps):
+        if index:
+            time.sleep(gap_seconds)
+        print(f"    all_faults: {name}", flush=True)
+        fault = inject(job_id, run, hosts)
+        injected += fault.injected
+        detail[name] = {"at_s": round(fault.start - start, 1), "seconds": round(fault.end - fault.start, 1),
+                        "injected": fault.injected}
+    return Fault(start, time.monotonic(), injected, detail)
+
+
 def requeue(job_id: str, run: Path, hosts: int) -> Fault:
     start = time.monotonic()
     subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)
@@ -271,9 +292,11 @@ CASES: dict[str, Case] = {
     "relay_kill": Case("SIGKILL of node2's relay (Ray restarts it)", (), 0.0, relay_kill),
     "actor_kill_sync": Case("SIGKILL of two actors, synchronous sampling", ("runtime.sampling=sync",), 0.0,
                             actor_kill_sync),
-    "link_cut": Case("node3's link down for 20 s, then up", (), 20.0, link_cut),
+    "link_cut": Case("node3's link down for 20 s, then up", ("runtime.on_node_loss=continue",), 20.0, link_cut),
     "bad_messages": Case("10,000 bad messages from a holder of the job's keys", (), 20.0, bad_messages),
     "requeue": Case("scontrol requeue of the job (resumes from its checkpoint)", (), 0.0, requeue),
+    "all_faults": Case("every fault in turn, 20 s apart, ending with a requeue", ("runtime.on_node_loss=continue",),
+                       150.0 + 20.0 + 60.0 + 5 * 20.0, all_faults),
 }
 
 
@@ -362,7 +385,8 @@ def chaos_run(folder: Path, name: str, hosts: int) -> dict[str, Any]:
     # Training time: the warm-up, the fault (a stopped learner's time counts too), then AFTER_SECONDS;
     # a requeued job resumes at its checkpoint's training time.
     max_wall = 45.0 + case.fault_seconds + AFTER_SECONDS
-    launch, job_id, run = launch_cartpole(folder, f"chaos_{name}", hosts, overrides, max_wall, time_minutes=12)
+    launch, job_id, run = launch_cartpole(folder, f"chaos_{name}", hosts, overrides, max_wall,
+                                         time_minutes=20 if name == "all_faults" else 12)
     reads = RunFileWatch(run)
     returncode = None
     try:
