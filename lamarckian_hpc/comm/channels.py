@@ -329,14 +329,18 @@ class ExperienceSender:
         self.socket.setsockopt(zmq.SNDHWM, high_water_mark or self.window + 4)
         self.socket.setsockopt(zmq.SNDBUF, SOCKET_BUFFER_BYTES)
         self.socket.connect(address)
-        self.credits = 0
-        self.received = 0  # credits granted to this sender so far
+        self.received = 0  # credits granted to this sender so far (the highest limit it got)
         self.spent = 0  # credited messages sent so far
         self.malformed = 0
         self.stop = stop
         self._asked_at: float | None = None
         self._dry_since: float | None = None  # when the current wait for a credit began
         self._announcements: list[Message] = []
+
+    @property
+    def credits(self) -> int:
+        """Credits held now."""
+        return self.received - self.spent
 
     def announce(self, message: Message) -> bool:
         """Send a control message that the learner must get once at least (it takes a repeat as
@@ -369,7 +373,6 @@ class ExperienceSender:
                 continue
             # A limit, not an increment: one that comes twice or late gives nothing past the newest.
             self.received = max(self.received, limit)
-            self.credits = self.received - self.spent
         return self.credits
 
     def take_credit(self, timeout_ms: int) -> bool:
@@ -399,7 +402,6 @@ class ExperienceSender:
         if not self._send_frames(encode(message), timeout_ms):
             return False
         if credited:
-            self.credits -= 1
             self.spent += 1
         return True
 

@@ -24,9 +24,7 @@ experience in flight can pass the budget by at most one relay batch.
 An account is keyed by the whole route the transport saw (every ROUTER on the way prepends the id
 of the connection a message came on), never by a frame a sender wrote: a sender that writes
 routing frames of its own only adds them below its own connection, so it cannot spend or take
-another sender's credits. When a relay re-attaches, its senders' routes change; a sender that then
-asks on a new route retires its account on the old one (the credits it held there were lost with
-the relay) and starts one from its own counts.
+another sender's credits.
 
 The counts are cumulative on both sides, and so are the grants and the spends: a grant says how
 many credits the sender has been granted in all (its limit, as TCP's window is an edge, not an
@@ -115,10 +113,11 @@ class CreditLedger:
         window = max(1, window)
         account = self.accounts.get(route)
         if account is None:
-            known = self.accounts.get(self._by_sender.get(route[-1], ()))
+            old = self._by_sender.get(route[-1])
+            known = self.accounts.get(old) if old is not None else None
             if known is not None and spent < known.spent:
                 return  # a request that took a way its sender has left, overtaken by newer messages
-            account = self._take_over(route)
+            account = self._take_over(route, old) if known is not None else None
         if account is None:  # new, or reclaimed: start from the sender's own counts
             held = min(window, max(0, received - spent))
             account = self.accounts[route] = _Account(window, self.clock(), granted=spent + held, spent=spent)
@@ -208,13 +207,10 @@ class CreditLedger:
         self.reclaimed += returned
         return returned
 
-    def _take_over(self, route: Route) -> _Account | None:
-        """The account the sender of `route` held on another route (a relay on its way re-attached),
-        moved to `route`; None for a sender without one."""
-        old = self._by_sender.get(route[-1])
-        account = self.accounts.pop(old, None) if old is not None else None
-        if account is None:
-            return None
+    def _take_over(self, route: Route, old: Route) -> _Account:
+        """The account the sender of `route` held on route `old` (a relay on its way re-attached),
+        moved to `route`."""
+        account = self.accounts.pop(old)
         self._resend.discard(old)
         account.queued = False  # its turn under the old route is skipped
         self.accounts[route] = account

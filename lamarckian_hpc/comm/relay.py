@@ -235,10 +235,10 @@ class Relay:
                     if len(part[0]) > MAX_PART_ROUTE:  # deeper than any tree: nowhere to send its credit
                         self.stats.malformed_up += 1
                         continue
-                    if part[1].meta.get(CREDIT):
-                        self._credited_up += 1
+                    credited = bool(part[1].meta.get(CREDIT))
+                    self._credited_up += credited
                     if not stackable(part[1]):
-                        if part[1].meta.get(CREDIT):
+                        if credited:
                             self._flush()  # what its sender sent before it goes up first
                         self._send_part(part)
                         continue
