@@ -14,8 +14,8 @@ population run. A PBT run also gets one series per member slot from its `/popula
 
 A sink never stops a run: its first failure (its library missing, a full disk, a service that is
 down) is logged in one line and it writes nothing more; the run file, which has every metric, is not
-touched. `build_sinks` makes the sinks a config's `storage` section asks for, in one place for every
-workload.
+touched. `configured_sinks.build_sinks` makes the sinks a config's `storage` section asks for, in
+one place for every workload.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -137,29 +136,3 @@ def flat_parameters(config: Mapping[str, Any], prefix: str = "") -> dict[str, An
 def parameter_text(value: Any) -> str:
     """A parameter's value as text (MLflow's parameters are strings): strings as they are, the rest as JSON."""
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def build_sinks(config: Any, run_path: str | Path, *, resumed: bool = False,
-                genome_names: Sequence[str] = ()) -> list[MetricSink]:
-    """Every sink a config's `storage` section asks for (`tensorboard`, `wandb`, `mlflow`), each
-    named after the run file; the config, resolved, is the W&B and MLflow runs' parameters. Empty
-    when it asks for none."""
-    storage = config.storage
-    name = Path(run_path).stem
-    sinks: list[MetricSink] = []
-    if storage.tensorboard is not None:
-        from .tensorboard_sink import TensorBoardSink
-
-        sinks.append(TensorBoardSink(storage.tensorboard, name, storage.metrics_interval_seconds,
-                                     resumed=resumed, genome_names=genome_names))
-    if storage.wandb is not None or storage.mlflow is not None:
-        from .tracking_sinks import MlflowSink, WandbSink
-
-        parameters = flat_parameters(config.to_json_dict())
-        if storage.wandb is not None:
-            sinks.append(WandbSink(storage.wandb, name, parameters, storage.metrics_interval_seconds,
-                                   resumed=resumed, genome_names=genome_names))
-        if storage.mlflow is not None:
-            sinks.append(MlflowSink(storage.mlflow, name, parameters, storage.metrics_interval_seconds,
-                                    resumed=resumed, genome_names=genome_names))
-    return sinks

@@ -16,11 +16,12 @@ from ..storage import MEGABYTE, RunWriter, continue_run_file
 from .algorithms import rl_algorithm
 from .checkpoint import (Checkpointer, CheckpointMismatch, TrainingCheckpoint, check_fits, load_checkpoint,
                          newer_checkpoints, resolve_checkpoint)
+from .configured_sinks import build_sinks
 from .node_watch import NodeLostError
 from .observers import TrainObserver, TrainResult
 from .recording import MetricsRecorder, trajectory_writer_options
 from .sampling import POLICY_ID
-from .sinks import MetricSink, build_sinks
+from .sinks import MetricSink
 
 log = logging.getLogger(__name__)
 
