@@ -1,11 +1,11 @@
 """Start-up time and memory of an actor process: the torch-free policy vs the torch policy.
 
-An actor that only acts samples with `runtime/numpy_policy.py` and never imports torch; before,
+An actor that only acts samples with `runtime/actor/numpy_policy.py` and never imports torch; before,
 every actor imported torch to run the same (64, 64) MLP. This script starts actor processes as a
 run does and measures both ways. This process stands in for the learner: it makes the learner's
 weights, publishes them on a `WeightPublisher` and receives experience on an `ExperienceReceiver`.
 Each actor is a fresh interpreter that imports what a Ray actor imports
-(`runtime.ray_actors`, Ray included) and runs a real `ActorLoop`: it says hello, waits for the
+(`runtime.placement.ray_actors`, Ray included) and runs a real `ActorLoop`: it says hello, waits for the
 weights, builds its envs and policy, samples and sends rollouts. `--actors` of them start at once
 (with Ray's one-thread environment), for one variant at a time:
 
@@ -45,8 +45,8 @@ from lamarckian_hpc.comm import ExperienceReceiver, WeightPublisher
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.messages import EXPERIENCE, HELLO, KINDS
-from lamarckian_hpc.runtime.ray_setup import SINGLE_THREAD_ENV
-from lamarckian_hpc.runtime.sampling import spaces_of
+from lamarckian_hpc.runtime.placement.ray_setup import SINGLE_THREAD_ENV
+from lamarckian_hpc.runtime.run_shape import spaces_of
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "actor_footprint.json"
@@ -59,7 +59,7 @@ TIMEOUT_SECONDS = 120.0
 #: address, variant.
 ACTOR = """
 import sys
-from lamarckian_hpc.runtime import ray_actors  # what Ray imports to start an actor: Ray, the actor loop
+from lamarckian_hpc.runtime.placement import ray_actors  # what Ray imports to start an actor: Ray, the actor loop
 from lamarckian_hpc.config import load_config
 config_file, index, count, weights, experience, variant = sys.argv[1:7]
 config = load_config(config_file, sys.argv[7:])

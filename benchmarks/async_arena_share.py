@@ -33,8 +33,8 @@ import numpy as np
 
 from lamarckian_hpc.config import RunConfig, load_config
 from lamarckian_hpc.mdp import PolicyOutput
-from lamarckian_hpc.runtime.distributed import DistributedTrainer
-from lamarckian_hpc.runtime.multiagent_sampling import make_multiagent_side, policy_weights
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
+from lamarckian_hpc.runtime.actor.multiagent_sampling import make_multiagent_side, policy_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "multiagent_async_arena.yaml"

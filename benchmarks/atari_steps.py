@@ -45,7 +45,7 @@ def actor_sampling(steps: int, num_envs: int) -> float:
     import torch
 
     from lamarckian_hpc.config import load_config
-    from lamarckian_hpc.runtime.sampling import make_sampling_side
+    from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 
     torch.set_num_threads(1)
     side = make_sampling_side(load_config(CONFIG, [f"env.num_envs={num_envs}"]), seed=0)

@@ -377,7 +377,7 @@ def measure(name: str, case: Case, fault: Fault, run: Path, reads: RunFileWatch,
 
 def chaos_run(folder: Path, name: str, hosts: int) -> dict[str, Any]:
     from lamarckian_hpc.config import load_config
-    from lamarckian_hpc.runtime.sampling import credit_budget
+    from lamarckian_hpc.runtime.run_shape import credit_budget
 
     case = CASES[name]
     overrides = [f"runtime.num_actors={hosts}", *case.overrides]

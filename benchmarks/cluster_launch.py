@@ -74,7 +74,7 @@ def launch_cartpole(folder: Path, name: str, nodes: int, overrides: list[str], m
 
 def wait_for_version(launch: LaunchProcess, run: Path, version: int, timeout_seconds: float = 240) -> None:
     """Until a checkpoint at `version` or later exists (the run is well under way)."""
-    from lamarckian_hpc.runtime.checkpoint import load_checkpoint
+    from lamarckian_hpc.runtime.learner.checkpoint import load_checkpoint
 
     deadline = time.monotonic() + timeout_seconds
     checkpoint = run.with_suffix(".ckpt")

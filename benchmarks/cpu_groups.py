@@ -3,7 +3,7 @@ quota, for the benchmarks that emulate hosts on one machine (root needed).
 
 `sampling_hosts.py` names a host's group to that host's Ray node in `LAMARCKIAN_HPC_CPU_CGROUP`
 (the raylet and its workers inherit it; an actor joins it first thing, as on the test cluster,
-`lamarckian_hpc/runtime/cpu_quota.py`) and the learner's in `LAMARCKIAN_HPC_LEARNER_CPU_CGROUP`.
+`lamarckian_hpc/runtime/placement/cpu_quota.py`) and the learner's in `LAMARCKIAN_HPC_LEARNER_CPU_CGROUP`.
 Only what joins a group is held by it: Ray's daemons and the relays run on the machine's other
 cores. The groups are removed on exit, also after an error; what is still in one is moved back
 to the root group first. `cpu.stat` (periods, throttled periods and time) is read per group, so

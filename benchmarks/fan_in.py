@@ -3,7 +3,7 @@
 Everything on the way is the run's own: the job's CURVE keys (`JobKeys.create`, the learner's
 secret made in the learner's process), one `ExperienceSender` per simulated actor with its own
 routing id and CURVE handshake, the learner's `ExperienceReceiver` with the credit budget the
-runtime gives that many actors (`runtime.sampling.credit_budget`, each actor's `credit_window`),
+runtime gives that many actors (`runtime.run_shape.credit_budget`, each actor's `credit_window`),
 real experience messages on the wire format, and for `relayed` the runtime's `Relay` processes
 (`spawn_relay_addresses`) in the tree `build_tree` makes. Only the sampling is simulated:
 
@@ -13,7 +13,7 @@ real experience messages on the wire format, and for `relayed` the runtime's `Re
   simulated actor sends (its actor index and sequence its own);
 - simulated actors: `--processes` spawned processes share the connections. An actor says hello,
   asks for its window, and, each time it holds a credit, "samples" for 1/rate seconds and then
-  sends the message credited, as `runtime.actor.ActorLoop` does (`--rate 0`: at once);
+  sends the message credited, as `runtime.actor.loop.ActorLoop` does (`--rate 0`: at once);
 - the learner: its own process, pinned to CPU 0 (the others run on the remaining CPUs, standing
   for the actors' nodes), with the runtime's descriptor limit and I/O threads for that many actors
   (`raise_open_file_limit`, `io_threads_for`), receiving and reading every message as fast as it can.
@@ -92,7 +92,8 @@ def calibrate(num_actors: int, seconds: float, message_steps_override: int | Non
     """Messages per CPU second one actor core samples and encodes, and the real message to send."""
     from lamarckian_hpc.config import load_config
     from lamarckian_hpc.runtime.messages import experience_message
-    from lamarckian_hpc.runtime.sampling import make_sampling_side, message_steps
+    from lamarckian_hpc.runtime.run_shape import message_steps
+    from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 
     config = load_config(CONFIG, [])
     steps = message_steps_override or message_steps(config, num_actors)
@@ -322,7 +323,7 @@ class Case:
     def __init__(self, mode: str, actors: int, args: argparse.Namespace, message: Message,
                  nofile: tuple[int, int] | None = None) -> None:
         from lamarckian_hpc.config import load_config
-        from lamarckian_hpc.runtime.sampling import credit_budget, credit_window
+        from lamarckian_hpc.runtime.run_shape import credit_budget, credit_window
 
         config = load_config(CONFIG, [])
         self.mode, self.actors, self.args, self.message, self.nofile = mode, actors, args, message, nofile

@@ -43,7 +43,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "faults.json"
 def actor_kills(seconds: float, interval: float, num_actors: int) -> dict:
     """SIGKILL a random actor every `interval` s of a `seconds`-long async PPO run; how long until
     the sampled throughput is back to 90% of its level before the kill."""
-    from lamarckian_hpc.runtime.distributed import DistributedTrainer
+    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 
     config = load_config(CARTPOLE, ["runtime.mode=ray", f"runtime.num_actors={num_actors}", "stop.target_return=null",
                                     "stop.total_env_steps=100000000", f"stop.max_wall_seconds={seconds}"])
@@ -155,7 +155,7 @@ def learner_kill_and_resume(folder: Path) -> dict:
                                               "storage.checkpoint_interval_seconds=2",
                                               "storage.metrics_interval_seconds=0.5"),
                                cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    from lamarckian_hpc.runtime.checkpoint import load_checkpoint
+    from lamarckian_hpc.runtime.learner.checkpoint import load_checkpoint
 
     checkpoint = run.with_suffix(".ckpt")
     while not (checkpoint.exists() and load_checkpoint(checkpoint).policy_version >= 5):
@@ -283,7 +283,7 @@ def fuzz(scale: int) -> dict:
 
 def raising_env(steps: int) -> dict:
     from lamarckian_hpc.mdp.fault_injection import FAULTY_ENV_ID
-    from lamarckian_hpc.runtime.trainer import SerialTrainer
+    from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 
     config = load_config(CARTPOLE, ["runtime.mode=serial", f"env.id={FAULTY_ENV_ID}",
                                     "env.kwargs={env_id: CartPole-v1, error_rate: 0.01}",

@@ -37,10 +37,10 @@ from lamarckian_hpc.evorl.league_ppo import SCRIPTED_EVALUATION_SEED
 from lamarckian_hpc.mdp import MaskedDiscrete, RandomLegalPolicy
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.rl.learner import load_weights
-from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_run_state
-from lamarckian_hpc.runtime.inference import TorchPolicy
-from lamarckian_hpc.runtime.multiagent_sampling import make_pettingzoo_mdp
-from lamarckian_hpc.runtime.multiagent_trainer import default_spaces
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_run_state
+from lamarckian_hpc.runtime.actor.inference import TorchPolicy
+from lamarckian_hpc.runtime.actor.multiagent_sampling import make_pettingzoo_mdp
+from lamarckian_hpc.runtime.runners.multiagent_trainer import default_spaces
 from lamarckian_hpc.storage import open_run
 
 ROOT = Path(__file__).resolve().parents[1]

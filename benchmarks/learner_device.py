@@ -30,7 +30,7 @@ from learner_ceiling import synthetic_experience, update_seconds
 
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.sampling import spaces_of
+from lamarckian_hpc.runtime.run_shape import spaces_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "ppo_pong_image.yaml"

@@ -204,7 +204,7 @@ def run(messages: int, seed: int = 0, timeout_seconds: float = 300.0) -> dict[st
     from lamarckian_hpc.config import load_config
     from lamarckian_hpc.runtime.algorithms import make_learner
     from lamarckian_hpc.runtime.learner.ranks import ShardLearner
-    from lamarckian_hpc.runtime.sampling import spaces_of
+    from lamarckian_hpc.runtime.run_shape import spaces_of
 
     config = load_config(CARTPOLE, ["runtime.device=cpu", "runtime.torch_threads=1"])
     spaces = spaces_of(config)

@@ -52,7 +52,7 @@ import torch  # noqa: E402
 from lamarckian_hpc.config import ModelConfig  # noqa: E402
 from lamarckian_hpc.mdp import MDP, ExperienceBuffer, Sampler, StepOutcome  # noqa: E402
 from lamarckian_hpc.multiagent import PolicyMapping, build_policy_models, random_mapping  # noqa: E402
-from lamarckian_hpc.runtime.inference import TorchPolicy  # noqa: E402
+from lamarckian_hpc.runtime.actor.inference import TorchPolicy  # noqa: E402
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results" / "multiagent_inference.json"
@@ -167,8 +167,8 @@ def measure_distributed(args: argparse.Namespace, num_actors: int) -> dict:
     import psutil
 
     from lamarckian_hpc.config import RunConfig
-    from lamarckian_hpc.runtime.distributed import DistributedTrainer
-    from lamarckian_hpc.runtime.process_stats import TreeCpuMeter
+    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
+    from lamarckian_hpc.runtime.placement.process_stats import TreeCpuMeter
 
     # The actors import the crowd by module name: benchmarks/ on their path (Ray's workers inherit it).
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)

@@ -136,7 +136,7 @@ def mapping_of(setting: str) -> dict[str, str]:
 
 def run_ours(args: argparse.Namespace, progress: Progress) -> None:
     from lamarckian_hpc.config import RunConfig
-    from lamarckian_hpc.runtime.ray_setup import ray_cpus, start_ray_while_importing
+    from lamarckian_hpc.runtime.placement.ray_setup import ray_cpus, start_ray_while_importing
 
     config = RunConfig.model_validate({
         "seed": args.seed,
@@ -153,7 +153,7 @@ def run_ours(args: argparse.Namespace, progress: Progress) -> None:
         "stop": {"total_env_steps": args.frames, "return_window": 100},
     })
     start_ray_while_importing(None, ray_cpus(args.workers))  # as `lamarckian-hpc train` starts it
-    from lamarckian_hpc.runtime.distributed import DistributedTrainer
+    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 
     class Observer:
         def on_update_end(self, report) -> None:

@@ -51,7 +51,7 @@ def node_loss_fail(folder: Path) -> dict:
     """`runtime.on_node_loss=fail`: how long until `launch` ends with its one-line error, how many
     updates the checkpoint lacks, and whether `train --resume` continues the file without gaps."""
     from testcluster_nodes import kill_node
-    from lamarckian_hpc.runtime.checkpoint import load_checkpoint
+    from lamarckian_hpc.runtime.learner.checkpoint import load_checkpoint
 
     launch, job_id, run = _launch(folder, "fail", 300)
     try:

@@ -17,7 +17,7 @@ class OtherWork:
     other work slowed down from a clean one."""
 
     def __init__(self) -> None:
-        from lamarckian_hpc.runtime.process_stats import TreeCpuMeter
+        from lamarckian_hpc.runtime.placement.process_stats import TreeCpuMeter
 
         self.meter = TreeCpuMeter(1)
         self.own = 0.0

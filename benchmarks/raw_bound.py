@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from lamarckian_hpc.config import RunConfig  # noqa: E402
 from lamarckian_hpc.models import ActorCritic  # noqa: E402
 from lamarckian_hpc.runtime import TrainResult, UpdateReport  # noqa: E402
-from lamarckian_hpc.runtime.trainer import SerialTrainer  # noqa: E402
+from lamarckian_hpc.runtime.runners.trainer import SerialTrainer  # noqa: E402
 
 ENVIRONMENTS = ("CartPole-v1", "Pendulum-v1")
 RESULTS = Path(__file__).resolve().parent / "results" / "raw_bound.json"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import netem
 from cpu_groups import CpuGroup
-from lamarckian_hpc.runtime.cpu_quota import CPU_CGROUP_VARIABLE, LEARNER_CPU_CGROUP_VARIABLE
+from lamarckian_hpc.runtime.placement.cpu_quota import CPU_CGROUP_VARIABLE, LEARNER_CPU_CGROUP_VARIABLE
 
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_PORT = 46479

@@ -40,9 +40,9 @@ import torch  # noqa: E402
 from lamarckian_hpc.config import RunConfig  # noqa: E402
 from lamarckian_hpc.models import ActorCritic  # noqa: E402
 from lamarckian_hpc.runtime import TrainResult, UpdateReport  # noqa: E402
-from lamarckian_hpc.runtime.distributed import DistributedTrainer  # noqa: E402
-from lamarckian_hpc.runtime.process_stats import TreeCpuMeter  # noqa: E402
-from lamarckian_hpc.runtime.sampling import spaces_of  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
+from lamarckian_hpc.runtime.placement.process_stats import TreeCpuMeter  # noqa: E402
+from lamarckian_hpc.runtime.run_shape import spaces_of  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from raw_bound import RawLoop  # noqa: E402

@@ -258,7 +258,7 @@ def ray_version() -> str:
 
 def weight_bytes(args: argparse.Namespace) -> int:
     from lamarckian_hpc.runtime.algorithms import make_learner
-    from lamarckian_hpc.runtime.sampling import spaces_of
+    from lamarckian_hpc.runtime.run_shape import spaces_of
 
     config = run_config(args.env, 1, args.num_envs, args.batch_size, 10**9)
     return int(sum(array.nbytes for array in make_learner(config, *spaces_of(config)).weights().values()))

@@ -21,7 +21,7 @@ Throughput: X(n) = min(n * x, L). x is a host's sampling rate (least squares thr
 over the 1-4 host points of each layout). L is the learner's ceiling: its CPU per second grows
 as f + v * X (fitted on the same points from the learner's measured cores), so L = (cores - f) / v
 on the learner's cores. At scale a message carries the runtime's share of a batch
-(`runtime.sampling.message_steps`: 256 frames per message on a few hosts, 8 at 6000 actors), and
+(`runtime.run_shape.message_steps`: 256 frames per message on a few hosts, 8 at 6000 actors), and
 `fan_in.py`'s learner CPU per message at that many connections (direct for flat, relayed for
 tree) is added per frame; the credits (`batches_in_flight` batches of messages) cap the actors
 sampling at once.
@@ -49,7 +49,7 @@ per actor; 1 or `--relay-batch-rollouts` rollouts a message), the fewest ranks (
 within 90% of linear sampling. Written under `learners`, drawn in scale_model_learners.png.
 
 Connections and memory at the learner: flat one experience connection per actor, tree one per
-first-layer relay plus the learner's node's own actors (`runtime.relay_tree`); memory and
+first-layer relay plus the learner's node's own actors (`runtime.placement.relay_tree`); memory and
 descriptors a line over connections from `fan_in.py`'s rows (100 to 6000 connections).
 
     python benchmarks/scale_model.py [--cores-per-node 40] [--learner-cores 1] [--batch-size N]
@@ -257,7 +257,7 @@ def message_cost(fan: dict[str, Any] | None, mode: str, actors: int) -> float:
 
 
 def message_frames(batch: int, actors: int, num_envs: int, rollout_steps: int) -> int:
-    """`runtime.sampling.message_steps`: a rollout, or the actor's share of a batch when smaller."""
+    """`runtime.run_shape.message_steps`: a rollout, or the actor's share of a batch when smaller."""
     share = math.ceil(batch / actors)
     return min(rollout_steps * num_envs, max(num_envs, math.ceil(share / num_envs) * num_envs))
 

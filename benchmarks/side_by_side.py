@@ -120,7 +120,7 @@ class Progress:
     """What one side reports after each update, timed from the start of its process."""
 
     def __init__(self, target_return: float | None, max_seconds: float, curve: bool = False) -> None:
-        from lamarckian_hpc.runtime.process_stats import TreeCpuMeter
+        from lamarckian_hpc.runtime.placement.process_stats import TreeCpuMeter
 
         self.meter_type = TreeCpuMeter
         self.num_cores = os.cpu_count() or 1

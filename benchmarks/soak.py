@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lamarckian_hpc.config import load_config  # noqa: E402
-from lamarckian_hpc.runtime.distributed import DistributedTrainer  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "soak.json"
 

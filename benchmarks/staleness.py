@@ -37,7 +37,7 @@ for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import ray  # noqa: E402
 
 from lamarckian_hpc.config import RunConfig  # noqa: E402
-from lamarckian_hpc.runtime.distributed import DistributedTrainer  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "staleness.json"
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from lamarckian_hpc.config import load_config
-import lamarckian_hpc.runtime.tensorboard_sink as tensorboard_sink
-from lamarckian_hpc.runtime.training_run import run_training
+import lamarckian_hpc.runtime.sinks.tensorboard as tensorboard_sink
+from lamarckian_hpc.runtime.runners.training_run import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "tensorboard_sink.json"

@@ -49,8 +49,8 @@ from lamarckian_hpc.comm.wire import encode
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.mdp import make_gym_env
 from lamarckian_hpc.runtime.messages import experience_message
-from lamarckian_hpc.runtime.sampling import make_sampling_side
-from lamarckian_hpc.runtime.training_run import run_training
+from lamarckian_hpc.runtime.actor.sides import make_sampling_side
+from lamarckian_hpc.runtime.runners.training_run import run_training
 from lamarckian_hpc.storage import FILE_FORMAT, open_run
 from lamarckian_hpc.storage.trajectories import CHUNK_BYTES, MAX_CHUNK_ROWS
 

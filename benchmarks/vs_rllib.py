@@ -146,7 +146,7 @@ def score_rate(returns) -> float | None:
 
 def run_ours(s: dict, progress: Progress) -> None:
     from lamarckian_hpc.config import RunConfig
-    from lamarckian_hpc.runtime.ray_setup import ray_cpus, start_ray_while_importing
+    from lamarckian_hpc.runtime.placement.ray_setup import ray_cpus, start_ray_while_importing
 
     config = RunConfig.model_validate({
         "seed": s["seed"],
@@ -161,7 +161,7 @@ def run_ours(s: dict, progress: Progress) -> None:
     })
 
     start_ray_while_importing(None, ray_cpus(s["workers"]))  # as `lamarckian-hpc train` starts it
-    from lamarckian_hpc.runtime.distributed import DistributedTrainer
+    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 
     class Observer:
         trainer = None

@@ -215,8 +215,8 @@ def _export_policy(path: Path, args: argparse.Namespace) -> int:
     """The run's greedy policy as ONNX and/or TorchScript, each file then run on the run's
     recorded observations (or observations drawn from its space) beside torch: the line on stderr
     says how far apart they are."""
-    from .runtime.policy_export import ExportError, check_exports, check_observations, export_onnx, export_torchscript
-    from .runtime.trained_policy import TrainedPolicyError, load_trained_policy
+    from .trained.policy_export import ExportError, check_exports, check_observations, export_onnx, export_torchscript
+    from .trained.policy import TrainedPolicyError, load_trained_policy
 
     try:
         trained = load_trained_policy(path, args.checkpoint)
@@ -237,7 +237,7 @@ def _export_policy(path: Path, args: argparse.Namespace) -> int:
 
 
 def _export_minari(path: Path, dataset_id: str) -> int:
-    from .runtime.minari_export import MinariExportError, export_minari
+    from .trained.minari_export import MinariExportError, export_minari
 
     try:
         exported = export_minari(path, dataset_id)
@@ -266,7 +266,7 @@ def replay_command(args: argparse.Namespace) -> int:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     """A training run's policy (or a PBT member's, a league learner's) played for --episodes episodes;
-    see lamarckian_hpc.runtime.evaluation. The GIF is drawn by `replay` from the recorded episodes (a
+    see lamarckian_hpc.trained.evaluation. The GIF is drawn by `replay` from the recorded episodes (a
     temporary file without --record)."""
     import tempfile
 

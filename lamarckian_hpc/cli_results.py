@@ -119,7 +119,7 @@ def _game_testing(result: RunResult, out: Console, err: Console) -> None:
 
 
 def print_evaluation(evaluation: Any) -> None:
-    """`evaluate`'s result (`runtime.evaluation.Evaluation`): the mean return and its 95% confidence
+    """`evaluate`'s result (`trained.evaluation.Evaluation`): the mean return and its 95% confidence
     interval, over how many episodes of which checkpoint."""
     returns = evaluation.returns
     table = Table(title="evaluation", show_header=False)

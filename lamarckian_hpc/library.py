@@ -131,9 +131,9 @@ def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str,
            on_start: Callable[[Path], None] | None) -> Any:
     """A training run's TrainResult; its failures as RunFailed lines that say where the metrics are."""
     from .mdp import EnvironmentFailingError
-    from .runtime.actor_watch import RunStalledError
-    from .runtime.node_watch import NodeLostError
-    from .runtime.training_run import TrainingSetupError, run_training
+    from .runtime.learner.actor_watch import RunStalledError
+    from .runtime.placement.node_watch import NodeLostError
+    from .runtime.runners.training_run import TrainingSetupError, run_training
     from .storage import StorageFullError
 
     path = prepared.path
@@ -196,11 +196,11 @@ def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 1
              learner: str | None = None, opponent: str | None = None) -> Any:
     """Play the policy of training run `run` from `checkpoint` (last, best or a file), of member
     `member` of a PBT run, or of league learner `learner` against the scripted player (or against
-    learner `opponent`), for `episodes` episodes (`runtime.evaluation`: greedy unless `sample`;
+    learner `opponent`), for `episodes` episodes (`trained.evaluation`: greedy unless `sample`;
     episode k seeded `seed + k`; the played episodes written to `record`); RunFailed with one line
     when there is nothing to play."""
-    from .runtime.evaluation import evaluate_policy
-    from .runtime.trained_policy import TrainedPolicyError, load_trained_policy
+    from .trained.evaluation import evaluate_policy
+    from .trained.policy import TrainedPolicyError, load_trained_policy
     from .storage import StorageFullError
 
     if episodes < 1:

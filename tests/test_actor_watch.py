@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lamarckian_hpc.runtime.actor_watch import ActorWatch, RunStalledError
+from lamarckian_hpc.runtime.learner.actor_watch import ActorWatch, RunStalledError
 
 
 def _watch(actors: int = 3) -> ActorWatch:

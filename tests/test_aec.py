@@ -19,9 +19,9 @@ from lamarckian_hpc.evorl.league_evaluation import WinOrBlockConnectFour, play_a
 from lamarckian_hpc.mdp import ExperienceBuffer, MaskedDiscrete, PolicyOutput, RandomLegalPolicy, Sampler
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.multiagent import AECEnvMDP, PolicyMapping, alternating_seats_mapping, fixed_mapping
-from lamarckian_hpc.runtime.multiagent_sampling import make_pettingzoo_mdp
-from lamarckian_hpc.runtime.network_layout import actor_critic_layout
-from lamarckian_hpc.runtime.numpy_policy import NumpyActorCriticPolicy
+from lamarckian_hpc.runtime.actor.multiagent_sampling import make_pettingzoo_mdp
+from lamarckian_hpc.runtime.actor.network_layout import actor_critic_layout
+from lamarckian_hpc.runtime.actor.numpy_policy import NumpyActorCriticPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECT_FOUR = "pettingzoo:pettingzoo.classic.connect_four_v3"

@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 from lamarckian_hpc.cli import main  # noqa: E402
 from lamarckian_hpc.config import ConfigError, load_config  # noqa: E402
 from lamarckian_hpc.envs.async_arena import AsyncArenaMDP, make_mdp  # noqa: E402
-from lamarckian_hpc.runtime.multiagent_sampling import make_multiagent_mdps, multiagent_spaces  # noqa: E402
+from lamarckian_hpc.runtime.actor.multiagent_sampling import make_multiagent_mdps, multiagent_spaces  # noqa: E402
 from lamarckian_hpc.storage import open_run  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402
 

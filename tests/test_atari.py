@@ -95,7 +95,7 @@ def test_experience_of_image_pong_travels_as_bytes(ale):
     from lamarckian_hpc.comm import wire
     from lamarckian_hpc.config import load_config
     from lamarckian_hpc.runtime.messages import experience_message, read_experience
-    from lamarckian_hpc.runtime.sampling import make_sampling_side
+    from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 
     config = load_config(IMAGE_CONFIG, ["env.num_envs=2"])
     side = make_sampling_side(config, seed=1)
@@ -164,7 +164,7 @@ def test_without_ale_py_making_an_id_says_which_extra_to_install():
 def test_byte_observations_train_an_mlp(ale, algorithm):
     """RAM observations arrive as uint8 (never widened on the way); the MLPs take them as floats."""
     from lamarckian_hpc.config import load_config
-    from lamarckian_hpc.runtime.trainer import SerialTrainer
+    from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 
     overrides = ["runtime.mode=serial", f"env.id={RAM_ID}", "env.num_envs=2", "model.kind=mlp",
                  "stop.target_return=null", "runtime.device=cpu"]

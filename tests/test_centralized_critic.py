@@ -19,7 +19,7 @@ from lamarckian_hpc.config import ConfigError, ModelConfig, MultiAgentConfig, PP
 from lamarckian_hpc.config.loading import build_config
 from lamarckian_hpc.mdp import GymMDP
 from lamarckian_hpc.multiagent import GlobalStateMDP, ParallelEnvMDP, fixed_mapping, one_hot
-from lamarckian_hpc.runtime.multiagent_trainer import MultiAgentTrainer
+from lamarckian_hpc.runtime.runners.multiagent_trainer import MultiAgentTrainer
 
 TARGETS = 3
 

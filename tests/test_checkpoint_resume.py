@@ -21,10 +21,10 @@ from lamarckian_hpc import library
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.checkpoint import (CheckpointMismatch, check_fits, checkpoint_path, load_checkpoint,
+from lamarckian_hpc.runtime.learner.checkpoint import (CheckpointMismatch, check_fits, checkpoint_path, load_checkpoint,
                                                save_checkpoint, versioned_checkpoints)
-from lamarckian_hpc.runtime.sampling import spaces_of
-from lamarckian_hpc.runtime.trained_policy import TrainedPolicyError, load_trained_policy
+from lamarckian_hpc.runtime.run_shape import spaces_of
+from lamarckian_hpc.trained.policy import TrainedPolicyError, load_trained_policy
 from lamarckian_hpc.storage import open_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def test_a_forced_resume_keeps_the_newer_checkpoints_until_its_first_save(run, c
             pass
 
     watch = KeptAtEachUpdate()
-    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.learner.checkpoint"):
         library.run(resume=run, checkpoint=kept[4], force=True, observers=[watch],
                     overrides=["stop.total_env_steps=4096", "storage.checkpoint_interval_seconds=null"])
     # Four updates without a save (the checkpoint comes when training ends): v5 and v6 stay throughout.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lamarckian_hpc.runtime.cpu_quota import (CPU_CGROUP_VARIABLE, LEARNER_CPU_CGROUP_VARIABLE, cpu_group_of,
+from lamarckian_hpc.runtime.placement.cpu_quota import (CPU_CGROUP_VARIABLE, LEARNER_CPU_CGROUP_VARIABLE, cpu_group_of,
                                               join_cpu_group, join_learner_cpu_group)
 
 from optional_parts import require_slurm
@@ -23,7 +23,7 @@ BUSY_SECONDS = 2.0
 
 BUSY_IN_GROUP = f"""
 import os, sys, time
-from lamarckian_hpc.runtime.cpu_quota import cpu_group_of, join_cpu_group, join_learner_cpu_group
+from lamarckian_hpc.runtime.placement.cpu_quota import cpu_group_of, join_cpu_group, join_learner_cpu_group
 joined = (join_learner_cpu_group if sys.argv[1] == "learner" else join_cpu_group)()
 before = os.times()
 end = time.monotonic() + {BUSY_SECONDS}
@@ -77,7 +77,7 @@ def test_without_the_variable_nothing_moves(monkeypatch):
 
 def test_a_group_that_cannot_be_joined_is_one_warning(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv(CPU_CGROUP_VARIABLE, str(tmp_path / "no-such-group"))
-    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.cpu_quota"):
+    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.placement.cpu_quota"):
         assert join_cpu_group() is None
     [record] = caplog.records
     message = record.getMessage()

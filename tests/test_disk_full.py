@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lamarckian_hpc.runtime.checkpoint import load_run_state, save_run_state
+from lamarckian_hpc.runtime.learner.checkpoint import load_run_state, save_run_state
 from lamarckian_hpc.storage import RunWriter, StorageFullError, open_run
 
 ROOT = Path(__file__).resolve().parents[1]

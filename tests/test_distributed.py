@@ -18,10 +18,10 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from lamarckian_hpc.config import load_config  # noqa: E402
-from lamarckian_hpc.runtime.distributed import DistributedTrainer  # noqa: E402
-from lamarckian_hpc.runtime.training_run import metric_names_for  # noqa: E402
-from lamarckian_hpc.runtime.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
-from lamarckian_hpc.runtime.sampling import POLICY_ID  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
+from lamarckian_hpc.runtime.runners.training_run import metric_names_for  # noqa: E402
+from lamarckian_hpc.runtime.runners.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
+from lamarckian_hpc.runtime.run_shape import POLICY_ID  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 from local_ray import local_ray  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402

@@ -13,7 +13,7 @@ from lamarckian_hpc.config import load_config
 from lamarckian_hpc.mdp import GymMDP, PolicyOutput, Sampler, TrainingController
 from lamarckian_hpc.mdp.experience import ExperienceBuffer
 from lamarckian_hpc.mdp.fault_injection import FAULTY_ENV_ID, FaultyEnv, InjectedEnvError
-from lamarckian_hpc.runtime.trainer import SerialTrainer
+from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 EPISODE_LENGTH = 6

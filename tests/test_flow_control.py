@@ -18,7 +18,7 @@ from lamarckian_hpc.comm.credits import CreditLedger
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.runtime.sampling import credit_budget, credit_window, message_steps
+from lamarckian_hpc.runtime.run_shape import credit_budget, credit_window, message_steps
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROUTE = (b"r",)

@@ -14,7 +14,7 @@ import pytest
 
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.envs.football import INSTALL_HINT, FootballEnv, football_available
-from lamarckian_hpc.runtime.trainer import SerialTrainer
+from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 from optional_parts import skip_unless_required
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

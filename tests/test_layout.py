@@ -34,16 +34,31 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "multiagent": {"config", "mdp", "models", "rl"},
     "analysis": {"envs", "league", "storage"},
     "runtime": {"comm", "config", "envs", "mdp", "models", "multiagent", "rl", "storage"},
+    "trained": {"config", "mdp", "models", "runtime", "storage"},
     "population": {"comm", "config", "ec", "games", "run_result", "runtime", "storage"},
     "evorl": {"config", "ec", "envs", "games", "league", "mdp", "models", "multiagent", "population", "rl",
-              "run_result", "runtime", "storage"},
-    "library": {"config", "evorl", "mdp", "population", "run_result", "runtime", "storage"},
+              "run_result", "runtime", "storage", "trained"},
+    "library": {"config", "evorl", "mdp", "population", "run_result", "runtime", "storage", "trained"},
     "cluster": {"config", "library", "run_result", "runtime", "storage"},
     "progress": {"runtime"},
     "cli_results": {"games", "run_result"},
-    "cli": {"analysis", "cli_results", "cluster", "config", "library", "progress", "run_result", "runtime", "storage"},
+    "cli": {"analysis", "cli_results", "cluster", "config", "library", "progress", "run_result", "storage",
+            "trained"},
     "docs_reference": {"cluster", "config"},
     "__main__": {"cli"},
+}
+
+
+#: The rooms of `runtime/` (the folder's own modules are the room `runtime`: what both sides of a run
+#: agree on) -> the rooms each may import. The actor side never imports the learner side, and a
+#: room imports no room above it. docs/architecture.md names the same rooms.
+RUNTIME_ROOMS: dict[str, set[str]] = {
+    "runtime": set(),
+    "actor": {"runtime"},
+    "sinks": {"runtime"},
+    "placement": {"runtime", "actor"},
+    "learner": {"runtime", "actor", "placement"},
+    "runners": {"runtime", "actor", "placement", "learner", "sinks"},
 }
 
 
@@ -241,3 +256,74 @@ def test_the_cluster_job_calls_the_library_not_the_command_line():
     library, never under the cluster code a job imports (the table gives cluster no cli)."""
     assert not {"cli", "cli_results"} & ALLOWED_IMPORTS["cluster"]
     assert "lamarckian_hpc.library.run" in _package_imports(PACKAGE / "cluster" / "job.py")
+
+
+def _room_of(module: str) -> str | None:
+    """The room of `runtime/` a dotted module is in, or None outside runtime."""
+    parts = module.split(".")
+    if parts[:2] != ["lamarckian_hpc", "runtime"]:
+        return None
+    return parts[2] if len(parts) > 3 and parts[2] in RUNTIME_ROOMS else "runtime"
+
+
+def _module_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package (packages by their __init__)."""
+    return {_module_name(path)[0]: path for path in PACKAGE.rglob("*.py")}
+
+
+def _imported_modules(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules a file imports, anywhere in it: `from a import b` is module `a.b` when
+    that is a module, else `a`; any other name is taken to the longest module it names."""
+    _, package = _module_name(path)
+
+    def longest(name: str) -> str | None:
+        parts = name.split(".")
+        return next((".".join(parts[:cut]) for cut in range(len(parts), 1, -1) if ".".join(parts[:cut]) in modules),
+                    None)
+
+    found: set[str | None] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(longest(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else longest(base))
+    return {name for name in found if name is not None and name.startswith("lamarckian_hpc.")}
+
+
+def test_runtime_is_split_into_rooms_by_process():
+    folders = {path.name for path in (PACKAGE / "runtime").iterdir() if (path / "__init__.py").exists()}
+    assert folders == set(RUNTIME_ROOMS) - {"runtime"}, "add the room to RUNTIME_ROOMS and docs/architecture.md"
+
+
+def test_imports_between_runtime_rooms_follow_the_table():
+    modules = _module_files()
+    broken = []
+    for module, path in modules.items():
+        room = _room_of(module)
+        if room is None:
+            continue
+        for imported in _imported_modules(path, modules):
+            target = _room_of(imported)
+            if target is not None and target != room and target not in RUNTIME_ROOMS[room]:
+                broken.append(f"{path.relative_to(ROOT)} ({room}) imports {imported} ({target})")
+    assert not broken, broken
+    assert _cycle(RUNTIME_ROOMS) is None
+
+
+def test_the_architecture_page_names_the_runtime_rooms():
+    section = ARCHITECTURE.read_text().split("## The rooms of runtime\n", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([\w]+)` \| (.*?) \|", section, flags=re.MULTILINE))
+    assert {room: set(re.findall(r"`(\w+)`", rows[room])) for room in rows} == RUNTIME_ROOMS
+
+
+def test_no_import_cycle_between_files():
+    """Every module of the package: no two (or more) files import each other, at module level or
+    inside a function (a lazy import still ties the two modules together)."""
+    modules = _module_files()
+    graph = {module: _imported_modules(path, modules) - {module} for module, path in modules.items()}
+    assert _cycle(graph) is None, f"import cycle between files: {' -> '.join(_cycle(graph))}"

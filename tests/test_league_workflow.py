@@ -13,7 +13,7 @@ import pytest
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.league.league import Role
 from lamarckian_hpc.league.store import read_league
-from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_run_state
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_run_state
 from lamarckian_hpc.storage import open_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,9 +21,9 @@ import torch.multiprocessing as mp
 ray = pytest.importorskip("ray")
 
 from lamarckian_hpc.comm.topology import build_tree  # noqa: E402
-from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint  # noqa: E402
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_checkpoint  # noqa: E402
 from lamarckian_hpc.runtime.learner.group import free_port  # noqa: E402
-from lamarckian_hpc.runtime.learner.shards import plan_flat, plan_tree  # noqa: E402
+from lamarckian_hpc.runtime.placement.shards import plan_flat, plan_tree  # noqa: E402
 from lamarckian_hpc.storage import open_run  # noqa: E402
 from lockstep_ranks import lockstep_rank  # noqa: E402
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.runtime.trainer import SerialTrainer
+from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Starts the run's Ray, runs a task, lists the processes Ray started, shuts Ray down and lists what is left.
 SCRIPT = textwrap.dedent("""
     import json, os, psutil, ray
-    from lamarckian_hpc.runtime.ray_setup import ensure_ray, shutdown_ray
+    from lamarckian_hpc.runtime.placement.ray_setup import ensure_ray, shutdown_ray
 
     assert ensure_ray(None, 2)
     assert ray.get(ray.remote(lambda: 6 * 7).remote()) == 42
@@ -45,7 +45,7 @@ def test_the_local_ray_is_lean_and_gone_after_the_run() -> None:
 #: Starts the Ray ahead while a thread imports torch, as `lamarckian-hpc train` does, and checks who owns it.
 AHEAD = textwrap.dedent("""
     import json, sys, psutil, ray
-    from lamarckian_hpc.runtime import ray_setup
+    from lamarckian_hpc.runtime.placement import ray_setup
 
     report = {"torch_before": "torch" in sys.modules}
     ray_setup.start_ray_while_importing(None, 2, modules=("torch", "no_such_module_here"))
@@ -78,7 +78,7 @@ def test_a_ray_started_while_torch_imports_belongs_to_the_trainer_that_takes_it_
 #: processes the raylet started (from its log) and what the actors' processes see.
 WORKERS = textwrap.dedent("""
     import json, os, ray
-    from lamarckian_hpc.runtime.ray_setup import ensure_ray, shutdown_ray, worker_runtime_env
+    from lamarckian_hpc.runtime.placement.ray_setup import ensure_ray, shutdown_ray, worker_runtime_env
 
     assert ensure_ray(None, 2)
 
@@ -118,8 +118,8 @@ def test_an_environment_the_run_cannot_make_fails_before_its_ray_starts(monkeypa
     """A bad env id is one ValueError from `make_trainer` before any Ray starts (it used to come after
     Ray's start-up and shutdown, seconds later)."""
     from lamarckian_hpc.config import load_config
-    from lamarckian_hpc.runtime import ray_setup
-    from lamarckian_hpc.runtime.training_run import make_trainer
+    from lamarckian_hpc.runtime.placement import ray_setup
+    from lamarckian_hpc.runtime.runners.training_run import make_trainer
 
     started = []
     monkeypatch.setattr(ray_setup, "start_ray_while_importing", lambda *args, **kwargs: started.append(args))

@@ -34,7 +34,7 @@ from lamarckian_hpc.mdp import (
 )
 from lamarckian_hpc.mdp.gc_pause import gc_paused
 from lamarckian_hpc.models import ActorCritic
-from lamarckian_hpc.runtime.inference import TorchPolicy
+from lamarckian_hpc.runtime.actor.inference import TorchPolicy
 
 # CartPole-v1 ends an episode when the cart leaves [-2.4, 2.4] or the pole tilts past 12 degrees.
 CARTPOLE_POSITION_LIMIT = 2.4

@@ -22,7 +22,7 @@ pytest.importorskip("ray")  # a learner rank's intake is built on Ray's process 
 from lamarckian_hpc.runtime.learner.ranks import ShardLearner  # noqa: E402
 from lamarckian_hpc.runtime.messages import (KINDS, ActorExperience, ActorGradients, MalformedMessage, concatenate,
                                              gradients_message, hello_message, read_experience, read_gradients)
-from lamarckian_hpc.runtime.sampling import spaces_of
+from lamarckian_hpc.runtime.run_shape import spaces_of
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

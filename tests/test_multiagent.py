@@ -17,7 +17,7 @@ from lamarckian_hpc.config import ModelConfig, MultiAgentConfig, PPOConfig
 from lamarckian_hpc.mdp import PolicyOutput, Sampler
 from lamarckian_hpc.multiagent import (ParallelEnvMDP, PolicyMapping, fixed_mapping, one_hot, policy_layers,
                                        random_mapping, round_robin_mapping, build_policy_models)
-from lamarckian_hpc.runtime.multiagent_trainer import MultiAgentTrainer
+from lamarckian_hpc.runtime.runners.multiagent_trainer import MultiAgentTrainer
 
 
 class Crowd(ParallelEnv):

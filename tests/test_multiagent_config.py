@@ -87,7 +87,7 @@ def test_a_function_mapping_is_imported_where_agents_are_mapped():
 
 
 def test_a_fixed_map_must_bind_every_agent_of_the_environment():
-    from lamarckian_hpc.runtime.multiagent_sampling import multiagent_spaces
+    from lamarckian_hpc.runtime.actor.multiagent_sampling import multiagent_spaces
 
     config = _load("multiagent.policies=[a, b]", "multiagent.mapping={agent_0: a, agent_1: b}")
     with pytest.raises(ValueError, match=r"multiagent\.mapping: agents \['agent_2'\] of .* have no policy in the map"):
@@ -98,7 +98,7 @@ def test_a_fixed_map_must_bind_every_agent_of_the_environment():
 
 
 def test_an_environment_module_that_is_not_there_is_named():
-    from lamarckian_hpc.runtime.multiagent_sampling import multiagent_spaces
+    from lamarckian_hpc.runtime.actor.multiagent_sampling import multiagent_spaces
 
     with pytest.raises(ValueError, match=r"env\.id: cannot import 'mpe2.no_such_env_v0'"):
         multiagent_spaces(apply_overrides({}, ["env.id=pettingzoo:mpe2.no_such_env_v0", "multiagent.policies=[a]"]))

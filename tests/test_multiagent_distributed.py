@@ -18,10 +18,10 @@ pytest.importorskip("mpe2")
 from lamarckian_hpc.cli import main  # noqa: E402
 from lamarckian_hpc.comm import Message  # noqa: E402
 from lamarckian_hpc.config import load_config  # noqa: E402
-from lamarckian_hpc.runtime.distributed import DistributedTrainer  # noqa: E402
-from lamarckian_hpc.runtime.multiagent_sampling import make_parallel_env  # noqa: E402
-from lamarckian_hpc.runtime.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
-from lamarckian_hpc.runtime.training_run import metric_names_for  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
+from lamarckian_hpc.runtime.actor.multiagent_sampling import make_parallel_env  # noqa: E402
+from lamarckian_hpc.runtime.runners.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
+from lamarckian_hpc.runtime.runners.training_run import metric_names_for  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402
 
@@ -92,8 +92,8 @@ def test_each_trained_policy_is_updated_from_its_own_batches_and_the_frozen_one_
 def test_experience_names_its_policy_on_the_wire_and_the_broadcast_carries_each_version():
     from lamarckian_hpc.comm.wire import decode, encode
     from lamarckian_hpc.runtime.messages import KINDS, experience_message, read_experience
-    from lamarckian_hpc.runtime.multiagent_sampling import make_multiagent_side, multiagent_spaces
-    from lamarckian_hpc.runtime.policy_learners import PolicyLearners
+    from lamarckian_hpc.runtime.actor.multiagent_sampling import make_multiagent_side, multiagent_spaces
+    from lamarckian_hpc.runtime.learner.policy_learners import PolicyLearners
 
     config = load_config(CONFIG, ["multiagent.policies=[a, b]", "multiagent.mapping=round_robin",
                                   "env.num_envs=2", "runtime.device=cpu"])
@@ -121,8 +121,8 @@ def test_experience_names_its_policy_on_the_wire_and_the_broadcast_carries_each_
 
 def test_a_checkpoint_holds_every_trained_policy_and_restores_them(tmp_path):
     """What `--resume` continues from: each trained policy's parameters, optimizer and version."""
-    from lamarckian_hpc.runtime.multiagent_sampling import multiagent_spaces
-    from lamarckian_hpc.runtime.policy_learners import PolicyLearners
+    from lamarckian_hpc.runtime.actor.multiagent_sampling import multiagent_spaces
+    from lamarckian_hpc.runtime.learner.policy_learners import PolicyLearners
 
     config = load_config(CONFIG, ["multiagent.policies=[a, b]", "multiagent.policies_to_train=[a]",
                                   "multiagent.mapping=round_robin", "runtime.device=cpu"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lamarckian_hpc.runtime.checkpoint import load_checkpoint
+from lamarckian_hpc.runtime.learner.checkpoint import load_checkpoint
 
 from optional_parts import require_slurm
 from test_slurm import Launch, _wait_until

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from lamarckian_hpc.config import ConfigError, load_config
-from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint
-from lamarckian_hpc.runtime.node_watch import NodeLostError, NodeWatch, dead_nodes
-from lamarckian_hpc.runtime.training_run import run_training
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_checkpoint
+from lamarckian_hpc.runtime.placement.node_watch import NodeLostError, NodeWatch, dead_nodes
+from lamarckian_hpc.runtime.runners.training_run import run_training
 from lamarckian_hpc.storage import open_run
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml"

@@ -17,11 +17,13 @@ import torch
 from lamarckian_hpc.config import ModelConfig, load_config
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.models.q_network import QNetwork
-from lamarckian_hpc.runtime.inference import EpsilonGreedyPolicy
+from lamarckian_hpc.runtime.actor.inference import EpsilonGreedyPolicy
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.network_layout import actor_critic_layout, q_network_layout
-from lamarckian_hpc.runtime.numpy_policy import NumpyActorCriticPolicy, NumpyEpsilonGreedyPolicy
-from lamarckian_hpc.runtime.sampling import make_sampling_side, needs_torch, spaces_of
+from lamarckian_hpc.runtime.actor.network_layout import actor_critic_layout, q_network_layout
+from lamarckian_hpc.runtime.actor.numpy_policy import NumpyActorCriticPolicy, NumpyEpsilonGreedyPolicy
+from lamarckian_hpc.runtime.actor.sampling import needs_torch
+from lamarckian_hpc.runtime.run_shape import spaces_of
+from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,9 +189,9 @@ def test_actors_that_must_run_torch_get_a_torch_model():
 LEAN_ACTOR = """
 import json, sys
 import numpy as np
-import lamarckian_hpc.runtime.ray_actors  # what Ray imports to start an actor
+import lamarckian_hpc.runtime.placement.ray_actors  # what Ray imports to start an actor
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.runtime.sampling import make_sampling_side
+from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 report = {}
 for config_file, weights_file in json.loads(sys.argv[1]):
     config = load_config(config_file, ["runtime.rollout_steps=8"])

@@ -226,7 +226,7 @@ class KillRelay:
 def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_relay():
     ray = pytest.importorskip("ray")
     from lamarckian_hpc.config import load_config
-    from lamarckian_hpc.runtime.distributed import DistributedTrainer
+    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml", [
         "runtime.mode=ray", "runtime.num_actors=4", "runtime.broadcast=tree", "runtime.simulated_nodes=4",

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint
-from lamarckian_hpc.runtime.trainer import SerialTrainer
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_checkpoint
+from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 from lamarckian_hpc.storage import RunFileReadError, open_run
 from trajectory_checks import assert_episodes_consistent
 

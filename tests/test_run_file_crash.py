@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from lamarckian_hpc.runtime.checkpoint import load_run_state, save_run_state
+from lamarckian_hpc.runtime.learner.checkpoint import load_run_state, save_run_state
 from lamarckian_hpc.storage import RunFileReadError, RunWriter, StorageFullError, open_run
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]

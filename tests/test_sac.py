@@ -19,10 +19,11 @@ from lamarckian_hpc.rl.sac import (SACPolicy, SquashedGaussianActor, TwinQ, acto
                                    soft_update)
 from lamarckian_hpc.rl.sac_learner import SACLearner
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.checkpoint import TrainingCheckpoint, TrainingProgress, load_checkpoint, save_checkpoint
-from lamarckian_hpc.runtime.episodes import RecentEpisodes
-from lamarckian_hpc.runtime.sampling import make_sampling_side, spaces_of
-from lamarckian_hpc.runtime.trainer import SerialTrainer
+from lamarckian_hpc.runtime.learner.checkpoint import TrainingCheckpoint, TrainingProgress, load_checkpoint, save_checkpoint
+from lamarckian_hpc.runtime.learner.episodes import RecentEpisodes
+from lamarckian_hpc.runtime.run_shape import spaces_of
+from lamarckian_hpc.runtime.actor.sides import make_sampling_side
+from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SAC_PENDULUM = CONFIGS / "sac_pendulum.yaml"
@@ -214,7 +215,7 @@ def test_sac_learns_pendulum_in_a_few_thousand_frames():
 
 def test_sac_updates_with_actor_processes():
     pytest.importorskip("ray")
-    from lamarckian_hpc.runtime.distributed import DistributedTrainer
+    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 
     reports = []
 

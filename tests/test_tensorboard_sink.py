@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import lamarckian_hpc
-from lamarckian_hpc.runtime.checkpoint import checkpoint_path, load_checkpoint
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_checkpoint
 from lamarckian_hpc.storage import open_run
 
 pytest.importorskip("tensorboardX", reason="the export extra writes the event files")
@@ -167,10 +167,10 @@ def test_pbt_members_and_league_learners_get_a_series_each(tmp_path):
 def test_a_sink_that_fails_logs_one_line_and_the_run_goes_on(tmp_path, caplog):
     in_the_way = tmp_path / "not_a_folder"
     in_the_way.write_text("a file where the event folder should go")
-    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.tensorboard_sink"):
+    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.sinks.tensorboard"):
         result = lamarckian_hpc.run(ROOT / "configs" / "ppo_cartpole.yaml", [
             *SERIAL, "stop.total_env_steps=2048", f"storage.tensorboard={in_the_way}"], output=tmp_path / "ppo.h5")
-    lines = [record for record in caplog.records if record.name == "lamarckian_hpc.runtime.tensorboard_sink"]
+    lines = [record for record in caplog.records if record.name == "lamarckian_hpc.runtime.sinks.tensorboard"]
     assert len(lines) == 1 and "stopped, the run goes on" in lines[0].getMessage()
     with open_run(result.path) as reader:
         assert reader.closed_cleanly and reader.metric("learning_rate").env_frames[-1] == 2048
@@ -219,12 +219,12 @@ def full_disk(tmp_path):
 
 
 def test_a_sink_whose_disk_is_full_logs_one_line_and_the_run_and_its_file_go_on(tmp_path, full_disk, caplog):
-    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.tensorboard_sink"):
+    with caplog.at_level(logging.WARNING, logger="lamarckian_hpc.runtime.sinks.tensorboard"):
         result = lamarckian_hpc.run(ROOT / "configs" / "ppo_cartpole.yaml", [
             *SERIAL, "stop.total_env_steps=4096", "storage.metrics_interval_seconds=0.01",
             f"storage.tensorboard={full_disk / 'tb'}"], output=tmp_path / "ppo.h5")
     lines = [record.getMessage() for record in caplog.records
-             if record.name == "lamarckian_hpc.runtime.tensorboard_sink"]
+             if record.name == "lamarckian_hpc.runtime.sinks.tensorboard"]
     assert len(lines) == 1 and "No space left on device" in lines[0] and "\n" not in lines[0], lines
     with open_run(result.path) as reader:
         assert reader.closed_cleanly and reader.metric("learning_rate").env_frames.tolist() == list(range(512, 4097, 512))

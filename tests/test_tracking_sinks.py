@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 
 import lamarckian_hpc
-from lamarckian_hpc.runtime.sinks import flat_parameters, parameter_text
+from lamarckian_hpc.runtime.sinks.base import flat_parameters, parameter_text
 from lamarckian_hpc.storage import open_run
 from optional_parts import require_extra
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIAL = ["runtime.mode=serial", "env.num_envs=4", "algorithm.batch_size=512", "algorithm.num_minibatches=2",
           "stop.target_return=null", "stop.total_env_steps=2048", "storage.metrics_interval_seconds=0.01"]
-SINK_LOG = "lamarckian_hpc.runtime.tracking_sinks"
+SINK_LOG = "lamarckian_hpc.runtime.sinks.tracking"
 NAMES = ["learning_rate", "loss_policy", "env_frames_per_second", "episode_return_mean"]
 
 

@@ -46,7 +46,7 @@ class EvolveJobError(RuntimeError):
 
 def cluster_meta(info: RayClusterInfo, slurm: SlurmJob | None) -> dict[str, Any]:
     """What `/meta` records about where the run ran: hosts, the discovered nodes, the Ray nodes and
-    the Slurm job (the layout the run used, flat or its tree, the run adds: `runtime.relay_tree`)."""
+    the Slurm job (the layout the run used, flat or its tree, the run adds: `runtime.placement.relay_tree`)."""
     hosts = list(slurm.nodes) if slurm is not None else list(info.labels)
     return {
         "hosts": hosts,
@@ -62,9 +62,9 @@ def cluster_meta(info: RayClusterInfo, slurm: SlurmJob | None) -> dict[str, Any]
 def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     """Rank 0's driver: resume when a checkpoint exists, else start the run."""
     from ..config import build_config
-    from ..runtime.checkpoint import checkpoint_path
-    from ..runtime.node_watch import NodeWatch
-    from ..runtime.training_run import run_training
+    from ..runtime.learner.checkpoint import checkpoint_path
+    from ..runtime.placement.node_watch import NodeWatch
+    from ..runtime.runners.training_run import run_training
 
     runtime = dict(spec.config.get("runtime", {}))
     runtime["ray_address"] = info.head_address
@@ -108,7 +108,7 @@ def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
 
 def _has_checkpoint(run_path: Path) -> bool:
     """Whether an evolve run saved a state to continue from (the population workflow's checkpoint)."""
-    from ..runtime.checkpoint import checkpoint_path
+    from ..runtime.learner.checkpoint import checkpoint_path
 
     return run_path.is_file() and checkpoint_path(run_path).is_file()
 

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -47,7 +47,7 @@ import msgpack
 import numpy as np
 
 from .discovery import ClusterLayout, NodeInfo, bcast_bytes, discover
-from .ray_node import POLL_SECONDS, RayClusterError, RayNodeJoin, remove_earlier_attempts
+from .ray_node import POLL_SECONDS, RayClusterError, RayNodeJoin, RaySettings, remove_earlier_attempts
 
 __all__ = ["RayClusterError", "RayClusterInfo", "RaySettings", "run_on_ray_cluster", "ray_start_command"]
 
@@ -69,19 +69,6 @@ FAILED_WAIT_SECONDS = 3.0
 #: After a rank's part is done and its release and barrier waits are over, how long its process may
 #: still take to exit (MPI_Finalize included) before `end_if_stuck` ends it.
 EXIT_GRACE_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class RaySettings:
-    object_store_bytes: int = 150 * 1024 * 1024
-    start_timeout_seconds: float = 180.0  # the head's start, and the join window after the last wave
-    stop_timeout_seconds: float = 15.0
-    temp_root: str | None = None          # default: $TMPDIR or /tmp
-    extra_env: dict[str, str] = field(default_factory=dict)
-    join_wave_max: int = 32               # nodes join in waves of 1, 2, 4, ... up to this many ...
-    join_wave_slowdown: float = 1.5       # ... doubling while a wave is up within this times the first's time
-    join_attempts: int = 4                # `ray start` runs per node, when it exits before its node is up
-    join_retry_seconds: float = 3.0       # pause before a node's next attempt (plus up to as much again)
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,29 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .ray_cluster import RaySettings
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1
 STARTED_LINE = b"Ray runtime started."  # what `ray start` prints once its node has registered
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """How the job's Ray nodes start, join and stop (the job's `cluster` settings)."""
+
+    object_store_bytes: int = 150 * 1024 * 1024
+    start_timeout_seconds: float = 180.0  # the head's start, and the join window after the last wave
+    stop_timeout_seconds: float = 15.0
+    temp_root: str | None = None          # default: $TMPDIR or /tmp
+    extra_env: dict[str, str] = field(default_factory=dict)
+    join_wave_max: int = 32               # nodes join in waves of 1, 2, 4, ... up to this many ...
+    join_wave_slowdown: float = 1.5       # ... doubling while a wave is up within this times the first's time
+    join_attempts: int = 4                # `ray start` runs per node, when it exits before its node is up
+    join_retry_seconds: float = 3.0       # pause before a node's next attempt (plus up to as much again)
 
 
 class RayClusterError(RuntimeError):

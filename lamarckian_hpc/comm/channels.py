@@ -63,7 +63,7 @@ MALFORMED_LOGGED = 10
 #: Kernel buffers of the experience channel. Small on purpose: every queued message is experience
 #: that grows staler while it waits, so the queue between actors and learner is kept short and a
 #: learner that falls behind slows the actors instead of aging the data. The queue's length is the
-#: sender's high-water mark: an actor's share of one batch (`runtime.sampling.queued_messages`).
+#: sender's high-water mark: an actor's share of one batch (`runtime.run_shape.credit_window`).
 SOCKET_BUFFER_BYTES = 8 * 1024
 
 

@@ -39,8 +39,8 @@ from ..ec import NSGA2, Coding, Description, non_dominated_fronts
 from ..envs import PongEnv
 from ..mdp import EpisodeSelector, RecordedSteps
 from ..population.workflow import GenerationalProgram, GenerationRecord
-from ..runtime.recording import population_writer_options, tagged_record
-from ..runtime.sampling import POLICY_ID
+from ..runtime.runners.recording import population_writer_options, tagged_record
+from ..runtime.run_shape import POLICY_ID
 from ..population.worker_pool import Request, WorkerFailure, WorkerPool
 from .lockstep import LockstepMembers
 from .member import Member
@@ -48,7 +48,7 @@ from .behaviour import BEHAVIOUR_NAMES, Behaviour, EpisodeTrace, behaviour_of, o
 
 log = logging.getLogger(__name__)
 
-#: The `kind` of an EMOGI run's checkpoint (`runtime.checkpoint.save_run_state`).
+#: The `kind` of an EMOGI run's checkpoint (`runtime.learner.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "emogi"
 #: Metrics of an EMOGI run, one row per generation.
 METRIC_NAMES: tuple[str, ...] = ("front_size", "best_normalized_score", "front_activeness_min",
@@ -139,7 +139,7 @@ class IndividualResult:
     wall_time: float
     worker: int
     training_return: float | None  # recent mean return under the genome's own reward
-    #: evaluation episodes picked for the run file, as `runtime.recording.recorded_answers` gives them
+    #: evaluation episodes picked for the run file, as `runtime.runners.recording.recorded_answers` gives them
     recorded: list[dict] = field(default_factory=list)
 
 

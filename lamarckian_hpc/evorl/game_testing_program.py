@@ -18,7 +18,7 @@ from ..population.worker_pool import Request, WorkerError, WorkerFailure, Worker
 from ..games.data import GameData
 from ..games.testing import EpisodePlayer, GameTestingSearch, SearchResult
 
-#: The `kind` of a game testing run's checkpoint (`runtime.checkpoint.save_run_state`).
+#: The `kind` of a game testing run's checkpoint (`runtime.learner.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "wuji"
 METRIC_NAMES = ("bugs_found", "distinct_states", "best_win", "generation_seconds")
 

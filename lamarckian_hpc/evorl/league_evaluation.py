@@ -20,7 +20,7 @@ import numpy as np
 from ..config import EnvConfig
 from ..mdp import ExperienceBuffer, Policy, PolicyOutput, RandomLegalPolicy, Sampler
 from ..multiagent import PolicyMapping, alternating_seats_mapping
-from ..runtime.multiagent_sampling import make_pettingzoo_mdp
+from ..runtime.actor.multiagent_sampling import make_pettingzoo_mdp
 
 PLAYER, OPPONENT = "player", "opponent"
 

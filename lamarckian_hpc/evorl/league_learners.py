@@ -26,10 +26,10 @@ from ..multiagent import alternating_seats_mapping, fixed_mapping
 from ..rl.adam import Adam
 from ..rl import ppo_update
 from ..rl.batched_ppo import BatchedPPO
-from ..runtime.inference import TorchPolicy
-from ..runtime.multiagent_sampling import make_pettingzoo_mdp
-from ..runtime.multiagent_trainer import MultiAgentTrainer, default_spaces
-from ..runtime.recording import recorded_answers
+from ..runtime.actor.inference import TorchPolicy
+from ..runtime.actor.multiagent_sampling import make_pettingzoo_mdp
+from ..runtime.runners.multiagent_trainer import MultiAgentTrainer, default_spaces
+from ..runtime.runners.recording import recorded_answers
 from ..population.workflow import HostedMembers
 
 LEARNER, OPPONENT = "learner", "opponent"

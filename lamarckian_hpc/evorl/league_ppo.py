@@ -30,11 +30,11 @@ from ..league.league import League, Role
 from ..league.store import MATCH_COLUMNS, LeagueRunWriter, elo_row
 from ..population.workflow import GenerationalProgram, GenerationRecord
 from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
-from ..runtime.recording import population_writer_options, tagged_record
+from ..runtime.runners.recording import population_writer_options, tagged_record
 from ..storage.trajectories import EpisodeRecord
 from .league_learners import LeagueLearners, initial_weights, learner_spaces
 
-#: The `kind` of a league run's checkpoint (`runtime.checkpoint.save_run_state`).
+#: The `kind` of a league run's checkpoint (`runtime.learner.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "league"
 SCRIPTED_EVALUATION_SEED = 10_000
 

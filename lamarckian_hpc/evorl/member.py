@@ -1,6 +1,6 @@
 """One member of a PBT population: a PPO learner and its environments, trained an interval at a time.
 
-A member runs the serial trainer's loop (`runtime.training_loop`: sample a batch through the
+A member runs the serial trainer's loop (`runtime.runners.training_loop`: sample a batch through the
 asynchronous MDP interface, one PPO update) cut into intervals of env frames, with what PBT needs on
 top: new hyperparameters between intervals, and its weights read out and written in as plain numpy
 arrays, so that an exploit can copy them between processes (as Ray objects) without pickling torch.
@@ -18,11 +18,12 @@ import torch
 from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
 from ..config.evorl import SearchedHyperparameter
 from ..mdp import ExperienceBatch
-from ..runtime.episodes import RecentEpisodes
-from ..runtime.recording import recorded_answers
+from ..runtime.learner.episodes import RecentEpisodes
+from ..runtime.runners.recording import recorded_answers
 from ..rl.learner import LearnerBase, load_weights
-from ..runtime.sampling import POLICY_ID, SamplingSide
-from ..runtime.training_loop import TrainingLoop
+from ..runtime.actor.sampling import SamplingSide
+from ..runtime.run_shape import POLICY_ID
+from ..runtime.runners.training_loop import TrainingLoop
 
 OPTIMIZER_PREFIX = "optimizer/"
 MODEL_PREFIX = "model/"
@@ -61,7 +62,7 @@ class IntervalResult:
     reached_seconds: float | None = None
     reached_frames: int | None = None
     updates: int = 0
-    #: episodes picked for the run file (`storage.trajectories`), as `runtime.recording.recorded_answers`
+    #: episodes picked for the run file (`storage.trajectories`), as `runtime.runners.recording.recorded_answers`
     recorded: list[dict] = field(default_factory=list)
 
 

@@ -27,14 +27,14 @@ from ..config import PBTConfig
 from ..ec.pbt import PBT, Hyperparameter
 from ..population.workflow import GenerationRecord, PopulationRuntime, run_population
 from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
-from ..runtime.recording import tagged_record, trajectory_writer_options
-from ..runtime.sampling import POLICY_ID, spaces_of
+from ..runtime.runners.recording import tagged_record, trajectory_writer_options
+from ..runtime.run_shape import POLICY_ID, spaces_of
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
 from .member import IntervalResult, member_run_config
 from .worker_members import WorkerMembers
 
-#: The `kind` of a PBT run's checkpoint (`runtime.checkpoint.save_run_state`).
+#: The `kind` of a PBT run's checkpoint (`runtime.learner.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "pbt"
 #: Metrics of a PBT run, one row per interval.
 METRIC_NAMES: tuple[str, ...] = ("best_return", "median_return", "copies", "env_frames_per_second")

@@ -1,5 +1,5 @@
 """The policies a population run keeps in its saved state (`<run>.ckpt`), as
-`runtime.trained_policy.TrainedPolicy`s for `lamarckian-hpc evaluate`:
+`trained.policy.TrainedPolicy`s for `lamarckian-hpc evaluate`:
 
 - a PBT member (`--member ID`), by the id the run prints and records in `/population`; the saved
   state holds the population after the last interval, so an id that PBT replaced since (an
@@ -19,10 +19,10 @@ from typing import Callable
 from ..config import PBTConfig, RunConfig, apply_overrides
 from ..config.league_run import LeagueRunConfig
 from ..config.train import EnvConfig
-from ..runtime.checkpoint import checkpoint_path, load_run_state
-from ..runtime.evaluation import AgainstPolicy
-from ..runtime.multiagent_sampling import make_parallel_env
-from ..runtime.trained_policy import TrainedPolicy, TrainedPolicyError, policy_from_weights, stored_config
+from ..runtime.learner.checkpoint import checkpoint_path, load_run_state
+from ..trained.evaluation import AgainstPolicy
+from ..runtime.actor.multiagent_sampling import make_parallel_env
+from ..trained.policy import TrainedPolicy, TrainedPolicyError, policy_from_weights, stored_config
 from .member import MODEL_PREFIX, member_run_config
 from .league_ppo import CHECKPOINT_KIND as LEAGUE_KIND
 from .league_ppo import learner_names

@@ -1,7 +1,7 @@
 """Multi-agent training after RLlib's model: agents bound to policies when they appear, several
 policies per run (some frozen), layers shared across policies, an optional centralised critic,
 PettingZoo adapters (parallel, and turn-based AEC). The serial trainer that updates every trained policy from one batched Sampler
-is `lamarckian_hpc.runtime.multiagent_trainer.MultiAgentTrainer`, with the other runtimes.
+is `lamarckian_hpc.runtime.runners.multiagent_trainer.MultiAgentTrainer`, with the other runtimes.
 
 The names built on torch (the policies) are imported when first used: actor
 processes import the mapping, the adapter and the global state from here and must not load torch.

@@ -14,8 +14,8 @@ from typing import Any, Callable, TypeVar
 from rich.console import Console
 
 from ..run_result import CANNOT_START, FAILED, INTERRUPTED, RunFailed
-from ..runtime.checkpoint import checkpoint_path, load_run_state
-from ..runtime.configured_sinks import build_sinks
+from ..runtime.learner.checkpoint import checkpoint_path, load_run_state
+from ..runtime.sinks.configured import build_sinks
 from ..storage import MEGABYTE, RunWriter, StorageFullError, continue_run_file
 from .workflow import Checkpointing, PopulationProgram, PopulationRuntime, run_population
 

@@ -22,7 +22,7 @@ from .evolve_components import EvolutionAlgorithm, hypervolume_reference, make_a
 from .workflow import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
 from .worker_pool import Request, WorkerFailure, WorkerPool
 
-#: The `kind` of an evolve run's checkpoint (`runtime.checkpoint.save_run_state`).
+#: The `kind` of an evolve run's checkpoint (`runtime.learner.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "evolve"
 MULTI_OBJECTIVE_METRICS = ("hypervolume", "evaluation_failures", "generation_seconds")
 SINGLE_OBJECTIVE_METRICS = ("best_objective", "mean_objective", "evaluation_failures", "generation_seconds")

@@ -339,7 +339,7 @@ class RayPool(WorkerPool):
                  ray_address: str | None) -> None:
         import ray
 
-        from ..runtime.ray_setup import ensure_ray
+        from ..runtime.placement.ray_setup import ensure_ray
 
         super().__init__(slots, timeout_seconds)
         self.ray = ray
@@ -405,7 +405,7 @@ class RayPool(WorkerPool):
         for actor in self.actors:
             self.ray.kill(actor)
         if self.started_ray:
-            from ..runtime.ray_setup import shutdown_ray
+            from ..runtime.placement.ray_setup import shutdown_ray
 
             shutdown_ray()
 

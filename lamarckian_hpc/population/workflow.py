@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..runtime.checkpoint import save_run_state
+from ..runtime.learner.checkpoint import save_run_state
 from ..runtime.observers import GenerationObserver, GenerationReport
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord

@@ -3,10 +3,10 @@
 
 Only names that need no torch are re-exported here: every actor process imports this package,
 and one that only acts must not load torch. The torch side is imported from its modules:
-`runtime.trainer.SerialTrainer`, `runtime.algorithms.make_learner`, `runtime.inference.TorchPolicy`.
+`runtime.runners.trainer.SerialTrainer`, `runtime.algorithms.make_learner`, `runtime.actor.inference.TorchPolicy`.
 """
 
 from .observers import TrainObserver, TrainResult, UpdateReport
-from .sampling import POLICY_ID
+from .run_shape import POLICY_ID
 
 __all__ = ["POLICY_ID", "TrainObserver", "TrainResult", "UpdateReport"]

@@ -37,8 +37,8 @@ TRAINING_METRICS: tuple[str, ...] = (
 )
 
 _ACTOR_CRITIC = "lamarckian_hpc.models.actor_critic:ActorCritic"
-_ACTOR_CRITIC_NUMPY = "lamarckian_hpc.runtime.numpy_policy:actor_critic_policy"
-_ACTOR_CRITIC_TORCH = "lamarckian_hpc.runtime.inference:actor_critic_policy"
+_ACTOR_CRITIC_NUMPY = "lamarckian_hpc.runtime.actor.numpy_policy:actor_critic_policy"
+_ACTOR_CRITIC_TORCH = "lamarckian_hpc.runtime.actor.inference:actor_critic_policy"
 _ACTOR_CRITIC_GREEDY = "lamarckian_hpc.models.greedy:ActorCriticGreedy"
 _ACTOR_CRITIC_LOSSES = ("loss_policy", "loss_value", "entropy")
 
@@ -97,8 +97,8 @@ RL_ALGORITHMS: dict[str, RLAlgorithm] = {entry.name: entry for entry in (
                 actor_gradients="lamarckian_hpc.rl.a3c:a3c_gradients", serial=False),
     RLAlgorithm("dqn", DQNConfig, learner="lamarckian_hpc.rl.learner:DQNLearner",
                 model="lamarckian_hpc.models.q_network:QNetwork",
-                numpy_policy="lamarckian_hpc.runtime.numpy_policy:epsilon_greedy_policy",
-                torch_policy="lamarckian_hpc.runtime.inference:epsilon_greedy_policy",
+                numpy_policy="lamarckian_hpc.runtime.actor.numpy_policy:epsilon_greedy_policy",
+                torch_policy="lamarckian_hpc.runtime.actor.inference:epsilon_greedy_policy",
                 greedy="lamarckian_hpc.models.greedy:QGreedy",
                 metrics=("loss_value", "epsilon", "replay_size")),
     RLAlgorithm("sac", SACConfig, learner="lamarckian_hpc.rl.sac_learner:SACLearner",

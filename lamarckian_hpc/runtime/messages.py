@@ -31,7 +31,7 @@ import numpy as np
 from ..comm import Message
 from ..comm.channels import CREDIT
 from ..mdp import ExperienceBatch, RecordedSteps
-from .sampling import POLICY_ID
+from .run_shape import POLICY_ID
 
 HELLO, EXPERIENCE, GRADIENTS, ENV_FAILING = "hello", "experience", "gradients", "env_failing"
 KINDS = {HELLO, EXPERIENCE, GRADIENTS, ENV_FAILING}

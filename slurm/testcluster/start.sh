@@ -123,7 +123,7 @@ fi
 # A host's own cores: a cgroup per node (and one for the learner) with a CFS quota. stop.sh removes
 # them. In scope `node`, start-node puts the node's slurmd in its group, so the node's job steps,
 # Ray daemons and actors inherit it; in scope `actors`, the group holds only the processes that
-# join it (lamarckian_hpc.runtime.cpu_quota.join_cpu_group, through the variable the task prolog sets).
+# join it (lamarckian_hpc.runtime.placement.cpu_quota.join_cpu_group, through the variable the task prolog sets).
 make_cpu_group() {
     local group=$CPU_CGROUP_ROOT/${LINK_PREFIX}$1
     mkdir -p "$group"

@@ -36,18 +36,18 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ...comm import BROADCAST, ExperienceReceiver, JobKeys, limit_bytes
 from ...config import RunConfig
-from ..actor_watch import ActorWatch
+from .actor_watch import ActorWatch
 from ...comm.topology import build_tree
 from ..algorithms import make_learner
-from ..cpu_quota import join_cpu_group
+from ..placement.cpu_quota import join_cpu_group
 from ..messages import KINDS, MessageSpec, concatenate
-from ..node_watch import NodeLostError
-from ..ray_setup import answers, reachable_host, worker_runtime_env
-from ..sampling import spaces_of
+from ..placement.node_watch import NodeLostError
+from ..placement.ray_setup import answers, reachable_host, worker_runtime_env
+from ..run_shape import spaces_of
 from .group import LearnerGroupSpec, choose_backend, form_group, free_port
-from ..relay_tree import choose_layout
+from ..placement.relay_tree import choose_layout
 from .intake import ExperienceIntake
-from .shards import ShardPlan, plan_flat, plan_tree
+from ..placement.shards import ShardPlan, plan_flat, plan_tree
 from ...rl.data_parallel import empty_experience
 from ...rl.device import choose_device
 from .lockstep import agree, reduce_numbers

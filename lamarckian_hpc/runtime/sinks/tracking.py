@@ -1,7 +1,7 @@
 """The Weights & Biases and MLflow sinks (`storage.wandb`, `storage.mlflow`): a run's metrics sent to
 a tracking service while it runs, beside its run file, for teams that compare runs there.
 
-They are live sinks of `runtime.sinks`, like the TensorBoard one: the run file's metric names at the
+They are live sinks of `runtime.sinks.base`, like the TensorBoard one: the run file's metric names at the
 run file's steps (env frames in training, the generation in a population run), a PBT member's
 series as `member_<slot>/...`, flushed with the run file; and the resolved config, flattened to
 dotted keys (`ppo.learning_rate`), as the run's parameters. Each process that writes a run file
@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .sinks import MetricSink, SinkMissing, parameter_text
+from .base import MetricSink, SinkMissing, parameter_text
 
 WANDB_INSTALL = 'pip install -c constraints.txt -e ".[wandb]"'
 MLFLOW_INSTALL = 'pip install -c constraints.txt -e ".[mlflow]"'

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .observers import GenerationReport, TrainResult, UpdateReport
+from ..observers import GenerationReport, TrainResult, UpdateReport
 
 
 class SinkMissing(ImportError):

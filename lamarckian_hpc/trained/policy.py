@@ -20,9 +20,9 @@ import numpy as np
 
 from ..config import RunConfig, apply_overrides
 from ..storage import RunFileReadError, open_run
-from .algorithms import RL_ALGORITHMS, build_model, rl_algorithm
-from .checkpoint import CheckpointMismatch, check_fits, load_checkpoint, resolve_checkpoint
-from .sampling import spaces_of
+from ..runtime.algorithms import RL_ALGORITHMS, build_model, rl_algorithm
+from ..runtime.learner.checkpoint import CheckpointMismatch, check_fits, load_checkpoint, resolve_checkpoint
+from ..runtime.run_shape import spaces_of
 
 if TYPE_CHECKING:
     import torch

@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Literal, Mapping
 
-from .observers import TrainResult, UpdateReport
+from ..observers import TrainResult, UpdateReport
 
 log = logging.getLogger(__name__)
 

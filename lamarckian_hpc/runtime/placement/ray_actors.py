@@ -16,10 +16,10 @@ from typing import Any, Callable, Sequence
 
 import ray
 
-from ..comm import LEARNER
-from ..comm.relay import Relay, RelaySpec
-from ..config import RunConfig
-from .actor import ActorLoop
+from ...comm import LEARNER
+from ...comm.relay import Relay, RelaySpec
+from ...config import RunConfig
+from ..actor.loop import ActorLoop
 from .cpu_quota import join_cpu_group
 from .ray_setup import ensure_ray, worker_runtime_env
 

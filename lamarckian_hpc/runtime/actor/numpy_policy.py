@@ -18,9 +18,9 @@ import gymnasium as gym
 
 import numpy as np
 
-from ..mdp import PolicyOutput, legal_actions
-from ..mdp.action_masks import MASKED_LOGIT
-from ..config import RunConfig
+from ...mdp import PolicyOutput, legal_actions
+from ...mdp.action_masks import MASKED_LOGIT
+from ...config import RunConfig
 from .network_layout import NetworkLayout, actor_critic_layout, check_weights, initial_weights, q_network_layout
 
 LEAKY_RELU_SLOPE = 0.01  # torch.nn.LeakyReLU's default negative_slope

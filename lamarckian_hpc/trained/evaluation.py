@@ -24,9 +24,9 @@ import numpy as np
 from ..mdp import make_gym_env
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
-from .recording import trajectory_spec
-from .sampling import POLICY_ID
-from .trained_policy import TrainedPolicy
+from ..runtime.runners.recording import trajectory_spec
+from ..runtime.run_shape import POLICY_ID
+from .policy import TrainedPolicy
 
 AGENT_ID = "agent_0"
 #: The one metric of an evaluation's file: each episode's return, a row per episode.

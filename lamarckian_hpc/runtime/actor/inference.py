@@ -10,10 +10,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from ..config import RunConfig
-from ..mdp import PolicyOutput
-from ..models import ActorCritic
-from ..rl.learner import load_weights
+from ...config import RunConfig
+from ...mdp import PolicyOutput
+from ...models import ActorCritic
+from ...rl.learner import load_weights
 
 
 class TorchPolicy:

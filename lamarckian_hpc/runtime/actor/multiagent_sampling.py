@@ -1,7 +1,7 @@
 """The sampling side of a multi-agent run: PettingZoo environments or native MDPs, agents mapped to
 policies, one experience buffer per trained policy, in an actor process.
 
-It is `sampling.SamplingSide` with a policy dimension, so the actor loop drives both the same way:
+It is `sampling.SamplingSide` with a policy dimension (`sides.make_sampling_side` builds either), so the actor loop drives both the same way:
 `sample` ticks until the trained policies together hold the steps asked for, `take_experience`
 hands back one batch per trained policy (with the episodes its agents finished), and
 `load_broadcast` takes the learner's one weights message, which carries every policy under its
@@ -18,14 +18,15 @@ from typing import Any, Mapping
 import gymnasium as gym
 import numpy as np
 
-from ..comm import Message
-from ..comm.wire import MAX_ARRAYS
-from ..config import EnvConfig, RunConfig
-from ..config.train import NATIVE_MDP_PREFIX, PETTINGZOO_PREFIX
-from ..mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
-from ..multiagent import AECEnvMDP, GlobalStateMDP, ParallelEnvMDP, PolicyMapping, configured_mapping
+from ...comm import Message
+from ...comm.wire import MAX_ARRAYS
+from ...config import EnvConfig, RunConfig
+from ...config.train import NATIVE_MDP_PREFIX, PETTINGZOO_PREFIX
+from ...mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
+from ...multiagent import AECEnvMDP, GlobalStateMDP, ParallelEnvMDP, PolicyMapping, configured_mapping
 from .network_layout import actor_critic_layout
 from .numpy_policy import NumpyActorCriticPolicy
+from ..run_shape import recorded_every
 
 #: Broadcast meta key: {policy id: version} of the weights in the message.
 POLICY_VERSIONS = "policy_versions"
@@ -231,8 +232,6 @@ def make_multiagent_side(config: RunConfig, seed: int, spaces: MultiAgentSpaces 
     policies = {policy_id: NumpyActorCriticPolicy(layout, config.model.activation, seed + 104_729 * index)
                 for index, policy_id in enumerate(multiagent.policies)}
     experiences = {policy_id: ExperienceBuffer() for policy_id in multiagent.trained}
-    from .sampling import recorded_every  # (sampling imports this module where it makes a side)
-
     mapping = PolicyMapping(configured_mapping(multiagent.mapping, multiagent.policies, seed), multiagent.policies,
                             multiagent.trained, experiences, EpisodeSelector(recorded_every(config)))
     sampler = Sampler(make_multiagent_mdps(config), mapping, policies, seed)

@@ -46,10 +46,10 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from ..storage import (RunWriter, StorageFullError, create_private_file, ensure_free_space, failure_reason,
+from ...storage import (RunWriter, StorageFullError, create_private_file, ensure_free_space, failure_reason,
                        fsync_folder)
 from .episodes import RecentEpisodes
-from .observers import TrainResult, UpdateReport
+from ..observers import TrainResult, UpdateReport
 
 log = logging.getLogger(__name__)
 

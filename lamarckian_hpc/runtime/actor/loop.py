@@ -23,12 +23,14 @@ import threading
 import numpy as np
 import zmq
 
-from ..comm import LEARNER, ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
-from ..config import RunConfig
-from .algorithms import rl_algorithm
-from ..mdp import EnvironmentFailingError
-from .messages import Recorded, env_failing_message, experience_message, gradients_message, hello_message
-from .sampling import SamplingSide, credit_window, make_sampling_side, message_steps, steps_per_update
+from ...comm import LEARNER, ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
+from ...config import RunConfig
+from ..algorithms import rl_algorithm
+from ...mdp import EnvironmentFailingError
+from ..messages import Recorded, env_failing_message, experience_message, gradients_message, hello_message
+from .sampling import SamplingSide
+from ..run_shape import credit_window, message_steps, steps_per_update
+from .sides import make_sampling_side
 
 log = logging.getLogger(__name__)
 WAIT_POLL_MS = 50

@@ -36,8 +36,8 @@ from torch import nn
 from ..models.cnn import ConvEncoder
 from ..models.layers import Tanh
 from ..storage import open_run
-from .algorithms import rl_algorithm
-from .trained_policy import TrainedPolicy
+from ..runtime.algorithms import rl_algorithm
+from .policy import TrainedPolicy
 
 INPUT_NAME = "observations"
 ONNX_INSTALL_HINT = "pip install -c constraints.txt -e '.[export]'"

@@ -15,11 +15,11 @@ from typing import Sequence
 
 import torch
 
-from ..config import RunConfig
-from .algorithms import rl_algorithm
-from .checkpoint import TrainingCheckpoint, TrainingProgress
-from .episodes import RecentEpisodes
-from .observers import TrainObserver, TrainResult, UpdateReport
+from ...config import RunConfig
+from ..algorithms import rl_algorithm
+from ..learner.checkpoint import TrainingCheckpoint, TrainingProgress
+from ..learner.episodes import RecentEpisodes
+from ..observers import TrainObserver, TrainResult, UpdateReport
 from .recording import RecordedEpisodes
 from .training_loop import TrainingLoop
 

@@ -7,12 +7,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..config import RunConfig, StorageConfig, TrajectoriesConfig
-from ..mdp import EpisodeResult, RecordedSteps
-from ..storage import MEGABYTE, RunWriter
-from ..storage.trajectories import EpisodeRecord, TrajectorySpec
-from .observers import TrainResult, UpdateReport
-from .sampling import recorded_every
+from ...config import RunConfig, StorageConfig, TrajectoriesConfig
+from ...mdp import EpisodeResult, RecordedSteps
+from ...storage import MEGABYTE, RunWriter
+from ...storage.trajectories import EpisodeRecord, TrajectorySpec
+from ..observers import TrainResult, UpdateReport
+from ..run_shape import recorded_every
 
 
 def trajectory_spec(spaces: tuple[Any, Any], policy_id: str) -> TrajectorySpec:

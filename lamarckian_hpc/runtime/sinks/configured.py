@@ -1,6 +1,6 @@
 """The live sinks a config's `storage` section asks for, made in one place for every workload.
 
-Apart from `runtime.sinks`, whose base class the sinks extend, so that the sinks' modules and the
+Apart from `runtime.sinks.base`, whose base class the sinks extend, so that the sinks' modules and the
 one that chooses among them do not import each other.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .sinks import MetricSink, flat_parameters
+from .base import MetricSink, flat_parameters
 
 
 def build_sinks(config: Any, run_path: str | Path, *, resumed: bool = False,
@@ -22,12 +22,12 @@ def build_sinks(config: Any, run_path: str | Path, *, resumed: bool = False,
     name = Path(run_path).stem
     sinks: list[MetricSink] = []
     if storage.tensorboard is not None:
-        from .tensorboard_sink import TensorBoardSink
+        from .tensorboard import TensorBoardSink
 
         sinks.append(TensorBoardSink(storage.tensorboard, name, storage.metrics_interval_seconds,
                                      resumed=resumed, genome_names=genome_names))
     if storage.wandb is not None or storage.mlflow is not None:
-        from .tracking_sinks import MlflowSink, WandbSink
+        from .tracking import MlflowSink, WandbSink
 
         parameters = flat_parameters(config.to_json_dict())
         if storage.wandb is not None:

@@ -31,11 +31,11 @@ import ray
 import zmq
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..comm import BROADCAST, LEARNER, ExperienceReceiver, JobKeys, WeightPublisher, limit_bytes
-from ..comm.relay import RelaySpec
-from ..comm.topology import BroadcastTree, build_tree
-from ..config import RunConfig
-from .learner.shards import ShardPlan
+from ...comm import BROADCAST, LEARNER, ExperienceReceiver, JobKeys, WeightPublisher, limit_bytes
+from ...comm.relay import RelaySpec
+from ...comm.topology import BroadcastTree, build_tree
+from ...config import RunConfig
+from .shards import ShardPlan
 from .ray_actors import start_relay
 from .ray_setup import answers
 

@@ -30,31 +30,31 @@ import ray
 import torch
 import zmq
 
-from ..config import RunConfig
-from ..mdp import ExperienceBatch
-from ..comm import (MEGABYTE, ExperienceReceiver, JobKeys, largest_message_bytes, limit_bytes, message_limit,
+from ...config import RunConfig
+from ...mdp import ExperienceBatch
+from ...comm import (MEGABYTE, ExperienceReceiver, JobKeys, largest_message_bytes, limit_bytes, message_limit,
                     stop_authenticator)
-from ..comm.limits import io_threads_for, raise_open_file_limit
-from .actor_watch import ActorWatch
-from .cpu_quota import join_learner_cpu_group
-from .checkpoint import TrainingCheckpoint, TrainingProgress
-from .episodes import RecentEpisodes
-from .algorithms import make_learner, rl_algorithm
-from .messages import KINDS, ActorGradients, MessageSpec, concatenate
-from .observers import TrainObserver, TrainResult, UpdateReport
-from .policy_learners import PolicyLearners, policy_metrics
-from .process_stats import TreeCpuMeter
-from .ray_actors import init_ray, start_actors
-from .ray_setup import answers, ray_cpus, reachable_host, shutdown_ray
+from ...comm.limits import io_threads_for, raise_open_file_limit
+from ..learner.actor_watch import ActorWatch
+from ..placement.cpu_quota import join_learner_cpu_group
+from ..learner.checkpoint import TrainingCheckpoint, TrainingProgress
+from ..learner.episodes import RecentEpisodes
+from ..algorithms import make_learner, rl_algorithm
+from ..messages import KINDS, ActorGradients, MessageSpec, concatenate
+from ..observers import TrainObserver, TrainResult, UpdateReport
+from ..learner.policy_learners import PolicyLearners, policy_metrics
+from ..placement.process_stats import TreeCpuMeter
+from ..placement.ray_actors import init_ray, start_actors
+from ..placement.ray_setup import answers, ray_cpus, reachable_host, shutdown_ray
 from .recording import RecordedEpisodes
-from .sampling import POLICY_ID, credit_budget, spaces_of, steps_per_update
-from .relay_tree import RankRoutes, RelayTree, plan_nodes
-from .learner.lockstep import agree, reduce_numbers
-from .learner.ranks import (LearnerGroup, plan_shards, rank_config, serving_joins,
+from ..run_shape import POLICY_ID, credit_budget, spaces_of, steps_per_update
+from ..placement.relay_tree import RankRoutes, RelayTree, plan_nodes
+from ..learner.lockstep import agree, reduce_numbers
+from ..learner.ranks import (LearnerGroup, plan_shards, rank_config, serving_joins,
                             starve_seconds, start_ranks)
-from .learner.shards import ShardPlan
-from ..rl.data_parallel import empty_experience
-from .learner.intake import ExperienceIntake
+from ..placement.shards import ShardPlan
+from ...rl.data_parallel import empty_experience
+from ..learner.intake import ExperienceIntake
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class DistributedTrainer(ExperienceIntake):
             #: The learner of each trained policy; a single-agent run has one, POLICY_ID's.
             self.policy_learners: dict[str, Any] = {POLICY_ID: self.learner}
         else:
-            from .multiagent_sampling import multiagent_spaces
+            from ..actor.multiagent_sampling import multiagent_spaces
 
             agents = multiagent_spaces(config)
             # Messages are sized by the flat rows (own observation | global state); the run file's

@@ -11,17 +11,17 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..config import RunConfig
-from ..storage import MEGABYTE, RunWriter, continue_run_file
-from .algorithms import rl_algorithm
-from .checkpoint import (Checkpointer, CheckpointMismatch, TrainingCheckpoint, check_fits, load_checkpoint,
+from ...config import RunConfig
+from ...storage import MEGABYTE, RunWriter, continue_run_file
+from ..algorithms import rl_algorithm
+from ..learner.checkpoint import (Checkpointer, CheckpointMismatch, TrainingCheckpoint, check_fits, load_checkpoint,
                          newer_checkpoints, resolve_checkpoint)
-from .configured_sinks import build_sinks
-from .node_watch import NodeLostError
-from .observers import TrainObserver, TrainResult
+from ..sinks.configured import build_sinks
+from ..placement.node_watch import NodeLostError
+from ..observers import TrainObserver, TrainResult
 from .recording import MetricsRecorder, trajectory_writer_options
-from .sampling import POLICY_ID
-from .sinks import MetricSink
+from ..run_shape import POLICY_ID
+from ..sinks.base import MetricSink
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +36,14 @@ def make_trainer(config: RunConfig) -> Any:
         from .trainer import SerialTrainer
 
         return SerialTrainer(config)
-    from .ray_setup import ray_cpus, shutdown_unclaimed_ray, start_ray_while_importing
-    from .sampling import spaces_of
+    from ..placement.ray_setup import ray_cpus, shutdown_unclaimed_ray, start_ray_while_importing
+    from ..run_shape import spaces_of
 
     # The environment is made once before Ray starts, so that an id or keyword it refuses is one
     # line within a second, not after Ray's start-up (and its shutdown).
     spaces = spaces_of(config) if config.multiagent is None else None
     if config.runtime.device == "cuda":  # likewise a GPU that is not there (this imports torch first)
-        from ..rl.device import choose_device
+        from ...rl.device import choose_device
 
         choose_device("cuda")
     start_ray_while_importing(config.runtime.ray_address, ray_cpus(config.runtime.num_actors))
@@ -65,7 +65,7 @@ def metric_names_for(config: RunConfig) -> tuple[str, ...]:
 
         names = (*names, *RUNTIME_METRICS)
     if config.multiagent is not None:
-        from .policy_learners import multiagent_metric_names
+        from ..learner.policy_learners import multiagent_metric_names
 
         names = (*names, *multiagent_metric_names(config))
     return names

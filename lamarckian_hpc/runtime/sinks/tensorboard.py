@@ -2,7 +2,7 @@
 TensorBoard event files while it runs, in `DIR/<run name>/`, so that `tensorboard --logdir DIR`
 shows a job that is still going, next to the runs before it.
 
-It is one of the live sinks of `runtime.sinks` (with Weights & Biases and MLflow), an observer of a
+It is one of the live sinks of `runtime.sinks.base` (with Weights & Biases and MLflow), an observer of a
 trainer's update reports and of the population workflow's generation reports. It writes what the run
 file gets, under the run file's metric names, at the step of the run file's rows: env frames in
 training, the generation (the rows' `policy_version`: a PBT interval, an EMOGI or league generation)
@@ -27,8 +27,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..storage.event_files import EventWriter, event_folder
-from .sinks import MetricSink
+from ...storage.event_files import EventWriter, event_folder
+from .base import MetricSink
 
 
 class TensorBoardSink(MetricSink):

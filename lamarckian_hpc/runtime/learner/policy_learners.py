@@ -16,12 +16,12 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..config import RunConfig
-from ..multiagent import build_policy_models
-from ..multiagent.policies import MultiPolicyLearner
+from ...config import RunConfig
+from ...multiagent import build_policy_models
+from ...multiagent.policies import MultiPolicyLearner
 from .episodes import RecentEpisodes
-from ..mdp.staleness import STALENESS_METRICS
-from .multiagent_sampling import POLICY_VERSIONS, MultiAgentSpaces, flat_weights
+from ...mdp.staleness import STALENESS_METRICS
+from ..actor.multiagent_sampling import POLICY_VERSIONS, MultiAgentSpaces, flat_weights
 
 
 class PolicyLearners(MultiPolicyLearner):

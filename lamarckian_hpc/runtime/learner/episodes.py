@@ -7,7 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..config import StopConfig
+from ...config import StopConfig
 
 
 class RecentEpisodes:

@@ -19,11 +19,12 @@ from typing import Mapping, Protocol
 
 import numpy as np
 
-from ..config import RunConfig
-from ..mdp import EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
-from ..rl.learner import LearnerBase
-from .algorithms import make_learner
-from .sampling import make_sampling_side, spaces_of, steps_per_update
+from ...config import RunConfig
+from ...mdp import EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
+from ...rl.learner import LearnerBase
+from ..algorithms import make_learner
+from ..run_shape import spaces_of, steps_per_update
+from ..actor.sides import make_sampling_side
 
 
 class LoopSampling(Protocol):

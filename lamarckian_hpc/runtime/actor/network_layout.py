@@ -1,7 +1,7 @@
 """The parameters of the torch networks in `models/` (state_dict names, shapes, initial gains),
 known without torch.
 
-A torch-free actor (`runtime/numpy_policy.py`) receives the learner's weights as a dict named like
+A torch-free actor (`runtime/actor/numpy_policy.py`) receives the learner's weights as a dict named like
 the torch state_dict. This module says which names and shapes that dict must hold for a model
 config and a pair of spaces, so that weights that do not fit are refused with the names at fault
 instead of being multiplied into nonsense. It mirrors `models/actor_critic.py`,
@@ -18,8 +18,8 @@ from typing import Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 
-from ..config import ModelConfig
-from ..mdp import mask_size
+from ...config import ModelConfig
+from ...mdp import mask_size
 
 HIDDEN_GAIN = math.sqrt(2.0)  # models/layers.py::layer_init's default
 POLICY_HEAD_GAIN = 0.01  # CategoricalHead.logits, GaussianHead.mean

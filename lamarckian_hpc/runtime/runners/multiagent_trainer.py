@@ -20,16 +20,16 @@ from typing import Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 
-from ..config import ModelConfig, MultiAgentConfig, PPOConfig, RunConfig, RuntimeConfig
-from ..mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
-from ..multiagent.global_state import GlobalStateMDP
-from ..multiagent.mapping import PolicyMapping, PolicyMappingFn, configured_mapping
-from ..multiagent.policies import MultiPolicyLearner, build_policy_models
-from ..rl.learner import load_weights
-from .inference import TorchPolicy
-from .multiagent_sampling import MultiAgentSamplingSide
-from .network_layout import actor_critic_layout
-from .numpy_policy import NumpyActorCriticPolicy
+from ...config import ModelConfig, MultiAgentConfig, PPOConfig, RunConfig, RuntimeConfig
+from ...mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
+from ...multiagent.global_state import GlobalStateMDP
+from ...multiagent.mapping import PolicyMapping, PolicyMappingFn, configured_mapping
+from ...multiagent.policies import MultiPolicyLearner, build_policy_models
+from ...rl.learner import load_weights
+from ..actor.inference import TorchPolicy
+from ..actor.multiagent_sampling import MultiAgentSamplingSide
+from ..actor.network_layout import actor_critic_layout
+from ..actor.numpy_policy import NumpyActorCriticPolicy
 from .training_loop import TrainingLoop
 
 

@@ -9,25 +9,22 @@ out of this module's top level.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import gymnasium as gym
 import numpy as np
 
-from .. import envs  # noqa: F401  (registers the built-in lamarckian/ ids)
-from ..comm import Message
-from ..config import RunConfig
-from ..mdp import (EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, GymMDP, PolicyOutput, Sampler,
+from ... import envs  # noqa: F401  (registers the built-in lamarckian/ ids)
+from ...comm import Message
+from ...config import RunConfig
+from ...mdp import (EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, GymMDP, PolicyOutput, Sampler,
                    TrainingController, make_gym_env)
-from .algorithms import rl_algorithm
+from ..algorithms import rl_algorithm
+from ..run_shape import POLICY_ID, recorded_every
 
 if TYPE_CHECKING:
     import torch
-
-POLICY_ID = "main"
-
 
 class ActorPolicy(Protocol):
     """The sampler's `Policy` that also takes the learner's broadcast weights."""
@@ -98,58 +95,9 @@ class SamplingSide:
         self.sampler.close()
 
 
-def steps_per_update(config: RunConfig) -> int:
-    """Training steps the learner gathers before an update (one actor message for DQN and A3C)."""
-    batch_size = getattr(config.algorithm, "batch_size", None)
-    return batch_size if batch_size is not None else config.runtime.rollout_steps * config.env.num_envs
-
-
-def message_steps(config: RunConfig, num_actors: int) -> int:
-    """Steps an actor samples per message: a rollout, or its share of a batch when that is smaller
-    (whole ticks of its environments), so that the actors together fill a batch and no actor's
-    message is more than the learner needs: with many actors, one full rollout each would be
-    many batches, all aging while they wait."""
-    num_envs = config.env.num_envs
-    rollout = config.runtime.rollout_steps * num_envs
-    share = math.ceil(steps_per_update(config) / num_actors)
-    return min(rollout, max(num_envs, math.ceil(share / num_envs) * num_envs))
-
-
-def credit_budget(config: RunConfig, num_actors: int) -> int:
-    """Messages the learner lets be in flight at once (`comm.credits`): `runtime.batches_in_flight`
-    batches of messages. Where each message is an update of its own (DQN, A3C: no `batch_size`),
-    one per actor, so that every actor samples; their lag has its own bounds (replay, the
-    gradient staleness limit). A multi-agent rollout feeds several policies' batches at once: one
-    per actor too, at least."""
-    per_message = getattr(config.algorithm, "batch_size", None) is None or config.multiagent is not None
-    messages = math.ceil(config.runtime.batches_in_flight * steps_per_update(config) / message_steps(config, num_actors))
-    return max(1, messages, num_actors if per_message else 1)
-
-
-def credit_window(config: RunConfig, num_actors: int) -> int:
-    """Credits one actor may hold at once: its share of the budget (one at least), so that with
-    the budget to spare, every actor samples its part of the batches in flight without waiting."""
-    return max(1, math.ceil(credit_budget(config, num_actors) / num_actors))
-
-
-def recorded_every(config: RunConfig) -> int:
-    """One episode in how many the run records (0: none); actors that send gradients (A3C) send
-    no experience, so nothing would carry their episodes to the learner."""
-    return 0 if rl_algorithm(config).actor_gradients else config.storage.trajectories.every_episodes
-
-
 def make_env_mdps(config: RunConfig) -> list[GymMDP]:
     env = config.env
     return [GymMDP(make_gym_env(env.id, env.kwargs, env.max_episode_steps)) for _ in range(env.num_envs)]
-
-
-def spaces_of(config: RunConfig) -> tuple[gym.Space, gym.Space]:
-    """Observation and action space of the configured environment (made once and closed)."""
-    env = make_gym_env(config.env.id, config.env.kwargs, config.env.max_episode_steps)
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
 
 
 def needs_torch(config: RunConfig) -> bool:
@@ -166,21 +114,16 @@ def numpy_policy(config: RunConfig, observation_space: gym.Space, action_space: 
 def torch_policy(config: RunConfig, observation_space: gym.Space, action_space: gym.Space,
                  seed: int) -> tuple[ActorPolicy, torch.nn.Module]:
     """A policy on a torch network of its own."""
-    from .algorithms import build_model
+    from ..algorithms import build_model
 
     model = build_model(config, observation_space, action_space)
     return rl_algorithm(config).build("torch_policy", config, model, action_space, seed), model
 
 
-def make_sampling_side(config: RunConfig, seed: int, *, use_torch: bool = False) -> SamplingSide:
-    """Envs, controllers and sampler, with a policy of the side's own (it takes the learner's
-    weights through `load_weights`): torch-free unless the run `needs_torch` or `use_torch` asks
-    for it (benchmarks/actor_footprint.py compares the two). A multi-agent run's actors get
-    the side with a policy dimension (`multiagent_sampling`), which acts with numpy only."""
-    if config.multiagent is not None:
-        from .multiagent_sampling import make_multiagent_side
-
-        return make_multiagent_side(config, seed)  # type: ignore[return-value]
+def make_single_agent_side(config: RunConfig, seed: int, *, use_torch: bool = False) -> SamplingSide:
+    """Envs, controllers and sampler of a single-agent run, with a policy of the side's own (it takes
+    the learner's weights through `load_weights`): torch-free unless the run `needs_torch` or
+    `use_torch` asks for it (the actor-footprint benchmark compares the two)."""
     mdps = make_env_mdps(config)
     observation_space, action_space = mdps[0].observation_space(None), mdps[0].action_space(None)
     policy: ActorPolicy
