@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
-from ..config.evorl import SearchedHyperparameter
+from ..config.pbt import SearchedHyperparameter
 from ..mdp import ExperienceBatch
 from ..runtime.episodes import RecentEpisodes
 from ..runtime.recording import recorded_answers
