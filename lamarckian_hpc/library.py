@@ -29,7 +29,7 @@ ConfigSource = Union[str, Path, Mapping[str, Any], RootSection, None]
 #: algorithm.name of a population config -> (module, function) that runs it and returns its summary;
 #: any other name is an EC run (NSGA-II, GA, ES, CMA-ES, game balancing).
 POPULATION_RUNNERS: dict[str, tuple[str, str]] = {
-    "pbt": ("evorl.command", "run_pbt"),
+    "pbt": ("evorl.pbt_command", "run_pbt"),
     "emogi": ("evorl.emogi_command", "run_emogi"),
     "league": ("evorl.league_command", "run_league"),
     "wuji": ("evorl.game_testing_command", "run_game_testing"),
