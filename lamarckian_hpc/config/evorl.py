@@ -1,7 +1,7 @@
 """Which root model a config is validated with, from its `algorithm.name`: an RL algorithm's (or
-no name and no `problem` section) is a training run's `RunConfig`; PBT, EMOGI, game testing and
-the league have their own models, and any other name is an EC run's `EvolveConfig`. The commands
-that take any config (`run`, `config show`, `launch`, the Slurm job) ask here.
+no name and no `problem` section) is a training run's `RunConfig`; any other name selects its
+population program's model (`programs`), the EC run's `EvolveConfig` for the EC algorithms.
+The commands that take any config (`run`, `config show`, `launch`, the Slurm job) ask here.
 """
 
 from __future__ import annotations
@@ -10,18 +10,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .base import ConfigError, RootSection
-from .emogi import EMOGIConfig
-from .evolve import EvolveConfig
-from .game_testing import GameTestingConfig
-from .league_run import LeagueRunConfig
 from .loading import read_config_file
-from .pbt import PBTConfig
+from .programs import population_program
 from .train import ALGORITHMS, RunConfig
-
-
-#: `algorithm.name` of an evolve config -> the root config it is validated with (others: EvolveConfig).
-EVORL_ALGORITHMS: dict[str, type[RootSection]] = {"pbt": PBTConfig, "emogi": EMOGIConfig, "wuji": GameTestingConfig,
-                                                  "league": LeagueRunConfig}
 
 
 def _read_tree(path: str | Path | None) -> dict:
@@ -49,7 +40,7 @@ def _algorithm_name(tree: dict, overrides: Sequence[str]) -> str | None:
 def evolve_config_model(path: str | Path | None, overrides: Sequence[str] = ()) -> type[RootSection]:
     """The config model of an evolve run, from `algorithm.name` in the overrides or the YAML file.
     A file that cannot be read picks EvolveConfig, whose loading then reports the problem."""
-    return EVORL_ALGORITHMS.get(str(_algorithm_name(_read_tree(path), overrides)), EvolveConfig)
+    return population_program(_algorithm_name(_read_tree(path), overrides)).config
 
 
 def config_model(path: str | Path | None, overrides: Sequence[str] = ()) -> type[RootSection]:
@@ -66,4 +57,4 @@ def tree_config_model(tree: dict, overrides: Sequence[str] = ()) -> type[RootSec
     if name in ALGORITHMS or (name is None and "problem" not in tree
                               and not any(text.partition("=")[0].strip().startswith("problem.") for text in overrides)):
         return RunConfig
-    return EVORL_ALGORITHMS.get(str(name), EvolveConfig)
+    return population_program(name).config
