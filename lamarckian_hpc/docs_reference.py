@@ -30,12 +30,10 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from .config.base import ConfigError
-from .config.emogi import EMOGIConfig
-from .config.evolve import EvolveConfig
-from .config.evorl import EVORL_ALGORITHMS
 from .config.launch import LaunchConfig
 from .config.loading import apply_overrides
 from .config.multiagent import LeagueConfig
+from .config.programs import EVOLUTION, POPULATION_PROGRAMS
 from .config.train import RunConfig
 
 #: Constraints that validators check rather than field bounds.
@@ -388,29 +386,9 @@ def roots() -> tuple[tuple[str, tuple[Root, ...]], ...]:
             "Read by `lamarckian-hpc train` and `lamarckian-hpc launch` (`RunConfig`). `algorithm` is one of the "
             "`algorithm.name` sections below (default `ppo`); a section without a name is PPO's."),)),
         ("Evolution runs", (
-            Root("`evolve` configuration", EvolveConfig,
-                 "Read by `lamarckian-hpc evolve` (`EvolveConfig`) for the EC algorithms; `algorithm.name` picks "
-                 "the section (default `nsga2`), and an unknown name is an error that lists the allowed ones. "
-                 "`nsga2` needs a multi-objective problem (ZDT, DTLZ, `balance`), `ga` a single-objective one "
-                 "(`sphere`, `rastrigin`, `onemax`, `tsp`), and a named crossover or mutation must fit the "
-                 "problem's coding. For `balance`, `algorithm.crossover_probability` applies to the lineup "
-                 "crossover and the eta fields are unused."),
-            Root(evolve.format("pbt"), EVORL_ALGORITHMS["pbt"],
-                 "Population-based training of PPO learners (`PBTConfig`). `seed`, `env`, `model` and `storage` "
-                 "are those of `train`; `ppo` holds the fields of `algorithm.name: ppo`, the starting point of the "
-                 "searched hyperparameters, and `ppo.anneal_learning_rate` must stay false while `learning_rate` "
-                 "is searched."),
-            Root(evolve.format("emogi"), EMOGIConfig,
-                 "NSGA-II over behaviour reward weights of PPO policies (`EMOGIConfig`). `env`, `model`, `ppo` and "
-                 "`storage` are those of `train`, but `env.id` defaults to, and must be, `lamarckian/Pong-v0`, "
-                 "and `env.kwargs` must not set `move_reward` or `stay_reward`: EMOGI sets them per policy."),
-            Root(evolve.format("wuji"), EVORL_ALGORITHMS["wuji"],
-                 "Automated testing of the built-in game (`GameTestingConfig`, `configs/game_testing.yaml`); its "
-                 "episodes are played in the command's own process unless `runtime.mode` says fork or ray."),
-            Root(evolve.format("league"), EVORL_ALGORITHMS["league"],
-                 "AlphaStar's league of PPO learners on a two-player PettingZoo game (`LeagueRunConfig`, "
-                 "`configs/league_pong.yaml`; `lamarckian-hpc league` runs it too). `model`, `ppo` and `storage` "
-                 "are those of `train`; `league` is the section below."))),
+            Root("`evolve` configuration", EVOLUTION.config, EVOLUTION.reference),
+            *(Root(evolve.format(name), program.config, program.reference)
+              for name, program in POPULATION_PROGRAMS.items()))),
         ("The league", (Root(
             "`league` configuration", LeagueConfig,
             "`LeagueConfig` (`lamarckian_hpc/config/multiagent.py`): the `league` section of a league run, also "

@@ -12,7 +12,6 @@ imported only once the config is known to be good, so a typo costs a second, not
 from __future__ import annotations
 
 import copy
-import importlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,21 +19,12 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from .config import ConfigError, RootSection, apply_overrides
 from .config.loading import read_config_file
+from .config.programs import population_program
 from .config.workload import command_config_model, workload_of
 from .run_result import CANNOT_START, FAILED, INTERRUPTED, RunFailed, RunResult
 
 #: What `run` accepts as a config: a YAML file, a config tree, a validated config, or None (the defaults).
 ConfigSource = Union[str, Path, Mapping[str, Any], RootSection, None]
-
-#: algorithm.name of a population config -> (module, function) that runs it and returns its summary;
-#: any other name is an EC run (NSGA-II, GA, ES, CMA-ES, game balancing).
-POPULATION_RUNNERS: dict[str, tuple[str, str]] = {
-    "pbt": ("evorl.command", "run_pbt"),
-    "emogi": ("evorl.emogi_command", "run_emogi"),
-    "league": ("evorl.league_command", "run_league"),
-    "wuji": ("evorl.game_testing_command", "run_game_testing"),
-}
-EC_RUNNER = ("population.evolution_command", "run_evolution")
 
 
 @dataclass(frozen=True)
@@ -158,9 +148,8 @@ def _train(prepared: PreparedRun, observers: tuple[Any, ...], meta: Mapping[str,
 
 
 def _populate(prepared: PreparedRun) -> Any:
-    """A population run's summary, from the runner its algorithm names."""
-    module, function = POPULATION_RUNNERS.get(prepared.config.algorithm.name, EC_RUNNER)
-    runner = getattr(importlib.import_module(f".{module}", __package__), function)
+    """A population run's summary, from the runner of the program its algorithm names."""
+    runner = population_program(prepared.config.algorithm.name).load("runner")
     return runner(prepared.config, prepared.path, prepared.config_file, prepared.resume)
 
 

@@ -41,7 +41,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "library": {"config", "evorl", "mdp", "population", "run_result", "runtime", "storage", "trained"},
     "cluster": {"config", "library", "run_result", "runtime", "storage"},
     "progress": {"runtime"},
-    "cli_results": {"games", "run_result"},
+    "cli_results": {"config", "evorl", "population", "run_result"},
     "cli": {"analysis", "cli_results", "cluster", "config", "library", "progress", "run_result", "storage",
             "trained"},
     "docs_reference": {"cluster", "config"},
@@ -147,8 +147,7 @@ def test_imports_between_folders_are_exactly_the_table():
     assert not broken, f"imports the table does not allow: {sorted(broken)}"
     unused = {f"{source} -> {target}" for source, targets in ALLOWED_IMPORTS.items()
               for target in targets if target not in graph.get(source, {})}
-    # library imports the population commands by name (POPULATION_RUNNERS, EC_RUNNER), which ast does not see
-    unused -= {"library -> evorl", "library -> population"}
+    unused -= {f"{source} -> {target}" for source, target in _imports_by_name()}
     assert not unused, f"allowed imports no module makes (remove them from the table and the page): {sorted(unused)}"
 
 
@@ -163,11 +162,32 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
 
 
-def test_the_library_runs_population_commands_the_table_allows():
-    from lamarckian_hpc.library import EC_RUNNER, POPULATION_RUNNERS
+#: Who imports the functions a population program's entry names: the library its runner, the
+#: command line's result tables its result table.
+_CALLERS = {"runner": "library", "result_table": "cli_results"}
 
-    for module, _ in [*POPULATION_RUNNERS.values(), EC_RUNNER]:
-        assert module.split(".")[0] in ALLOWED_IMPORTS["library"], module
+
+def _population_programs() -> list:
+    from lamarckian_hpc.config.programs import EVOLUTION, POPULATION_PROGRAMS
+
+    return [EVOLUTION, *POPULATION_PROGRAMS.values()]
+
+
+def _imports_by_name() -> set[tuple[str, str]]:
+    """(importing unit, imported unit) of the functions `config.programs` names by import path,
+    which the library and `cli_results` load when a run starts or its result is printed: ast does
+    not see those imports."""
+    return {(caller, getattr(program, part).split(".")[1]) for program in _population_programs()
+            for part, caller in _CALLERS.items()}
+
+
+def test_population_programs_name_functions_their_callers_may_import():
+    for program in _population_programs():
+        for part, caller in _CALLERS.items():
+            name = getattr(program, part)
+            assert name.startswith("lamarckian_hpc."), name
+            assert name.split(".")[1] in ALLOWED_IMPORTS[caller], f"{caller} may not import {name}"
+            assert callable(program.load(part)), name
 
 
 def _page_table() -> dict[str, set[str]]:
@@ -224,10 +244,10 @@ ALGORITHM_TABLES = ("runtime/algorithms.py", "population/evolve_components.py")
 
 def _algorithm_config_names() -> set[str]:
     from lamarckian_hpc.config.evolve import EVOLVE_ALGORITHMS
-    from lamarckian_hpc.config.evorl import EVORL_ALGORITHMS
     from lamarckian_hpc.config.train import ALGORITHMS
 
-    return {model.__name__ for table in (ALGORITHMS, EVOLVE_ALGORITHMS, EVORL_ALGORITHMS) for model in table.values()}
+    return ({model.__name__ for table in (ALGORITHMS, EVOLVE_ALGORITHMS) for model in table.values()}
+            | {program.config.__name__ for program in _population_programs()})
 
 
 def test_algorithms_are_told_apart_only_by_their_entries():

@@ -21,7 +21,7 @@ from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig
 if TYPE_CHECKING:
     from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig
     from .evolve import EVOLVE_ALGORITHMS, EvolveConfig, EvolveRuntimeConfig, GAConfig, NSGA2Config, ProblemConfig
-    from .evorl import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
+    from .pbt import HyperparameterRange, PBTAlgorithmConfig, PBTConfig, PBTRuntimeConfig, PBTStopConfig
 
 #: The population configs, imported when first named: an actor process or a training run, which
 #: never needs them, would otherwise spend about 0.1 s building their pydantic models.
@@ -30,7 +30,7 @@ _POPULATION_MODULES = {
                      "ProblemConfig"), "evolve"),
     **dict.fromkeys(("EMOGIAlgorithmConfig", "EMOGIConfig", "EMOGIRuntimeConfig"), "emogi"),
     **dict.fromkeys(("HyperparameterRange", "PBTAlgorithmConfig", "PBTConfig", "PBTRuntimeConfig", "PBTStopConfig"),
-                    "evorl"),
+                    "pbt"),
 }
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from .base import ConfigError, RootSection
-from .evorl import EVORL_ALGORITHMS, _algorithm_name, tree_config_model
+from .evorl import _algorithm_name, tree_config_model
 from .evolve import EvolveConfig
-from .league_run import LeagueRunConfig
+from .programs import population_program, program_of
 from .train import ALGORITHMS, RunConfig
 
 #: The commands that run a config; `run` chooses among the other three.
@@ -19,10 +19,9 @@ RUN_COMMANDS = ("run", "train", "evolve", "league")
 
 
 def workload_of(model: type[RootSection]) -> str:
-    """The command named after a config model's workload: train, league or evolve."""
-    if model is RunConfig:
-        return "train"
-    return "league" if model is LeagueRunConfig else "evolve"
+    """The command named after a config model's workload: train, or its population program's
+    (evolve, or league)."""
+    return "train" if model is RunConfig else program_of(model).workload
 
 
 def _positively_training(tree: dict, overrides: Sequence[str]) -> bool:
@@ -64,7 +63,7 @@ def command_config_model(command: str, tree: dict, overrides: Sequence[str] = ()
         raise ValueError(f"{command} is not one of {', '.join(RUN_COMMANDS)}")
     if model is RunConfig and _positively_training(tree, overrides):
         raise _wrong_command(command, "train", tree, overrides, source, resume)
-    evolve_model = EVORL_ALGORITHMS.get(str(_algorithm_name(tree, overrides)), EvolveConfig)
-    if command == "league" and evolve_model is not LeagueRunConfig:
+    program = population_program(_algorithm_name(tree, overrides))
+    if command == "league" and program.workload != "league":
         raise _wrong_command(command, "evolve", tree, overrides, source, resume)
-    return evolve_model
+    return program.config

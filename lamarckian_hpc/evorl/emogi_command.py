@@ -1,6 +1,6 @@
 """An evolve run of an EMOGI config: the run file, a line per trained policy and per generation,
 a continued run after the last saved generation (`population.command`), and the result,
-whose non-dominated policies the `/emogi` group of the run file keeps."""
+whose non-dominated policies the `/emogi` group of the run file keeps and the commands print."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
+from rich.table import Table
 
 from ..config.emogi import EMOGIConfig
 from ..population.command import population_command
+from ..run_result import RunResult
 from .emogi import CHECKPOINT_KIND, EMOGIProgram, EMOGIResult, IndividualResult, trajectory_options
 from .emogi_store import population_shape, write_results
 
-__all__ = ["CHECKPOINT_KIND", "run_emogi"]
+__all__ = ["CHECKPOINT_KIND", "front_table", "print_emogi_result", "run_emogi"]
 
 
 def _individual_line(config: EMOGIConfig, console: Console) -> Callable[[int, int, IndividualResult | None], None]:
@@ -42,3 +44,27 @@ def run_emogi(config: EMOGIConfig, path: Path, config_file: str | None, resume: 
     result = program.result
     write_results(path, result)
     return result
+
+
+def front_table(emogi: EMOGIResult) -> Table:
+    """EMOGI's final non-dominated policies, least active first."""
+    table = Table("id", "parents", "w_act", "w_lazy", "score", "wins", "pts", "active", "f1", "f2",
+                  title="non-dominated policies (score: normalized score; active: share of steps moved)")
+    front = [member for member in emogi.front if member.behaviour is not None]
+    for member in sorted(front, key=lambda m: m.behaviour.activeness):
+        behaviour = member.behaviour
+        parents = ",".join(str(p) for p in member.parent_ids if p >= 0) or "-"
+        table.add_row(str(member.id), parents, f"{member.genome[0]:.3f}", f"{member.genome[1]:.3f}",
+                      f"{behaviour.normalized_score:.3f}", f"{behaviour.win_rate:.2f}",
+                      f"{behaviour.point_difference:+.1f}", f"{behaviour.activeness:.3f}",
+                      f"{-member.objectives[0]:.3f}", f"{-member.objectives[1]:.3f}")
+    return table
+
+
+def print_emogi_result(result: RunResult, out: Console, err: Console) -> None:
+    """The final non-dominated policies on stdout, and how many policies trained how long on stderr."""
+    emogi = result.summary
+    out.print(front_table(emogi))
+    frames = sum(member.env_frames for member in emogi.history)
+    err.print(f"{len(emogi.history)} policies trained on {frames:,} env frames in {emogi.wall_time:.1f} s",
+              highlight=False)

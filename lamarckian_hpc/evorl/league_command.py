@@ -1,15 +1,19 @@
 """An evolve (or league) run of a league config: the run file with its `/league` group, a line per
 generation, a continued run after the last saved generation (`population.command`), and
-the league's state at the end."""
+the league's state at the end, with the table the commands print of it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from ..config.league_run import LeagueRunConfig
 from ..league.store import LeagueRunWriter
 from ..population.command import population_command
+from ..run_result import RunResult
 from .league_ppo import LeagueProgram, trajectory_options
 
 
@@ -48,3 +52,19 @@ def run_league(config: LeagueRunConfig, path: Path, config_file: str | None, res
     scores = program.scripted_scores
     return LeagueSummary(program.generation, run.wall_seconds, len(league.members), len(league.snapshots), learners,
                          (scores[0], scores[-1]) if scores else ())
+
+
+def print_league_result(result: RunResult, out: Console, err: Console) -> None:
+    """Each learner's Elo, win rate and updates; on stderr, how the main agents fare against the scripted player."""
+    summary = result.summary
+    table = Table("learner", "Elo", "win rate vs its targets", "updates since snapshot",
+                  title=f"league after {summary.generations} generations ({summary.wall_seconds:.0f} s, "
+                        f"{summary.members} members, {summary.snapshots} snapshots)")
+    for learner in summary.learners:
+        table.add_row(learner.name, f"{learner.elo:.0f}", "-" if learner.win_rate is None else f"{learner.win_rate:.2f}",
+                      str(learner.updates))
+    out.print(table)
+    if summary.scripted:
+        first, last = summary.scripted
+        err.print(f"main agents against the scripted player: {first[1]:+.2f} after generation "
+                  f"{first[0] + 1}, {last[1]:+.2f} after generation {last[0] + 1}", highlight=False)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
-from ..config.evorl import SearchedHyperparameter
+from ..config.pbt import SearchedHyperparameter
 from ..mdp import ExperienceBatch
 from ..runtime.learner.episodes import RecentEpisodes
 from ..runtime.runners.recording import recorded_answers

@@ -1,6 +1,6 @@
 """An evolve run of NSGA-II, the GA, ES, CMA-ES or game balancing: the run file, a line every ten
 generations, a continued run after the last saved generation (`population.command`), and the
-summary its result table shows (for balancing, also the lineups to weaken)."""
+summary and the result table the commands print of it (for balancing, also the lineups to weaken)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from ..config import EvolveConfig
-from ..run_result import CANNOT_START, RunFailed
+from ..run_result import CANNOT_START, RunFailed, RunResult
 from .evolution import EvolveProgram
 from .command import population_command
 
@@ -45,3 +48,22 @@ def run_evolution(config: EvolveConfig, path: Path, config_file: str | None, res
         balance = summarize(problem, algorithm.genomes, algorithm.objectives)  # type: ignore
     return EvolutionSummary(problem.describe().name, tuple(program.summary()), run.wall_seconds, run.resumed_after,
                             balance)
+
+
+def print_evolution_result(result: RunResult, out: Console, err: Console) -> None:
+    """The problem, the algorithm's quality rows and the wall time; for balancing, the lineups to weaken."""
+    config, summary = result.config, result.summary
+    table = Table(title="result", show_header=False)
+    table.add_row("problem", summary.problem)
+    table.add_row("algorithm", config.algorithm.name)
+    table.add_row("generations", str(config.algorithm.generations))
+    if summary.resumed_after is not None:
+        table.add_row("resumed after generation", str(summary.resumed_after))
+    for label, value in summary.rows:
+        table.add_row(label, value)
+    table.add_row("wall time", f"{summary.wall_seconds:.1f} s")
+    out.print(table)
+    if summary.balance is not None:  # the lineups the game's designers should weaken
+        from ..games.report import print_summary
+
+        print_summary(summary.balance, out)
