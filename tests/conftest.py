@@ -7,9 +7,10 @@ tests of optional parts (Slurm cluster, MPI, football) skip. Every run keeps the
 skipped tests (and skipped modules) in pytest's cache; once the extras and services are
 installed, `pytest --skipped-last-run` runs exactly those, so the suite is not run twice.
 
-Tests marked `second_pass` (runs of a minute or more: several learner processes, a killed rank, a
-live sink on a distributed run) skip in the README's command, which must stay within minutes on
-two cores, and run in CI's second pass, where LAMARCKIAN_HPC_SECOND_PASS=1 is set.
+Tests marked `second_pass` (the longest runs, about 15 s or more on two cores: several learner
+processes, a killed rank, a live sink on a distributed run, a resumed population) skip in the
+README's command, which must stay within five minutes on two cores, and run in CI's second pass,
+where LAMARCKIAN_HPC_SECOND_PASS=1 is set.
 """
 
 from __future__ import annotations

@@ -235,6 +235,7 @@ def test_unknown_options_are_still_rejected() -> None:
     assert "unrecognized arguments: --bogus" in result.stderr
 
 
+@pytest.mark.second_pass
 def test_local_ray_run_authenticates_itself_and_keeps_its_files_to_itself(tmp_path: Path) -> None:
     """A local run neither prints Ray's token warning, nor writes a token into the user's home, nor
     uses the shared /tmp/ray; its own Ray temp dir is gone once it exits."""

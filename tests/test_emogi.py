@@ -145,6 +145,7 @@ def test_tiny_run_writes_population_front_and_policies_and_they_round_trip(tmp_p
     assert member.behaviour is not None and member.behaviour.activeness == pytest.approx(replay.activeness)
 
 
+@pytest.mark.second_pass
 def test_evolve_runs_emogi_on_ray_like_serially_and_prints_the_front(tmp_path, capsys):
     overrides = [f"{key}={value}" for key, value in {
         "env.num_envs": 2, "env.kwargs": "{points_to_win: 2}", "model.policy_hidden_sizes": "[16]",

@@ -61,6 +61,7 @@ def _assert_lineage(ids: np.ndarray, parents: np.ndarray) -> None:
         assert (parents[interval][~new] == parents[interval - 1][~new]).all()
 
 
+@pytest.mark.second_pass
 def test_killed_pbt_run_resumes_on_ray_after_its_last_interval(tmp_path, capsys):
     """A serial PBT run is SIGKILLed one interval after a checkpoint that is then put back (as after
     a kill between an interval's rows and its checkpoint); the restored members and PBT state equal

@@ -75,6 +75,7 @@ def _modules_outside(kept: set[str]) -> set[str]:
             and all(canonicalize_name(dist) not in kept for dist in dists)}
 
 
+@pytest.mark.second_pass
 def test_the_test_extra_requires_what_the_suite_imports_at_collection():
     kept = _closure(PACKAGE, frozenset({"test"})) | TOOLING
     assert {"pytest", "hypothesis", "python-hostlist", "submitit", "pettingzoo", "pygame-ce"} <= kept

@@ -81,10 +81,10 @@ def _train_cli(*args: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.second_pass
 @pytest.mark.parametrize("layout", [
     pytest.param(["runtime.num_actors=2"], id="flat"),
-    pytest.param(["runtime.num_actors=3", "runtime.simulated_nodes=3", "runtime.broadcast=tree"], id="tree",
-                 marks=pytest.mark.second_pass),
+    pytest.param(["runtime.num_actors=3", "runtime.simulated_nodes=3", "runtime.broadcast=tree"], id="tree"),
 ])
 def test_two_learner_ranks_learn_cartpole(tmp_path, layout):
     """PPO with 2 ranks, each on its shard (flat: an actor each; tree: rank 1 takes a relay's

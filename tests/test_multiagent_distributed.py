@@ -177,6 +177,7 @@ def test_one_shared_policy_with_a_centralised_critic_learns_simple_spread(tmp_pa
     assert np.isfinite(late).all() and late.mean() >= random_return + 3.5, (random_return, late)
 
 
+@pytest.mark.second_pass
 def test_a_multiagent_run_resumes_with_every_policy_where_it_stopped(tmp_path, capsys):
     small = [f"storage.directory={tmp_path}", "storage.run_name=resumed", "runtime.device=cpu", "env.num_envs=4",
              "algorithm.batch_size=600", "algorithm.num_epochs=1", "multiagent.policies=[a, b]",

@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 import yaml
 
+#: One multi-agent run on Ray shared by the module's tests: half a minute on two cores.
+pytestmark = pytest.mark.second_pass
+
 ray = pytest.importorskip("ray")
 pytest.importorskip("pettingzoo.butterfly.knights_archers_zombies_v11")
 

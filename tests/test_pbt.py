@@ -99,6 +99,7 @@ def test_hyperparameter_intervals_are_checked():
         load_config(None, ["algorithm.hyperparameters={clip_range: {low: 0.1, high: 0.3}}"], PBTConfig)
 
 
+@pytest.mark.second_pass
 def test_pbt_ppo_on_cartpole_records_every_member_and_its_lineage(tmp_path):
     """Four PPO learners on two Ray workers, 3 intervals of 2,048 frames each, with 20 epochs of 4
     minibatches per update; the best member must reach a mean return of 120 (here it scored 173

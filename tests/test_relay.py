@@ -223,6 +223,7 @@ class KillRelay:
         pass
 
 
+@pytest.mark.second_pass
 def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_relay():
     ray = pytest.importorskip("ray")
     from lamarckian_hpc.config import load_config

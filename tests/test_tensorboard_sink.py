@@ -103,6 +103,7 @@ def test_a_training_run_is_watched_while_it_runs_and_its_resume_never_goes_back_
     assert_matches_run_file(after, run, ["learning_rate", "loss_policy", "episode_return_mean"])
 
 
+@pytest.mark.second_pass
 @pytest.mark.slow
 def test_a_distributed_run_is_watched_while_it_runs(tmp_path):
     """Ray actors, the learner in the driver: the process that writes the run file writes the events."""
