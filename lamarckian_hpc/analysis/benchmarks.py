@@ -4,6 +4,11 @@ side-by-side tables.
 Each benchmark script writes its own JSON layout; this module knows the ones in `benchmarks/`
 and reads any other file as a generic list of records, so a new benchmark appears in the report
 as a table before anyone writes a figure for it. Nothing here runs a benchmark.
+
+A results file holds labelled entries, one per run kept (benchmarks/common.py writes them):
+`{"benchmark": NAME, "entries": [{"label": "main", ...}, {"label": "quiet", ...}]}`. Entry
+`main` is known by the file's stem (`pbt_vs_tune`), every other one as `STEM:LABEL`
+(`pbt_vs_tune:quiet`); a file of the older layout (one bare result) is its entry `main`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import pandas as pd
 #: Files the report knows by name (stem of the JSON file in a results folder).
 KNOWN_BENCHMARKS = ("sampling", "raw_bound", "vs_rllib", "nsga2_vs_pymoo", "broadcast", "staleness",
                     "pbt_vs_tune", "pong_steps", "scale_model")
+#: The label of a results file's entry known by the file's stem alone.
+MAIN_LABEL = "main"
 COUNT_KEYS = ("receivers", "num_actors", "actors", "cores", "nodes")
 VARIANTS = ("flat", "tree")
 
@@ -34,12 +41,37 @@ def find_benchmark_files(directory: str | Path) -> dict[str, Path]:
     return found
 
 
+def results_entries(data: Any) -> list[dict[str, Any]]:
+    """The labelled entries of a results file's parsed JSON (see the module's docstring)."""
+    if isinstance(data, dict) and isinstance(data.get("entries"), list):
+        return data["entries"]
+    return [{"label": MAIN_LABEL, **data}] if isinstance(data, dict) else [{"label": MAIN_LABEL, "rows": data}]
+
+
+def entry_name(stem: str, label: str) -> str:
+    """What entry `label` of results file `stem` is known as: the stem for `main`, else STEM:LABEL."""
+    return stem if label == MAIN_LABEL else f"{stem}:{label}"
+
+
+def results_by_name(stem: str, data: Any) -> dict[str, dict[str, Any]]:
+    """Every entry of one results file by the name it is known as (`entry_name`)."""
+    return {entry_name(stem, str(entry.get("label", MAIN_LABEL))): entry for entry in results_entries(data)}
+
+
+def read_results(path: str | Path, label: str = MAIN_LABEL) -> dict[str, Any]:
+    """Entry `label` of the results file at `path` (KeyError when it has none)."""
+    for entry in results_entries(json.loads(Path(path).read_text())):
+        if entry.get("label", MAIN_LABEL) == label:
+            return entry
+    raise KeyError(f"{path}: no entry labelled {label!r}")
+
+
 def load_benchmarks(directory: str | Path) -> dict[str, Any]:
-    """Parsed JSON of every results file found; unreadable files are left out."""
+    """Every entry of every results file found, by name (`entry_name`); unreadable files are left out."""
     results: dict[str, Any] = {}
     for name, path in find_benchmark_files(directory).items():
         try:
-            results[name] = json.loads(path.read_text())
+            results.update(results_by_name(name, json.loads(path.read_text())))
         except (OSError, ValueError):
             continue
     return results
