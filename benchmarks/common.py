@@ -15,8 +15,10 @@ entries, one per run kept (`main`, `quiet`, `run2`, `pong`, ...):
 
 `write_results` adds an entry or replaces the one of the same label, so that running a
 benchmark again under a label of its own keeps the others. Every entry it writes carries its
-label, the date, the machine and the git revision of the checkout; a key the script's own data
-already has (an older layout's `machine` or `date`, say) is kept as the script wrote it.
+label, the date, the machine and the git revision of the checkout: the script's own data cannot
+replace them, except that a `machine` dict of its own adds to (and overrides keys of) the
+description. A script that merges a new run into its earlier one reads the entry back with
+`read_results(..., provenance=False)`, which leaves those four keys out.
 Only the standard library is imported here: benchmarks that measure what a process imports
 (actor_footprint.py) or refuse Ray (gpu_learner_check.py) import this module too.
 """
@@ -40,6 +42,8 @@ RESULTS = BENCHMARKS / "results"
 GROUPS = ("peers", "scale", "costs", "learning", "reliability")
 #: The label of an entry written without one.
 DEFAULT_LABEL = "main"
+#: The keys `write_results` sets on every entry.
+PROVENANCE = ("label", "date", "machine", "git_revision")
 
 
 def results_path(name: str) -> Path:
@@ -100,12 +104,16 @@ def entries(data: Any) -> list[dict[str, Any]]:
     return [{"label": DEFAULT_LABEL, "rows": data}]
 
 
-def read_results(path: str | Path, label: str = DEFAULT_LABEL) -> dict[str, Any] | None:
-    """The entry labelled `label` of the results file at `path`; None when there is none."""
+def read_results(path: str | Path, label: str = DEFAULT_LABEL, provenance: bool = True) -> dict[str, Any] | None:
+    """The entry labelled `label` of the results file at `path`, without its label, date, machine
+    and git revision unless `provenance`; None when there is none."""
     path = Path(path)
     if not path.is_file():
         return None
-    return next((entry for entry in entries(json.loads(path.read_text())) if entry.get("label") == label), None)
+    entry = next((entry for entry in entries(json.loads(path.read_text())) if entry.get("label") == label), None)
+    if entry is None or provenance:
+        return entry
+    return {key: value for key, value in entry.items() if key not in PROVENANCE}
 
 
 def write_results(path: str | Path, data: dict[str, Any], label: str = DEFAULT_LABEL, *,
@@ -113,8 +121,10 @@ def write_results(path: str | Path, data: dict[str, Any], label: str = DEFAULT_L
     """Writes `data` as the entry `label` of the results file at `path` (made if missing, the
     entry replaced if there), with its label, date, machine and git revision; returns the entry."""
     path = Path(path)
-    entry = {"label": label, "date": now(), "machine": machine(), "git_revision": git_revision(), **data}
-    entry["label"] = label
+    own = data.get("machine")
+    entry = {"label": label, "date": now(), "machine": {**machine(), **(own if isinstance(own, dict) else {})},
+             "git_revision": git_revision()}
+    entry.update({key: value for key, value in data.items() if key not in PROVENANCE})
     kept = entries(json.loads(path.read_text())) if path.is_file() else []
     labels = [old.get("label") for old in kept]
     if label in labels:

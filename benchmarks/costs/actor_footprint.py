@@ -28,9 +28,7 @@ benchmarks/results/actor_footprint.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -47,6 +45,8 @@ from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.messages import EXPERIENCE, HELLO, KINDS
 from lamarckian_hpc.runtime.ray_setup import SINGLE_THREAD_ENV
 from lamarckian_hpc.runtime.sampling import spaces_of
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "actor_footprint.json"
@@ -130,6 +130,7 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "ppo_cartpole.yaml"))
     parser.add_argument("--actors", type=int, default=2, help="Actor processes started at once.")
     parser.add_argument("--repeats", type=int, default=3, help="Starts of each variant; they alternate.")
+    common.add_common_args(parser)
     args = parser.parse_args()
 
     config = load_config(args.config, OVERRIDES)
@@ -157,11 +158,9 @@ def main() -> None:
         print(f"| {m['variant']} | {m['seconds_to_hello']:.2f} | {m['seconds_to_first_rollout']:.2f} | "
               f"{m['rss_mib']:.0f} | {m['pss_mib']:.0f} | {m['uss_mib']:.0f} |")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": os.getloadavg(),
+    common.write_results(RESULTS, {
         "config": Path(args.config).name, "env_id": config.env.id, "num_envs": config.env.num_envs, "policy_hidden_sizes": list(config.model.policy_hidden_sizes),
-        "actors": args.actors, "repeats": args.repeats, "results": results}, indent=2) + "\n")
+        "actors": args.actors, "repeats": args.repeats, "results": results}, args.label)
     print(f"\nwrote {RESULTS.relative_to(ROOT)}")
 
 

@@ -13,8 +13,8 @@ Prints a Markdown table; `--output` writes the raw numbers as JSON.
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,6 +27,8 @@ import numpy as np
 
 from lamarckian_hpc.envs.atari import IMAGE_ID, RAM_ID, atari_problem
 from pong_steps import single  # noqa: E402  (benchmarks/pong_steps.py: the same stepping loop)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "ppo_pong_image.yaml"
 
@@ -66,6 +68,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--output", type=Path, default=None, help="write the raw numbers here as JSON")
+    common.add_common_args(parser)
     args = parser.parse_args()
     problem = atari_problem()
     if problem is not None:
@@ -82,9 +85,8 @@ def main() -> None:
     for name, rate in rows.items():
         print(f"| {name} | {rate:,.0f} |")
     if args.output is not None:
-        args.output.write_text(json.dumps({"steps": args.steps, "repeats": args.repeats, "num_envs": args.num_envs,
-                                           "steps_per_second": rows, "machine": platform.node(),
-                                           "python": platform.python_version()}, indent=2))
+        common.write_results(args.output, {"steps": args.steps, "repeats": args.repeats, "num_envs": args.num_envs,
+                                           "steps_per_second": rows, "python": platform.python_version()}, args.label)
 
 
 if __name__ == "__main__":

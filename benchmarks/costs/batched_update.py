@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -38,6 +37,8 @@ from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.rl import RolloutBatch, ppo_update
 from lamarckian_hpc.rl.adam import Adam
 from lamarckian_hpc.rl.batched_ppo import BatchedPPO
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "batched_update.json"
@@ -104,6 +105,7 @@ def main() -> None:
     parser.add_argument("--members", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     load_before = os.getloadavg()
     rows = []
@@ -122,9 +124,8 @@ def main() -> None:
         print(f"| {row['members']} | {row['threads']} | {row['one_by_one_ms']:.0f} | {row['batched_ms']:.0f} | "
               f"{row['speed_up']:.2f}x | {row['batched_stack_only_ms']:.0f} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(),
-                                       "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": load_before,
-                                       "torch": torch.__version__, "repeats": args.repeats, "rows": rows}, indent=2))
+    common.write_results(args.output, {"load_average": load_before,
+                                       "torch": torch.__version__, "repeats": args.repeats, "rows": rows}, args.label)
     print(f"\nwritten: {args.output}")
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -34,6 +33,8 @@ os.environ.update(SINGLE_THREAD)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))  # benchmarks/peers/side_by_side.py
 from side_by_side import process_seconds  # noqa: E402  (the time from process start both sides count)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "pbt_layout.json"
@@ -77,6 +78,7 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--layout", choices=LAYOUTS, help=argparse.SUPPRESS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.layout is not None:
         print(json.dumps(measure(args.layout, args.intervals)), flush=True)
@@ -94,9 +96,8 @@ def main() -> None:
         print(f"| {row['layout']} | {row['members_ready_seconds']:.1f} | {row['frames_per_second']:,.0f} | "
               f"{row['training_seconds']:.1f} | {row['total_seconds']:.1f} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(),
-                                       "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": load_before,
-                                       "intervals": args.intervals, "rows": rows}, indent=2))
+    common.write_results(args.output, {"load_average": load_before,
+                                       "intervals": args.intervals, "rows": rows}, args.label)
     print(f"\nwritten: {args.output}")
 
 

@@ -12,8 +12,8 @@ Prints a Markdown table and writes benchmarks/results/pong_steps.json.
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -24,6 +24,8 @@ import gymnasium as gym
 import numpy as np
 
 from lamarckian_hpc.envs import PongEnv, PongTwoPlayer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "pong_steps.json"
 
@@ -53,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
+    common.add_common_args(parser)
     args = parser.parse_args()
     actions = np.random.default_rng(0).integers(0, 3, args.steps).tolist()
     cases: dict[str, Callable[[], float]] = {
@@ -65,8 +68,8 @@ def main() -> None:
     for name, rate in rows.items():
         print(f"| {name} | {rate:,.0f} |")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"steps": args.steps, "repeats": args.repeats, "steps_per_second": rows,
-                                   "machine": platform.node(), "python": platform.python_version()}, indent=2))
+    common.write_results(RESULTS, {"steps": args.steps, "repeats": args.repeats, "steps_per_second": rows,
+                                   "python": platform.python_version()}, args.label)
 
 
 if __name__ == "__main__":

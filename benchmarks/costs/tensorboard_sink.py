@@ -19,9 +19,7 @@ Prints a Markdown table and writes benchmarks/results/tensorboard_sink.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -32,6 +30,8 @@ from typing import Any
 from lamarckian_hpc.config import load_config
 import lamarckian_hpc.runtime.tensorboard_sink as tensorboard_sink
 from lamarckian_hpc.runtime.training_run import run_training
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "tensorboard_sink.json"
@@ -120,15 +120,15 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=200_000, help="env frames per run")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of both settings; medians shown")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     SinkClock.install()
     rows = measure(args.frames, args.repeats)
     print(_table(rows))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "load_average": list(os.getloadavg()),
-        "cpus": os.cpu_count(), "python": platform.python_version(), "frames": args.frames,
-        "settings": VS_RLLIB, "results": rows}, indent=2) + "\n")
+    common.write_results(args.output, {
+        "frames": args.frames,
+        "settings": VS_RLLIB, "results": rows}, args.label)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ Prints Markdown tables and writes benchmarks/results/trajectory_cost.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -53,6 +52,8 @@ from lamarckian_hpc.runtime.sampling import make_sampling_side
 from lamarckian_hpc.runtime.training_run import run_training
 from lamarckian_hpc.storage import FILE_FORMAT, open_run
 from lamarckian_hpc.storage.trajectories import CHUNK_BYTES, MAX_CHUNK_ROWS
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "trajectory_cost.json"
@@ -209,6 +210,7 @@ def main() -> None:
     parser.add_argument("--actor-steps", type=int, default=200_000, help="steps of each actor-side round")
     parser.add_argument("--actor-repeats", type=int, default=7, help="rounds of the actor-side table")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     codecs = measure_codecs()
     print(_table(codecs), flush=True)
@@ -221,7 +223,7 @@ def main() -> None:
               "config": CONFIG.name, "frames": args.frames, "results": results, "actor_side": actor_side,
               "codecs": codecs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    common.write_results(args.out, record, args.label)
     print(f"wrote {args.out}", file=sys.stderr)
 
 

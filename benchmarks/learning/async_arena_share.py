@@ -19,11 +19,9 @@ python -m lamarckian_hpc.analysis.benchmark_pages).
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import math
-import os
-import platform
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -35,6 +33,8 @@ from lamarckian_hpc.config import RunConfig, load_config
 from lamarckian_hpc.mdp import PolicyOutput
 from lamarckian_hpc.runtime.distributed import DistributedTrainer
 from lamarckian_hpc.runtime.multiagent_sampling import make_multiagent_side, policy_weights
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "multiagent_async_arena.yaml"
@@ -130,6 +130,7 @@ def main() -> None:
                                                                 "evaluating the one trained policy under each")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS / "async_arena_share.json")
+    common.add_common_args(parser)
     args = parser.parse_args()
     config = load_config(CONFIG, [f"stop.total_env_steps={args.frames}", f"seed={args.seed}"])
     weights, curve, seconds = train(config)
@@ -154,14 +155,12 @@ def main() -> None:
     print(f"\nslow player's share of the coins ({how}):\n")
     print(markdown(shares))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
+    common.write_results(args.output, {
         "config": str(CONFIG.relative_to(ROOT)), "frames": args.frames, "seed": args.seed,
         "evaluation_seed": EVALUATION_SEED, "evaluation_episodes": trained["episodes"],
         "train_seconds": round(seconds, 1), "shares_by": "retrain" if args.retrain else "evaluation",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
         "curve": [{"env frames": frames, "recent mean coins per player": coins} for frames, coins in curve],
-        "policies": policies, "shares": shares}, indent=1) + "\n")
+        "policies": policies, "shares": shares}, args.label, indent=1)
     print(f"\nwrote {args.output}")
 
 

@@ -10,8 +10,8 @@ Prints Markdown tables and writes benchmarks/results/game_use_cases.json.
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from lamarckian_hpc.games.report import summarize
 from lamarckian_hpc.games.testing import random_play
 from lamarckian_hpc.evorl.game_testing_program import search
 from lamarckian_hpc.population.evolution import evolve
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "game_use_cases.json"
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1500)
     parser.add_argument("--population", type=int, default=60)
     parser.add_argument("--generations", type=int, default=40)
+    common.add_common_args(parser)
     args = parser.parse_args()
     battle_ms = 1e3 * time_battles()
     evaluation_ms, memoised_ms = (1e3 * seconds for seconds in time_evaluations())
@@ -110,9 +113,9 @@ def main() -> None:
         print(f"| {row['seed']} | {row['episodes']} | {len(row['search'])}: {shown[0]} | {len(row['random'])}: "
               f"{shown[1]} | {row['search_states']} / {row['random_states']} |")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"battle_ms": battle_ms, "lineup_evaluation_ms": evaluation_ms,
+    common.write_results(RESULTS, {"battle_ms": battle_ms, "lineup_evaluation_ms": evaluation_ms,
                                    "lineup_evaluation_memoised_ms": memoised_ms,
-                                   "balancing": balance, "testing": rows}, indent=2))
+                                   "balancing": balance, "testing": rows}, args.label)
     print(f"\nwrote {RESULTS}")
 
 

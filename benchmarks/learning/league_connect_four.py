@@ -17,7 +17,6 @@ Prints Markdown tables, writes benchmarks/results/league_connect_four.json and .
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,8 @@ from lamarckian_hpc.runtime.inference import TorchPolicy
 from lamarckian_hpc.runtime.multiagent_sampling import make_pettingzoo_mdp
 from lamarckian_hpc.runtime.multiagent_trainer import default_spaces
 from lamarckian_hpc.storage import open_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "league_connect_four.yaml"
@@ -118,6 +119,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--generations", type=int, default=40)
     parser.add_argument("overrides", nargs="*", help="config overrides for every run (key.path=value)")
+    common.add_common_args(parser)
     args = parser.parse_args()
     runs = [run(seed, args.generations, args.overrides) for seed in args.seeds]
     print("| seed | generation | env frames | win rate vs random |\n|---:|---:|---:|---:|")
@@ -132,8 +134,8 @@ def main() -> None:
         print(f"| {entry['seed']} | {rates['untrained']:.2f} | {rates['final main agent']:.2f} | "
               f"{rates['random player']:.2f} |")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"benchmark": "league_connect_four", "config": str(CONFIG.relative_to(ROOT)),
-                                   "overrides": args.overrides, "runs": runs}, indent=2) + "\n")
+    common.write_results(RESULTS, {"benchmark": "league_connect_four", "config": str(CONFIG.relative_to(ROOT)),
+                                   "overrides": args.overrides, "runs": runs}, args.label)
     draw(runs)
     print(f"wrote {RESULTS} and {FIGURE}")
 

@@ -21,7 +21,6 @@ Prints a Markdown table and writes benchmarks/results/league_pong.json.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import numpy as np
 
 from lamarckian_hpc.league.store import read_league
 from lamarckian_hpc.storage import open_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "league_pong.yaml"
@@ -101,14 +102,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--generations", type=int, default=60)
     parser.add_argument("overrides", nargs="*", help="config overrides for every run (key.path=value)")
+    common.add_common_args(parser)
     args = parser.parse_args()
     runs = [run(seed, args.generations, args.overrides) for seed in args.seeds]
     rows = [entry["summary"] for entry in runs]
     print_table(rows)
-    RESULTS.write_text(json.dumps({"benchmark": "league_pong", "config": str(CONFIG.relative_to(ROOT)),
+    common.write_results(RESULTS, {"benchmark": "league_pong", "config": str(CONFIG.relative_to(ROOT)),
                                    "overrides": args.overrides, "rows": rows,
-                                   "curves": {str(row["seed"]): entry["curves"] for row, entry in zip(rows, runs)}},
-                                  indent=2) + "\n")
+                                   "curves": {str(row["seed"]): entry["curves"] for row, entry in zip(rows, runs)}}, args.label)
     print(f"wrote {RESULTS}")
 
 

@@ -15,8 +15,8 @@ benchmarks/results/league_rps.json (and league_rps.png when matplotlib is instal
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +28,8 @@ from lamarckian_hpc.league import Role
 from lamarckian_hpc.league.matrix_game import (BIASED_ROCK_PAPER_SCISSORS, exploitability, league_training, self_play,
                                                softmax)
 from lamarckian_hpc.league.store import LeagueRunWriter, read_league
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 START = np.array([1.0, 0.0, -1.0])
@@ -38,6 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=3000)
     parser.add_argument("--seeds", type=int, default=3)
+    common.add_common_args(parser)
     args = parser.parse_args()
     config = LeagueConfig(capacity=512, snapshot_interval=20, exploiter_max_updates=40)
     naive = self_play(BIASED_ROCK_PAPER_SCISSORS, START, args.updates, LEARNING_RATE)
@@ -84,7 +87,7 @@ def main() -> None:
               "league_members_seed0": len(record.names),
               "highest_elo_seed0": {record.names[i]: float(record.elo[i]) for i in top}}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "league_rps.json").write_text(json.dumps(result, indent=2))
+    common.write_results(RESULTS / "league_rps.json", result, args.label)
     try:
         import matplotlib
         matplotlib.use("Agg")

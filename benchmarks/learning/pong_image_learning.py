@@ -20,10 +20,6 @@ extra.
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -33,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from lamarckian_hpc.storage import open_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "ppo_pong_image_cpu.yaml"
@@ -90,6 +88,7 @@ def main() -> None:
     parser.add_argument("--run", type=Path, help="read this run file instead of training")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("overrides", nargs="*", help="config overrides (key.path=value)")
+    common.add_common_args(parser)
     args = parser.parse_args()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pong-learning-") as folder:
@@ -106,10 +105,7 @@ def main() -> None:
           f"{summary.get('best_return')} | {summary.get('final_return')} | {rise} | {summary.get('env_frames', 0):,} | "
           f"{summary.get('wall_seconds')} | {summary.get('frames_per_second')} | {summary.get('final_entropy')} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(),
-                                       "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": [summary]}, indent=2,
-                                      default=lambda value: None if isinstance(value, float) and math.isnan(value)
-                                      else value) + "\n")
+    common.write_results(args.output, {"runs": [summary]}, args.label)
     print(f"written: {args.output}", file=sys.stderr)
 
 

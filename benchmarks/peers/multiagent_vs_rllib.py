@@ -67,7 +67,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -78,6 +77,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import (OBJECT_STORE_BYTES, PeakMemory, Progress, bound_rows, cell, check_target,  # noqa: E402
                           cost_columns, load_columns, median_of, pin_threads, ratios, run_child, share_of_bound,
                           table_sides)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 pin_threads()
 
@@ -369,6 +370,7 @@ def main() -> None:
                         help="seconds each process of the raw bound steps (0: do not measure the bound)")
     parser.add_argument("--side", choices=(*SIDES, RAW), help=argparse.SUPPRESS)
     parser.add_argument("--setting", choices=tuple(SETTINGS), help=argparse.SUPPRESS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.batch_size % args.minibatch_size:
         parser.error("--batch-size must be a multiple of --minibatch-size (ours splits a batch into equal parts)")
@@ -398,12 +400,10 @@ def main() -> None:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()
                 if key not in ("side", "setting")}
-    args.output.write_text(json.dumps({
-        "benchmark": "multiagent_vs_rllib", "host": platform.node(), "cpus": os.cpu_count(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": os.getloadavg(),
-        "env": {"id": ENV_ID, "kwargs": ENV_KWARGS}, "hidden_sizes": HIDDEN_SIZES, "settings": settings,
+    common.write_results(args.output, {
+        "benchmark": "multiagent_vs_rllib", "env": {"id": ENV_ID, "kwargs": ENV_KWARGS}, "hidden_sizes": HIDDEN_SIZES, "settings": settings,
         "target_sampled_ratio": TARGET_RATIO, "summaries": summaries, "runs": runs,
-    }, indent=2))
+    }, args.label)
     print(f"\nwritten: {args.output}")
 
 

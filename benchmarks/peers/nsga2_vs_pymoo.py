@@ -12,8 +12,8 @@ Prints a Markdown table and writes benchmarks/results/nsga2_vs_pymoo.json.
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from pymoo.problems import get_problem
 from pymoo.util.ref_dirs import get_reference_directions
 
 from lamarckian_hpc.ec import NSGA2, dtlz2, hypervolume, inverted_generational_distance, zdt
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nsga2_vs_pymoo.json"
 CASES = [("zdt1", zdt(1), 200), ("zdt2", zdt(2), 200), ("zdt3", zdt(3), 200), ("dtlz2", dtlz2(), 250)]
@@ -56,6 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     rows = []
     for name, problem, generations in CASES:
@@ -86,7 +89,7 @@ def main() -> None:
               f"({np.mean(ours['hv']):.4f} vs {np.mean(theirs['hv']):.4f}); time ratio {time_ratio:.2f} "
               f"({'met' if time_ratio <= 1 else 'MISSED'})")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": rows}, indent=2))
+    common.write_results(args.output, {"rows": rows}, args.label)
     print(f"\nwritten: {args.output}")
 
 

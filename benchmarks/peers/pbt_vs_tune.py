@@ -48,7 +48,6 @@ import functools
 import json
 import logging
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -65,6 +64,8 @@ os.environ.update(SINGLE_THREAD)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import process_seconds  # noqa: E402  (the time from process start both sides count)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "pbt_ppo_cartpole.yaml"
@@ -282,6 +283,7 @@ def main() -> None:
                         help="our PBT config; Tune's side gets its environment, PPO, search space and target")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.side is not None:
         run_side(args)
@@ -326,9 +328,7 @@ def main() -> None:
         baseline = median(first_seed["independent"])
         summary["independent_median_over_pbt_best"] = None if baseline is None else baseline / first(first_seed["ours"])
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "load_average": os.getloadavg(),
+    common.write_results(args.output, {
         "settings": {"config": str(args.config), "env": ours.env.id, "target_return": target,
                      "workers": args.workers, "mode": args.mode, "cap_seconds": cap, "seeds": args.seeds,
                      "population": population, "batch": ppo.batch_size, "minibatch": ppo.minibatch_size, "epochs": ppo.num_epochs,
@@ -336,7 +336,7 @@ def main() -> None:
         # `records` holds one seed's sides, as a run with one seed always wrote; `by_seed` every seed's
         "summary": summary, **({"records": first_seed} if len(records) == 1 else {}),
         "by_seed": {str(seed): sides for seed, sides in records.items()},
-    }, indent=2))
+    }, args.label)
     print(f"\nwritten: {args.output}")
 
 

@@ -68,16 +68,16 @@ import functools
 import json
 import logging
 import os
-import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import (CHILD_START_SLACK_SECONDS, OBJECT_STORE_BYTES, SINGLE_THREAD, PeakMemory,  # noqa: E402
                           Progress, bound_rows, cell, check_target, cost_columns, load_columns, median_of,
                           pin_threads, ratios, run_child, score_at, share_of_bound, table_sides, target_cell)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 pin_threads()
 
@@ -405,6 +405,7 @@ def main() -> None:
                         help="env steps each process of the raw bound takes (0: do not measure the bound)")
     parser.add_argument("--side", choices=(*SIDES, RAW), help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.side is not None:
         (run_raw_loop if args.side == RAW else functools.partial(run_side, args.side))(json.loads(args.settings))
@@ -436,12 +437,11 @@ def main() -> None:
         print_targets(summaries, settings)
         output = args.output or RESULTS / f"{results}.json"
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps({
-            "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        common.write_results(output, {
             "settings": {**first, "repeats": args.repeats, "envs": names,
                          "per_env": {name: settings[name] for name in names}},
             "summaries": summaries, "runs": [run for run in runs if run["env"] in names],
-        }, indent=2))
+        }, args.label)
         print(f"\nwritten: {output}")
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -54,6 +53,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster_launch import CARTPOLE, end_job, launch_cartpole, wait_for_version  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "chaos.json"
@@ -417,6 +418,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=list(CASES), default=None, help="faults to inject (default all)")
     parser.add_argument("--hosts", type=int, default=8, help="test-cluster nodes of each job (default 8)")
+    common.add_common_args(parser)
     args = parser.parse_args()
     names = args.only or list(CASES)
     rows = []
@@ -438,14 +440,13 @@ def main() -> None:
     for row in rows:
         print(" | ".join(str(row.get(column, "")) for column in COLUMNS))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    earlier = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
+    earlier = (common.read_results(RESULTS, args.label) or {}).get("rows", [])
     merged = {row["name"]: row for row in [*earlier, *rows]}  # a partial run replaces only its own rows
     order = list(CASES)
-    RESULTS.write_text(json.dumps({
-        "time": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "host": platform.node(),
-        "cpus": os.cpu_count(), "hosts": args.hosts,
+    common.write_results(RESULTS, {
+        "time": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "hosts": args.hosts,
         "node_cpus": os.environ.get("TESTCLUSTER_NODE_CPUS") or None,
-        "rows": sorted(merged.values(), key=lambda row: order.index(row["name"]))}, indent=2, default=str) + "\n")
+        "rows": sorted(merged.values(), key=lambda row: order.index(row["name"]))}, args.label)
     print(f"\nwrote {RESULTS}")
 
 

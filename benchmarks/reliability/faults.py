@@ -35,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.storage import open_run  # noqa: E402
 from node_loss import node_loss_continue, node_loss_fail  # noqa: E402  (benchmarks/node_loss.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "faults.json"
@@ -335,6 +337,7 @@ def main() -> None:
     parser.add_argument("--writer-kills", type=int, default=20)
     parser.add_argument("--env-steps", type=int, default=60_000)
     parser.add_argument("--fuzz-scale", type=int, default=10, help="multiple of CI's fuzz examples (default 10)")
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.only is None:
         from lamarckian_hpc.cluster.scheduler import cluster_problem
@@ -363,11 +366,10 @@ def main() -> None:
           + ("; nothing lost beyond the stated data, nothing crashed" if all(row["survived"] for row in rows)
              else "; SOME FAULTS WERE NOT SURVIVED (see above)"))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    earlier = json.loads(RESULTS.read_text())["faults"] if RESULTS.exists() else []
+    earlier = (common.read_results(RESULTS, args.label) or {}).get("faults", [])
     merged = {row["name"]: row for row in [*earlier, *rows]}  # a partial run replaces only its own rows
     merged_rows = sorted(merged.values(), key=lambda row: row["name"])
-    RESULTS.write_text(json.dumps({"faults": merged_rows, "tried": fault_totals(merged_rows)}, indent=2,
-                                  default=str))
+    common.write_results(RESULTS, {"faults": merged_rows, "tried": fault_totals(merged_rows)}, args.label)
     print(f"\nwrote {RESULTS}")
 
 

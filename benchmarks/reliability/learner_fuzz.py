@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "learner_fuzz.json"
@@ -263,6 +264,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--send", metavar="ADDRESS", help=argparse.SUPPRESS)  # the hostile process
     parser.add_argument("--key-folder", help=argparse.SUPPRESS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.send:
         send(args.send, args.key_folder, args.messages, args.seed)
@@ -270,9 +272,8 @@ def main() -> None:
     result = run(args.messages, args.seed)
     print(table(result))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "load_average": list(os.getloadavg()),
-        "cpus": os.cpu_count(), "python": platform.python_version(), "result": result}, indent=2) + "\n")
+    common.write_results(args.output, {
+        "result": result}, args.label)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.runtime.distributed import DistributedTrainer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "soak.json"
 
@@ -43,6 +45,7 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=32)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--sample-seconds", type=float, default=5.0)
+    common.add_common_args(parser)
     args = parser.parse_args()
     seconds = args.minutes * 60
     config = load_config(ROOT / "configs" / "ppo_cartpole.yaml", [
@@ -103,7 +106,7 @@ def main() -> None:
                "target_met": worst_rss < 0.05 and worst_fd < 0.05 and lost == 0}
     print(json.dumps(summary, indent=2))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"summary": summary, "processes": rows, "samples": samples}, indent=2))
+    common.write_results(RESULTS, {"summary": summary, "processes": rows, "samples": samples}, args.label)
     print(f"wrote {RESULTS}")
 
 

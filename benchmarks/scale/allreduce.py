@@ -28,10 +28,9 @@ Prints a Markdown table and writes benchmarks/results/allreduce.json (`--output`
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import os
-import platform
 import socket
 import statistics
 import time
@@ -39,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 #: gloo allreduce between local processes on a 16-core machine: (floats, ranks, milliseconds)
@@ -149,6 +150,7 @@ def main() -> None:
     parser.add_argument("--network-gbit", type=float, default=10.0, help="cross-host link rate of the model")
     parser.add_argument("--network-latency-us", type=float, default=25.0, help="cross-host one-way latency")
     parser.add_argument("--output", type=Path, default=RESULTS / "allreduce.json")
+    common.add_common_args(parser)
     args = parser.parse_args()
     sizes = gradient_sizes()
     named = {**sizes, "60k (16-core calibration size)": 60_000}
@@ -183,13 +185,12 @@ def main() -> None:
     for point in calibration:
         print(f"| {point['floats']:,} | {point['ranks']} | {point['measured_ms']:.2f} | {point['model_ms']:.2f} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "host": platform.node(), "cpus": cores, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "load_average": load_before, "load_average_after": load_after, "calls": args.calls, "warmup": args.warmup,
+    common.write_results(args.output, {
+        "cpus": cores, "load_average": load_before, "load_average_after": load_after, "calls": args.calls, "warmup": args.warmup,
         "gradient_floats": sizes, "rows": rows,
         "fit": {**fit, "source": "gloo between local processes on a 16-core machine", "points": calibration},
         "network": {"gbit": args.network_gbit, "latency_s": latency},
-    }, indent=2) + "\n")
+    }, args.label)
     print(f"written: {args.output}")
 
 

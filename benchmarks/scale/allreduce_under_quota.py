@@ -16,7 +16,6 @@ Prints a Markdown table and writes benchmarks/results/allreduce_under_quota.json
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
@@ -27,6 +26,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results" / "allreduce_under_quota.json"
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args(argv)
     rows = []
     for world in args.ranks:
@@ -106,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         period = f"{row['period_us'] / 1e3:g}" if row["period_us"] else "-"
         print(f"| {row['ranks']} | {quota} | {period} | {row['allreduce_ms']:.2f} | {row['step_ms']:.2f} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
+    common.write_results(args.output, {
         "parameters": PARAMETERS, "compute_ms": args.compute_ms, "steps": args.steps,
-        "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": rows}, indent=2) + "\n")
+        "rows": rows}, args.label)
     print(f"wrote {args.output}  (load average {os.getloadavg()[0]:.1f})")
     return 0
 

@@ -59,6 +59,8 @@ from lamarckian_hpc.comm.topology import build_tree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netem  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "broadcast.json"
 TIMEOUT_S = 60.0
@@ -300,6 +302,7 @@ def main() -> None:
     parser.add_argument("--node-spec", help=argparse.SUPPRESS)
     parser.add_argument("--mpi-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.node_spec:
         return node_main(json.loads(args.node_spec))
@@ -315,10 +318,10 @@ def main() -> None:
     result.update(machine=platform.node(), cores=os.cpu_count(), python=platform.python_version(),
                   date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     output = args.output
-    stored = json.loads(output.read_text()) if output.exists() else {}
+    stored = common.read_results(output, args.label, provenance=False) or {}
     stored[result["link_mode"]] = result
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(stored, indent=2) + "\n")
+    common.write_results(output, stored, args.label)
     print(f"wrote {output} ({result['link_mode']})")
 
 

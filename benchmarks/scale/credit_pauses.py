@@ -16,9 +16,8 @@ Prints a table and adds its row to benchmarks/results/credit_pauses.json (one ro
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
-import platform
 import subprocess
 import threading
 import time
@@ -31,6 +30,8 @@ import zmq
 import lamarckian_hpc.comm.channels as channels
 import lamarckian_hpc.comm.credits as credits
 from lamarckian_hpc.comm import ExperienceReceiver, ExperienceSender, Message
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "credit_pauses.json"
 #: Seconds of the scaled clock: ask again after 1 s dry, reclaim after 3 s silent, pause 4 s.
@@ -106,12 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     row = {"label": args.label, **measure(args.actors, args.cycles, args.budget)}
     row["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                    cwd=Path(channels.__file__).parent).stdout.strip()
-    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": []}
+    data = common.read_results(RESULTS, provenance=False) or {"rows": []}  # --label names a row here, not an entry
     data["rows"] = [r for r in data["rows"] if r["label"] != args.label] + [row]
-    data["machine"] = {"cpus": __import__("os").cpu_count(), "python": platform.python_version()}
     data["clock"] = {"ask_again_seconds": ASK_AGAIN, "reclaim_seconds": RECLAIM, "receive_seconds": RECEIVE,
                      "pause_seconds": PAUSE}
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    common.write_results(RESULTS, data)
     columns = ["label", "commit", "actors", "budget", "received", "in_flight_max", "in_flight_max_over_budget",
                "written_off", "late", "reclaimed", "uncredited", "starved_cycles"]
     print("| " + " | ".join(columns) + " |")

@@ -50,7 +50,6 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import heapq  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import multiprocessing  # noqa: E402
 import platform  # noqa: E402
@@ -74,6 +73,8 @@ from lamarckian_hpc.comm import (BROADCAST, LEARNER, ExperienceReceiver, Experie
 from lamarckian_hpc.comm.limits import io_threads_for, raise_open_file_limit  # noqa: E402
 from lamarckian_hpc.comm.relay import RelaySpec, spawn_relay_addresses  # noqa: E402
 from lamarckian_hpc.comm.topology import build_tree  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "fan_in.json"
@@ -523,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ulimit", action="store_true", help="leave out the `ulimit -n 1024` cases")
     parser.add_argument("--no-pin", action="store_true", help="do not give the learner a CPU of its own")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args(argv)
 
     print(f"calibrating one actor core ({args.calibrate_seconds:g} s)", file=sys.stderr, flush=True)
@@ -546,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
               "max_relays": args.max_relays, "rate": args.rate, "learner_pinned": not args.no_pin,
               "wall_seconds": round(time.monotonic() - started), "calibration": calibration, "results": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    common.write_results(args.output, result, args.label, indent=1)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
 

@@ -52,6 +52,8 @@ from lamarckian_hpc.rl.adam import Adam  # noqa: E402
 from lamarckian_hpc.rl.captured import CapturedSteps  # noqa: E402
 from lamarckian_hpc.rl.device import choose_device, to_device  # noqa: E402
 from lamarckian_hpc.runtime.algorithms import make_learner  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "gpu_learner_check.json"
@@ -249,6 +251,7 @@ def main() -> None:
     parser.add_argument("--budget-seconds", type=float, default=420.0,
                         help="rows not started by then are left out (and listed as such)")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     started = time.monotonic()
     device = torch.device(args.device)
@@ -262,7 +265,7 @@ def main() -> None:
     def save() -> None:
         result["elapsed_seconds"] = time.monotonic() - started
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        common.write_results(args.output, result, args.label)
 
     result["checks"] = {}
     for part in (correctness, learner_checks):

@@ -25,10 +25,9 @@ that a table before a change and one after sit side by side. Spaces are built fr
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from lamarckian_hpc.config.loading import read_config_file
 from lamarckian_hpc.mdp.experience import ExperienceBatch
 from lamarckian_hpc.models.cnn import PRECISIONS
 from lamarckian_hpc.runtime.algorithms import make_learner
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "learner_ceiling.json"
@@ -176,15 +177,13 @@ def main() -> None:
                 print(f"| {name} | {row['algorithm']} | {row['device']} | {threads} | "
                       f"{row['batch']:,} x {row['epochs']} | {row['update_seconds']:.3f} | "
                       f"{row['steps_per_second']:,.0f} | {row['steps_per_second'] / threads:,.0f} |", flush=True)
-    kept = json.loads(args.output.read_text())["rows"] if args.output.is_file() else []
+    kept = (common.read_results(args.output) or {}).get("rows", [])  # --label names rows here, not an entry
     rows = [{"label": args.label, **row} for row in rows]
     measured = {_row_key(row) for row in rows}  # a row measured again replaces its older figure
     rows = [row for row in kept if _row_key(row) not in measured] + rows
     rows.sort(key=lambda row: (list(WORKLOADS).index(row["workload"]), row["algorithm"] != "ppo", row["threads"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(),
-                                       "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "torch": torch.__version__,
-                                       "rows": rows}, indent=2) + "\n")
+    common.write_results(args.output, {"torch": torch.__version__, "rows": rows})
     print(f"written: {args.output} ({args.label})")
 
 

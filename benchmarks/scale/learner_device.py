@@ -16,12 +16,11 @@ Prints a Markdown table and writes benchmarks/results/learner_device.json. Needs
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import os
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -31,6 +30,8 @@ from learner_ceiling import synthetic_experience, update_seconds
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.sampling import spaces_of
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "ppo_pong_image.yaml"
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--cnn-layers", nargs="+", default=["table3", "nature"], choices=("table3", "nature"),
                         help="the CNN stacks to time (model.cnn_layers)")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     rows = []
     for layers in args.cnn_layers:
@@ -74,9 +76,8 @@ def main() -> None:
     if len(rows) == 1:
         print("\nno GPU here: torch.cuda.is_available() is False, so only the CPU was measured")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(),
-                                       "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "torch": torch.__version__,
-                                       "gpu": torch.cuda.is_available(), "rows": rows}, indent=2) + "\n")
+    common.write_results(args.output, {"torch": torch.__version__,
+                                       "gpu": torch.cuda.is_available(), "rows": rows}, args.label)
     print(f"written: {args.output}")
 
 

@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: `benchmarks` and the package from this checkout
@@ -147,6 +149,7 @@ def main() -> None:
                         help="skip a (workload, N) predicted to end past this many seconds from the start")
     parser.add_argument("--quick", action="store_true", help="dry run: tiny batches, N in 1 2, one timed update")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.rank_task:
         rank_main(json.loads(args.rank_task))
@@ -196,7 +199,7 @@ def main() -> None:
               "quick": args.quick, "elapsed_seconds": time.monotonic() - began, "rows": rows,
               "ray_imported": "ray" in sys.modules or any(row.get("ray_imported_by_ranks") for row in rows)}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    common.write_results(args.output, result, args.label)
     info = result["machine"]
     print(f"machine: {info['cpu_model'] or '?'}, {info['usable_cores']} of {info['cores']} cores usable, load average "
           f"{' '.join(f'{value:.2f}' for value in info['load_average'])}, torch {info['torch']}; "

@@ -61,6 +61,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from cpu_groups import CpuGroup  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = HERE.parent / "results" / "learner_scaling.json"
 WORKLOADS: dict[str, tuple[Path, list[str]]] = {
@@ -260,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop each point once the recent episodes' mean return reaches this (e.g. 475 for "
                              "CartPole) and report the env frames and seconds it took; none: train --seconds")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args(argv)
     if not args.local and "SLURM_CONF" not in os.environ:
         raise SystemExit("learner_scaling.py needs a running Slurm cluster: source /var/tmp/lamarckian-testcluster/env")
@@ -287,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     for failure in failures:
         print(f"- not measured: {failure}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
+    common.write_results(args.output, {
         "local": args.local, "nodes": 1 if args.local else args.nodes,
         "cpus_per_node": os.cpu_count() if args.local else args.cpus_per_node, "actors": args.actors, "rank_cpus": args.rank_cpus,
         "node_cpus": os.environ.get("TESTCLUSTER_NODE_CPUS"), "learner_cpus": os.environ.get("TESTCLUSTER_LEARNER_CPUS"),
@@ -295,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_period_us": os.environ.get("TESTCLUSTER_CPU_PERIOD_US"), "cpu_shares": os.environ.get("TESTCLUSTER_CPU_SHARES"),
         "target_return": args.target_return,
         "seconds": args.seconds, "skip": args.skip, "settings": {name: WORKLOADS[name][1] for name in args.workloads},
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "rows": rows, "failures": failures}, indent=2) + "\n")
+        "machine": {"platform": platform.platform()},
+        "rows": rows, "failures": failures}, args.label)
     print(f"wrote {args.output}")
     return 0
 

@@ -35,9 +35,7 @@ benchmarks/results/multiagent_inference_distributed.json).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -53,10 +51,11 @@ from lamarckian_hpc.config import ModelConfig  # noqa: E402
 from lamarckian_hpc.mdp import MDP, ExperienceBuffer, Sampler, StepOutcome  # noqa: E402
 from lamarckian_hpc.multiagent import PolicyMapping, build_policy_models, random_mapping  # noqa: E402
 from lamarckian_hpc.runtime.inference import TorchPolicy  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS.parent / "results" / "multiagent_inference.json"
-DISTRIBUTED_RESULTS = BENCHMARKS.parent / "results" / "multiagent_inference_distributed.json"
 OBSERVATION_SIZE = 4
 NO_INFO: dict = {}
 
@@ -243,15 +242,14 @@ def main_distributed(args: argparse.Namespace) -> None:
         print(f"| {row['actors']} | {row['agents_per_actor']:,} | {row['actions_per_actor_cpu_second']:,.0f} "
               f"| {row['actions_per_run_cpu_second']:,.0f} | {row['actions_per_wall_second']:,.0f} "
               f"| {row['updates']} |")
-    DISTRIBUTED_RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    DISTRIBUTED_RESULTS.write_text(json.dumps({
+    # The distributed mode's figures are the results file's entry `distributed` unless --label names another.
+    label = "distributed" if args.label == common.DEFAULT_LABEL else args.label
+    common.write_results(RESULTS, {
         "benchmark": "multiagent_inference_distributed", "agents": args.agents, "policies": args.policies,
         "hidden_sizes": [16, 16], "observation_size": OBSERVATION_SIZE, "batch_size": args.batch_size,
         "message_ticks": args.message_ticks, "warmup_seconds": args.warmup, "seconds": args.seconds,
-        "rllib_reported_actions_per_second_per_core": 70_000, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "machine": {"cpu_count": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version()},
-        "rows": rows}, indent=2))
-    print(f"\nwrote {DISTRIBUTED_RESULTS}")
+        "rllib_reported_actions_per_second_per_core": 70_000, "rows": rows}, label)
+    print(f"\nwrote {RESULTS} ({label})")
 
 
 def main() -> None:
@@ -267,6 +265,7 @@ def main() -> None:
     parser.add_argument("--message-ticks", type=int, default=4,
                         help="--distributed: ticks of an actor's crowd per experience message of a policy")
     parser.add_argument("--warmup", type=float, default=5.0, help="--distributed: seconds of training not measured")
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.distributed:
         main_distributed(args)
@@ -284,13 +283,12 @@ def main() -> None:
         print(f"| {row['controllers']} | {row['actions_per_cpu_second']:,.0f} | {row['actions_per_wall_second']:,.0f} "
               f"| {row['inference_share']:.0%} | {row['ticks']} |")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    common.write_results(RESULTS, {
         "benchmark": "multiagent_inference", "agents": args.agents, "policies": args.policies,
         "hidden_sizes": [16, 16], "observation_size": OBSERVATION_SIZE, "seconds": args.seconds,
         "torch_threads": 1, "rllib_reported_actions_per_second_per_core": 70_000, "target": 100_000,
-        "machine": {"cpu_count": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
-                    "torch": torch.__version__},
-        "rows": rows}, indent=2))
+        "machine": {"cpu_count": os.cpu_count(), "torch": torch.__version__},
+        "rows": rows}, args.label)
     print(f"\nwrote {RESULTS}")
 
 

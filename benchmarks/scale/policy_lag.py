@@ -40,6 +40,8 @@ from typing import Any
 
 import h5py
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -126,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, help="launch on this many Slurm nodes instead (see above)")
     parser.add_argument("--cpus-per-node", type=int, default=2, help="with --hosts: cores per node")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args(argv)
     if args.hosts is not None:
         args.actors = [args.hosts * args.cpus_per_node - 1]  # a core per actor, the learner's aside
@@ -158,11 +161,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['env_steps_per_second']:,.0f} | {row['trained_steps_per_second']:,.0f} | "
               f"{row['dropped_stale_steps']:,.0f} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
+    common.write_results(args.output, {
         "settings": SETTINGS if args.hosts is None else ["configs/ppo_cartpole.yaml as it is"],
         "hosts": args.hosts or 1, "cpus_per_node": args.cpus_per_node if args.hosts else None, "seconds": args.seconds, "skip": args.skip, "baseline": str(args.baseline or ""),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": os.getloadavg(),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "rows": rows}, indent=2) + "\n")
+        "machine": {"platform": platform.platform()}, "rows": rows}, args.label)
     print(f"wrote {args.output}")
     return 0
 

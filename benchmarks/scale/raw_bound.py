@@ -13,10 +13,9 @@ Prints a Markdown table and writes benchmarks/results/raw_bound.json.
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +31,8 @@ from lamarckian_hpc.config import RunConfig  # noqa: E402
 from lamarckian_hpc.models import ActorCritic  # noqa: E402
 from lamarckian_hpc.runtime import TrainResult, UpdateReport  # noqa: E402
 from lamarckian_hpc.runtime.trainer import SerialTrainer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 ENVIRONMENTS = ("CartPole-v1", "Pendulum-v1")
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "raw_bound.json"
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=8, help="environments per process (K)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions; medians are compared")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
 
     rows = []
@@ -139,10 +141,10 @@ def main() -> None:
         print(f"| {row['env']} | {row['num_envs']} | {row['raw_median']:,.0f} | {row['trainer_median']:,.0f} | "
               f"{row['ratio']:.2f} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "host": platform.node(), "cpus": os.cpu_count(), "torch": torch.__version__,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "results": rows,
-    }, indent=2))
+    common.write_results(args.output, {
+        "torch": torch.__version__,
+        "results": rows,
+    }, args.label)
     print(f"\nwritten: {args.output}")
 
 

@@ -22,10 +22,8 @@ Prints a Markdown table and writes benchmarks/results/sampling.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -46,6 +44,8 @@ from lamarckian_hpc.runtime.sampling import spaces_of  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from raw_bound import RawLoop  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "sampling.json"
 
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=8, help="environments per actor process")
     parser.add_argument("--batch-size", type=int, default=4096, help="frames per (cheap) learner update")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.frames < 3 * args.batch_size:
         parser.error("--frames must cover at least three batches (the first update is not measured)")
@@ -183,11 +184,11 @@ def main() -> None:
               f"{row['raw_steps_per_second']:,.0f} | {row['ratio_to_raw']:.2f} | {row['staleness_mean']:.2f} | "
               f"{row['cpu_utilization']:.0%} | {row['machine_cpu_utilization']:.0%} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "host": platform.node(), "cpus": num_cores, "torch": torch.__version__, "ray": ray.__version__,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "frames": args.frames, "raw_frames": args.raw_frames,
+    common.write_results(args.output, {
+        "cpus": num_cores, "torch": torch.__version__, "ray": ray.__version__,
+        "frames": args.frames, "raw_frames": args.raw_frames,
         "results": rows,
-    }, indent=2))
+    }, args.label)
     print(f"\nwritten: {args.output}")
 
 

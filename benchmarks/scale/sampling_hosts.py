@@ -47,7 +47,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -66,6 +65,8 @@ from cpu_groups import QuotaMeter, cpu_groups  # noqa: E402
 from ray_hosts import RayCluster, on_host, ray_env  # noqa: E402
 from other_work import OtherWork  # noqa: E402
 from sampling import measure_raw, run_config  # noqa: E402  (sets one thread per process)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = HERE.parent / "results" / "sampling_hosts.json"
 
@@ -334,6 +335,7 @@ def main() -> None:
                         help="the learner's own cores, a quota of its own (default: none)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--links-inside", help=argparse.SUPPRESS)
+    common.add_common_args(parser)
     args = parser.parse_args()
     if args.links_inside:
         return links_inside(json.loads(args.links_inside))
@@ -379,9 +381,9 @@ def main() -> None:
     print_table(table, raw, args)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     # "table" first: the pages' generic renderer shows the first of the longest lists of records.
-    args.output.write_text(json.dumps({
-        "table": table, **git_commit(), "date": started, "machine": platform.node(), "cores": os.cpu_count(),
-        "python": platform.python_version(), "torch": torch.__version__, "ray": ray_version(),
+    common.write_results(args.output, {
+        "table": table, **git_commit(), "date": started, "cores": os.cpu_count(),
+        "torch": torch.__version__, "ray": ray_version(),
         "load_average": load_before, "load_average_after": load_after, "rate": args.rate, "seconds": args.seconds,
         "seconds_per_host": args.seconds_per_host,
         "env": args.env, "num_envs": args.num_envs, "batch_size": args.batch_size,
@@ -392,7 +394,7 @@ def main() -> None:
         "weight_bytes": weight_bytes(args), "raw": raw, "points": points,
         "links": {"megabytes": args.megabytes, "reps": args.reps, "rate": args.rate, "security": args.security,
                   "hosts": links},
-    }, indent=2) + "\n")
+    }, args.label)
     print(f"\nload average before {', '.join(f'{v:.2f}' for v in load_before)}, "
           f"after {', '.join(f'{v:.2f}' for v in load_after)}\nwritten: {args.output}")
     missing = [f"{p['hosts']} hosts {p['broadcast']}: {p.get('failed') or p['actors_per_node']}" for p in points

@@ -65,8 +65,8 @@ Prints the calibration, the check and the table; writes benchmarks/results/scale
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import math
 import statistics
 from pathlib import Path
@@ -76,6 +76,8 @@ from typing import Any, Callable
 import numpy as np
 
 from lamarckian_hpc.comm.topology import build_tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 CORES = [10, 20, 40, 80, 160, 320, 640, 1000, 1500, 2000, 3000, 4000, 5000, 6000]
@@ -553,7 +555,7 @@ def figure(rows: list[dict[str, Any]], points: list[dict[str, Any]], rate: str, 
 
 
 def _load(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.exists() else None
+    return common.read_results(path) if path.exists() else None
 
 
 def _print(params: dict[str, float], fit: dict[str, Any], points: list, prediction: list, fan: Any) -> None:
@@ -608,6 +610,7 @@ def main() -> None:
                         help="global batch of the learner table (default: the config's, or one message of "
                              "--num-envs frames per actor when larger)")
     parser.add_argument("--output", type=Path, default=RESULTS / "scale_model.json")
+    common.add_common_args(parser)
     args = parser.parse_args()
     hosts_run = _load(args.sampling_hosts)
     if hosts_run is None or not hosts_run["links"]["hosts"]:
@@ -637,7 +640,7 @@ def main() -> None:
     learner_note = learner_figure(learners, inputs, fit, fan, args, args.output.with_name(
         args.output.stem + "_learners.png"))
     print(learner_note)
-    args.output.write_text(json.dumps({
+    common.write_results(args.output, {
         "learners": {**learners, "figure": learner_note},
         "prediction": prediction, "parameters_seconds": params, "sampling": fit,
         "calibration": {"source": args.sampling_hosts.name, "measured": hosts_run["date"],
@@ -652,7 +655,7 @@ def main() -> None:
         "missed": [{"what": p["what"], "error": p["error"]} for p in missed], "figure": note,
         "inputs": {"sampling_hosts": str(args.sampling_hosts), "fan_in": str(args.fan_in) if fan else None,
                    "broadcast": str(args.broadcast) if broadcast else None},
-    }, indent=2) + "\n")
+    }, args.label)
     print(f"wrote {args.output}")
 
 

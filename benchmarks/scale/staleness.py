@@ -21,11 +21,10 @@ Prints a Markdown table and writes benchmarks/results/staleness.json (or `--outp
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import logging
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -38,6 +37,8 @@ import ray  # noqa: E402
 
 from lamarckian_hpc.config import RunConfig  # noqa: E402
 from lamarckian_hpc.runtime.distributed import DistributedTrainer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "staleness.json"
 
@@ -97,6 +98,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024, help="units of each of the two layers")
     parser.add_argument("--skip", type=int, default=2, help="first updates left out (start-up)")
     parser.add_argument("--output", type=Path, default=RESULTS, help="results file (default: %(default)s)")
+    common.add_common_args(parser)
     args = parser.parse_args()
     ray.init(address="local", num_cpus=max(args.actors), include_dashboard=False, object_store_memory=100 * 1024 * 1024,
              logging_level=logging.ERROR)
@@ -116,11 +118,11 @@ def main() -> None:
     finally:
         ray.shutdown()
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
+    common.write_results(args.output, {
         "rows": rows, "frames": args.frames, "per_node": args.per_node, "hidden": args.hidden, "skip": args.skip,
-        "machine": platform.node(), "cores": os.cpu_count(),
+        "cores": os.cpu_count(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }, indent=2) + "\n")
+    }, args.label)
     print(f"wrote {args.output}")
 
 

@@ -27,8 +27,8 @@ Prints a Markdown table and writes benchmarks/results/weight_joins.json (`--outp
 
 from __future__ import annotations
 
+import sys
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -45,6 +45,8 @@ import lamarckian_hpc
 from lamarckian_hpc.comm import WeightPublisher, WeightSubscriber, channels
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
+import common  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "weight_joins.json"
 TIMEOUT_S = 120.0
@@ -182,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--megabytes", type=float, default=1.0)
     parser.add_argument("--modes", nargs="+", choices=["flat", "relay"], default=["flat", "relay"])
     parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_common_args(parser)
     args = parser.parse_args(argv)
     package = Path(lamarckian_hpc.__file__).resolve().parent
     rows = []
@@ -194,13 +197,13 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(row)
                 print(markdown([row]).splitlines()[-1], flush=True)
     print(markdown(rows))
-    stored = json.loads(args.output.read_text()) if args.output.exists() else {}
+    stored = common.read_results(args.output, args.label, provenance=False) or {}
     kept = [row for row in stored.get("rows", []) if row.get("join_answer") != join_answer()]
     stored.update(time=time.strftime("%Y-%m-%d %H:%M:%S"), host=platform.node(), cpus=os.cpu_count(),
                   load_average=list(os.getloadavg()), megabytes=args.megabytes, message_bytes=message_bytes,
                   rows=sorted(kept + rows, key=lambda row: (row["mode"], row["subscribers"], row["join_answer"])))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(stored, indent=2) + "\n")
+    common.write_results(args.output, stored, args.label)
 
 
 if __name__ == "__main__":

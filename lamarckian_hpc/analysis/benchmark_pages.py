@@ -374,8 +374,9 @@ def _provenance(stem: str, data: Any) -> str:
         return f"From {source}."
     machine = data.get("machine") if isinstance(data.get("machine"), dict) else {}
     when = data.get("time") or data.get("date")
-    host = data.get("host") or (data.get("machine") if isinstance(data.get("machine"), str) else None)
-    cpus = data.get("cpus") or data.get("cores") or machine.get("cpu_count")
+    host = data.get("host") or (data.get("machine") if isinstance(data.get("machine"), str) else None) \
+        or machine.get("host")
+    cpus = data.get("cpus") or data.get("cores") or machine.get("cpu_count") or machine.get("cpus")
     load = data.get("load_average") or machine.get("load_average")
     parts = [f"From {source}"]
     if when:
@@ -384,6 +385,8 @@ def _provenance(stem: str, data: Any) -> str:
         parts.append(f"on {host or 'a machine'}" + (f" with {cpus} CPUs" if cpus else ""))
     if load:
         parts.append("load average " + ", ".join(f"{value:.1f}" for value in load))
+    if data.get("git_revision"):
+        parts.append(f"code at {data['git_revision']}")
     return ", ".join(parts) + "."
 
 
