@@ -139,6 +139,13 @@ def write_results(path: str | Path, data: dict[str, Any], label: str = DEFAULT_L
     return entry
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="print what a results entry written now would record about "
+                                                 "this machine and checkout")
+    parser.parse_args(argv)
+    print(json.dumps({"date": now(), "machine": machine(), "git_revision": git_revision()}, indent=2))
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps({"machine": machine(), "git_revision": git_revision(), "date": now()}, indent=2))
-    sys.exit(0)
+    sys.exit(main())

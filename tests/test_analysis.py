@@ -340,7 +340,7 @@ def test_reproduce_table_has_the_papers_values_and_says_when_rllib_is_missing(tm
     assert "copied" not in table and not list(out.glob("*.json"))
     for name, paper in (("vs_rllib", "Table IV"), ("pbt_vs_tune", "Fig. 9")):
         row = dict(zip(columns, rows[name]))
-        assert row["how"].startswith("not run: needs RLlib") and "benchmarks/vs_rllib.py" in row["how"], row
+        assert row["how"].startswith("not run: needs RLlib") and "benchmarks/peers/vs_rllib.py" in row["how"], row
         assert paper in row["paper"] and row["paper's reported value"] not in ("", "-")
 
 
@@ -351,7 +351,7 @@ def test_reproduce_says_which_module_an_experiment_lacks(tmp_path: Path, monkeyp
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import reproduce
-    from reproduce_experiments import EXPERIMENTS
+    from reproduce import EXPERIMENTS
 
     needs = {experiment.name: experiment.needs for experiment in EXPERIMENTS}
     assert needs["vs_rllib_pong_image"] == ("ale_py", "cv2") and needs["vs_rllib_football"] == ("gfootball",)

@@ -19,7 +19,7 @@ sampled a second more: RSS, PSS (shared pages split between the processes sharin
 actors' PSS adds up to what they take together) and USS (its own pages only).
 Not included: the Ray core-worker runtime of a real Ray actor, the same for both variants.
 
-    python benchmarks/actor_footprint.py [--config configs/ppo_cartpole.yaml] [--actors 2] [--repeats 3]
+    python benchmarks/costs/actor_footprint.py [--config configs/ppo_cartpole.yaml] [--actors 2] [--repeats 3]
 
 Prints a Markdown table of medians over actors and repeats and writes
 benchmarks/results/actor_footprint.json.

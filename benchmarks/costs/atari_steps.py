@@ -6,7 +6,7 @@ and no policy (what the ALE and the preprocessing cost), and the image id as one
 per tick with torch on one thread, no learning. The last is the figure an actor per core gives a
 run; the first two bound it. Needs the atari extra.
 
-    python benchmarks/atari_steps.py [--steps 3000] [--repeats 3] [--num-envs 8] [--output FILE]
+    python benchmarks/costs/atari_steps.py [--steps 3000] [--repeats 3] [--num-envs 8] [--output FILE]
 
 Prints a Markdown table; `--output` writes the raw numbers as JSON.
 """
@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from lamarckian_hpc.envs.atari import IMAGE_ID, RAM_ID, atari_problem
-from pong_steps import single  # noqa: E402  (benchmarks/pong_steps.py: the same stepping loop)
+from pong_steps import single  # noqa: E402  (benchmarks/costs/pong_steps.py: the same stepping loop)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
 import common  # noqa: E402
 

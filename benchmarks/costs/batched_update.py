@@ -14,7 +14,7 @@ whose members sample with their own modules pays once per update); "batched, sta
 it out. Each figure is the median over `--repeats` timed updates, after one untimed warm-up;
 member-by-member and batched alternate, so they share the machine's load.
 
-    python benchmarks/batched_update.py [--repeats 3] [--members 1 4 16] [--threads 1 2]
+    python benchmarks/costs/batched_update.py [--repeats 3] [--members 1 4 16] [--threads 1 2]
 
 Prints a Markdown table and writes benchmarks/results/batched_update.json.
 """

@@ -12,7 +12,7 @@ Figures: seconds from process start until the members exist (imports, Ray start 
 building the members), env frames per second of the whole population over the training, and
 seconds from process start to the end of the last interval.
 
-    python benchmarks/pbt_layout.py [--intervals 2] [--layouts serial fork-2 ray-2]
+    python benchmarks/costs/pbt_layout.py [--intervals 2] [--layouts serial fork-2 ray-2]
 
 Prints a Markdown table and writes benchmarks/results/pbt_layout.json.
 """

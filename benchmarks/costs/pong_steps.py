@@ -5,7 +5,7 @@ wrappers it adds: order enforcing, the passive checker), and the two-player vari
 moves both paddles). The target is 50k steps/s single-env; ALE Pong with RAM observations makes
 about 1.7k on the same kind of machine (see the environments notes).
 
-    python benchmarks/pong_steps.py [--steps 200000] [--repeats 3]
+    python benchmarks/costs/pong_steps.py [--steps 200000] [--repeats 3]
 
 Prints a Markdown table and writes benchmarks/results/pong_steps.json.
 """

@@ -1,7 +1,7 @@
 """What the live TensorBoard sink (`storage.tensorboard`) costs a training run: env steps/s with and
 without it, and the time the sink itself takes.
 
-Each run is a whole training run of CartPole with the ours-side settings of `benchmarks/vs_rllib.py`
+Each run is a whole training run of CartPole with the ours-side settings of `benchmarks/peers/vs_rllib.py`
 (the distributed runtime with 2 actors of 8 envs, a shared (256, 128) tanh trunk, batches of 4,096
 steps, one epoch of 8 minibatches, Adam 3e-4), for `--frames` env frames without a target, writing
 its run file as `lamarckian-hpc train` does; the sink flushes at the default metrics interval (5 s).
@@ -11,7 +11,7 @@ more than the sink costs, so the sink's own time is measured too: the seconds sp
 `on_update_end` and `close` (adding the update's scalars, flushing and syncing the event file),
 as a share of the run's wall time, which the machine's load hardly moves.
 
-    python benchmarks/tensorboard_sink.py [--frames 200000] [--repeats 3]
+    python benchmarks/costs/tensorboard_sink.py [--frames 200000] [--repeats 3]
 
 Prints a Markdown table and writes benchmarks/results/tensorboard_sink.json.
 """

@@ -2,7 +2,7 @@
 rate and for every episode, one after the other in one run; and the codecs of the step datasets.
 
 Each run is a whole training run of CartPole (configs/ppo_cartpole.yaml, 8 envs, PPO, with the
-sampling-bound batch settings of `benchmarks/vs_rllib.py`: batches of 4,096 steps, one epoch of 8
+sampling-bound batch settings of `benchmarks/peers/vs_rllib.py`: batches of 4,096 steps, one epoch of 8
 minibatches, so that what recording costs the sampling is not hidden behind learning) for
 `--frames` env frames without a target. A run's rate is its frames over its wall time (sampling,
 learning and writing together); for the serial runtime the table also gives the rate of its
@@ -24,7 +24,7 @@ The codec table writes 20,000 rows of CartPole observations (float32, 4 values) 
 frames (uint8, 4x84x84, random actions; needs the atari extra, skipped without it) into chunked
 datasets as the run file does, with each filter, and gives bytes and write speed.
 
-    python benchmarks/trajectory_cost.py [--frames 200000] [--repeats 3] [--runtimes serial ray]
+    python benchmarks/costs/trajectory_cost.py [--frames 200000] [--repeats 3] [--runtimes serial ray]
 
 Prints Markdown tables and writes benchmarks/results/trajectory_cost.json.
 """

@@ -11,7 +11,7 @@ actor processes), then evaluates on the arena's real sampler, same episode seeds
   observation carries 1/period, and it saw periods 1, 2 and 4 in training); `--retrain` instead
   trains a fresh run per period and evaluates each at its own period.
 
-    python benchmarks/async_arena_share.py [--frames 60000] [--episodes 64] [--periods 1 2 4 8] [--retrain]
+    python benchmarks/learning/async_arena_share.py [--frames 60000] [--episodes 64] [--periods 1 2 4 8] [--retrain]
 
 Prints Markdown tables and writes benchmarks/results/async_arena_share.json (the page's tables:
 python -m lamarckian_hpc.analysis.benchmark_pages).

@@ -3,7 +3,7 @@ evaluation take, the balancing test (NSGA-II over lineups, serially: wall time, 
 imbalanced lineups), and automated testing against random play with the same episode budget over
 several seeds (bugs found, and after how many episodes).
 
-    python benchmarks/game_use_cases.py [--seeds 5] [--episodes 1500] [--generations 40]
+    python benchmarks/learning/game_use_cases.py [--seeds 5] [--episodes 1500] [--generations 40]
 
 Prints Markdown tables and writes benchmarks/results/game_use_cases.json.
 """

@@ -8,7 +8,7 @@ untrained and the final main agent (from the run's checkpoint) play a stronger s
 `WinOrBlockConnectFour` (completes its own four, else blocks the opponent's, else random), as
 does the random player for reference.
 
-    python benchmarks/league_connect_four.py [--seeds 0] [--generations 40] [overrides ...]
+    python benchmarks/learning/league_connect_four.py [--seeds 0] [--generations 40] [overrides ...]
 
 Prints Markdown tables, writes benchmarks/results/league_connect_four.json and .png; then
 `python -m lamarckian_hpc.analysis.benchmark_pages` puts both on docs/benchmarks/learning.md.

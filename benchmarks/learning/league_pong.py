@@ -13,7 +13,7 @@ Per run:
   restarts (recovered);
 - snapshots and resets, league members, wall time.
 
-    python benchmarks/league_pong.py [--seeds 0 1] [--generations 60] [overrides ...]
+    python benchmarks/learning/league_pong.py [--seeds 0 1] [--generations 60] [overrides ...]
 
 Prints a Markdown table and writes benchmarks/results/league_pong.json.
 """

@@ -7,7 +7,7 @@ league exploiter (AlphaStar's roles, `lamarckian_hpc.league`). Exploitability is
 response wins against the policy (0 at the equilibrium 1/4, 1/2, 1/4). The league of the first
 seed is written to a run file (`/league`: payoff, Elo, members) and read back.
 
-    python benchmarks/league_rps.py [--updates 3000] [--seeds 3]
+    python benchmarks/learning/league_rps.py [--updates 3000] [--seeds 3]
 
 Prints a Markdown table of exploitability per fifth of training and writes
 benchmarks/results/league_rps.json (and league_rps.png when matplotlib is installed).

@@ -8,10 +8,10 @@ untrained policy's score (the first full window), the best window, and when the 
 stood `--points` above the untrained policy's (the issue's "+5 points"), in env frames and in
 seconds of training. The run stops at `--max-seconds` of training, or at the config's target.
 
-    python benchmarks/pong_image_learning.py [--seed 0] [--max-seconds 2160] [--points 5] [overrides ...]
-    python benchmarks/pong_image_learning.py --run runs/pong.h5    # read a run made before
-    python benchmarks/pong_image_learning.py model.cnn_precision=bfloat16 \
-        --output benchmarks/results/pong_image_learning_bfloat16.json
+    python benchmarks/learning/pong_image_learning.py [--seed 0] [--max-seconds 2160] [--points 5] [overrides ...]
+    python benchmarks/learning/pong_image_learning.py --run runs/pong.h5    # read a run made before
+    python benchmarks/learning/pong_image_learning.py model.cnn_precision=bfloat16 \
+        --label bfloat16
 
 Prints a Markdown table and writes benchmarks/results/pong_image_learning.json. Needs the atari
 extra.

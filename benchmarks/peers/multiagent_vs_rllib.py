@@ -34,7 +34,7 @@ Each side runs in a child process of its own (`--side ours|rllib`), which starts
 prints one JSON line, so that neither side's Ray state or memory leaks into the other; the sides
 run one after the other (alternating which goes first over `--repeats`) and the medians are shown.
 The measurement parts (`PeakMemory`, `Progress`, the child processes, medians and ratios) are
-benchmarks/side_by_side.py's, shared with benchmarks/vs_rllib.py.
+benchmarks/peers/side_by_side.py's, shared with benchmarks/peers/vs_rllib.py.
 
 Figures per side and setting:
 - env steps/s sampled and trained, from the end of the first update (RLlib: iteration) to the end
@@ -54,9 +54,9 @@ Figures per side and setting:
   stepping `--num-envs` environments with one batched numpy inference of the (64, 64) policy per
   tick and nothing else, their env steps/s summed; each side is shown as a fraction of it.
 
-    python benchmarks/multiagent_vs_rllib.py [--settings shared per_agent] [--repeats 1] [--max-seconds 150]
+    python benchmarks/peers/multiagent_vs_rllib.py [--settings shared per_agent] [--repeats 1] [--max-seconds 150]
 
-Needs RLlib (see benchmarks/vs_rllib.py) and, next to it, `pip install pettingzoo==1.27.0
+Needs RLlib (see benchmarks/peers/vs_rllib.py) and, next to it, `pip install pettingzoo==1.27.0
 mpe2==1.1.1 pygame-ce==2.5.8` (`--no-deps` if pip wants to change gymnasium or numpy). Prints a
 Markdown table and writes benchmarks/results/multiagent_vs_rllib.json.
 """

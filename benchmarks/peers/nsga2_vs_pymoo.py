@@ -5,7 +5,7 @@ Population 100; ZDT1, ZDT2 and ZDT3 (30 variables) for 200 generations and DTLZ2
 initial population is generation 1). Reports hypervolume (reference point 1.1 per objective) and
 IGD against pymoo's Pareto front, mean and std, and wall time per generation.
 
-    python benchmarks/nsga2_vs_pymoo.py [--seeds 5]
+    python benchmarks/peers/nsga2_vs_pymoo.py [--seeds 5]
 
 Prints a Markdown table and writes benchmarks/results/nsga2_vs_pymoo.json.
 """

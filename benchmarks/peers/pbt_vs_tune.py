@@ -31,7 +31,7 @@ Times count from the start of the side's process (imports, starting Ray or the w
 building the learners included); a side that has not reached the target by `--cap-seconds` is
 stopped and reported as '>cap'.
 
-    python benchmarks/pbt_vs_tune.py [--config configs/pbt_ppo_pong.yaml] [--sides ours independent tune]
+    python benchmarks/peers/pbt_vs_tune.py [--config configs/pbt_ppo_pong.yaml] [--sides ours independent tune]
                                      [--seeds 0 1 2 3 4] [--cap-seconds 900] [--mode fork]
 
 With several seeds each seed runs every side once, the sides alternating, and a last table gives

@@ -22,19 +22,19 @@ in the driver. Ray gets the machine's cores and a 100 MiB object store on both s
   padding: 6x6 at the end where ours has 5x5), LeakyReLU, and `head_fcnet_hiddens=[256]`: RLlib
   has no dense layer in its CNN encoder, so the FC(256) sits in each head, policy and value.
   Batch 4096, minibatch 256, one epoch, lr 2.5e-4, value weight 0.25 on RLlib (ours: 0.5 x half
-  the squared error). Results in vs_rllib_pong_image.json.
+  the squared error). Results in the entry `pong_image` of vs_rllib.json.
 - football:<scenario> (Google Research Football, simple115v2, scoring rewards, ours
   `lamarckian/Football-v0`; RLlib gets the same env through `tune.register_env`): policy and value
   each on its own (64, 64) tanh trunk on both sides, batch 2048, 4 epochs of minibatches of 512,
   lr 1e-3 (configs/ppo_football_empty_goal_close.yaml). The score rate is the share of the last
   100 episodes whose return (goals for minus goals against) is positive: in an academy scenario,
   the share that ended in a goal. Every update is kept (`curve`) for the score rate against env
-  steps and wall time. Results in vs_rllib_football_<scenario>.json.
+  steps and wall time. Results in the entry `football_<scenario>` of vs_rllib.json.
 
 Each side runs in a subprocess of its own (`--side ours|rllib`), which starts its own Ray and
 prints one JSON line, so that neither side's Ray state or memory leaks into the other; the parent
 alternates the sides (and which goes first) over `--repeats` and prints the medians. The
-measurement parts (peak PSS, CPU accounting, child processes) are in benchmarks/side_by_side.py.
+measurement parts (peak PSS, CPU accounting, child processes) are in benchmarks/peers/side_by_side.py.
 
 Figures per side (env steps/s sampled and trained, CPU utilization of the side's process tree and
 the machine's busy fraction, peak PSS, time to the first update, to the target return, and the
@@ -47,10 +47,10 @@ built and stops after the update that passes it, counting from the end of its st
 past the budget by its start-up; RLlib stops before an iteration that would, as long as its last,
 end past it.
 
-    python benchmarks/vs_rllib.py [--envs CartPole-v1 Pendulum-v1] [--repeats 1] [--max-seconds 300]
-    python benchmarks/vs_rllib.py --envs lamarckian/PongImage-v0          # ale-py in both venvs
-    python benchmarks/vs_rllib.py --envs lamarckian/PongImage-v0 --cnn-precision bfloat16
-    python benchmarks/vs_rllib.py --envs football:academy_empty_goal_close  # gfootball's venv
+    python benchmarks/peers/vs_rllib.py [--envs CartPole-v1 Pendulum-v1] [--repeats 1] [--max-seconds 300]
+    python benchmarks/peers/vs_rllib.py --envs lamarckian/PongImage-v0          # ale-py in both venvs
+    python benchmarks/peers/vs_rllib.py --envs lamarckian/PongImage-v0 --cnn-precision bfloat16
+    python benchmarks/peers/vs_rllib.py --envs football:academy_empty_goal_close  # gfootball's venv
 
 Needs RLlib: `pip install "ray[rllib]==2.60.0"` pins gymnasium 1.2.2 against our tested 1.4.0; with
 gymnasium kept, its other extras suffice: `pip install --no-deps dm_tree absl-py lz4 ormsgpack
@@ -435,14 +435,18 @@ def main() -> None:
               f"{os.cpu_count()} cores; medians of {args.repeats} run(s) per side\n")
         print_table(summaries)
         print_targets(summaries, settings)
-        output = args.output or RESULTS / f"{results}.json"
-        output.parent.mkdir(parents=True, exist_ok=True)
+        # Without --output, every env group is an entry of results/vs_rllib.json: CartPole's is `main`,
+        # the others' are named by their group (`pong_image`), followed by --label when one is given.
+        output = args.output or RESULTS / "vs_rllib.json"
+        label = args.label if args.output is not None else "_".join(
+            part for part in (results.removeprefix("vs_rllib").lstrip("_"),
+                              "" if args.label == common.DEFAULT_LABEL else args.label) if part) or common.DEFAULT_LABEL
         common.write_results(output, {
             "settings": {**first, "repeats": args.repeats, "envs": names,
                          "per_env": {name: settings[name] for name in names}},
             "summaries": summaries, "runs": [run for run in runs if run["env"] in names],
-        }, args.label)
-        print(f"\nwritten: {output}")
+        }, label)
+        print(f"\nwritten: {output} ({label})")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Chaos on the Slurm test cluster: PPO on CartPole launched over separate hosts, one fault per run.
 
     slurm/testcluster/start.sh 8 && source /var/tmp/lamarckian-testcluster/env   # (with per-node quotas)
-    python benchmarks/chaos.py                          # every fault, 8 hosts (a few minutes each)
-    python benchmarks/chaos.py --only relay_kill link_cut --hosts 4
+    python benchmarks/reliability/chaos.py                          # every fault, 8 hosts (a few minutes each)
+    python benchmarks/reliability/chaos.py --only relay_kill link_cut --hosts 4
 
 Each fault is injected for real into a running `lamarckian-hpc launch` (slurm/testcluster: every
 node its own network namespace, its actors in their own CPU quota):

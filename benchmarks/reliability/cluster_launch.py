@@ -1,6 +1,6 @@
 """A `lamarckian-hpc launch` of PPO on CartPole on the Slurm test cluster (slurm/testcluster), as
-the benchmarks that inject faults into a whole job run it (benchmarks/node_loss.py,
-benchmarks/chaos.py): the launch in a subprocess with its output timestamped, the wait for the run
+the benchmarks that inject faults into a whole job run it (benchmarks/reliability/node_loss.py,
+benchmarks/reliability/chaos.py): the launch in a subprocess with its output timestamped, the wait for the run
 to be well under way, and the end of the job with what a lost node left behind.
 """
 

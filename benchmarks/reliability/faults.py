@@ -1,9 +1,9 @@
 """Fault injection: what was injected, whether the run survived, and what data was lost.
 
-    python benchmarks/faults.py                      # all faults, short runs (a few minutes here)
-    python benchmarks/faults.py --actor-kill-seconds 180 --only actor_kill
-    python benchmarks/faults.py --only node_loss node_loss_continue   # on the Slurm test cluster
-    python benchmarks/faults.py --only fuzz --fuzz-scale 50           # a longer fuzz run
+    python benchmarks/reliability/faults.py                      # all faults, short runs (a few minutes here)
+    python benchmarks/reliability/faults.py --actor-kill-seconds 180 --only actor_kill
+    python benchmarks/reliability/faults.py --only node_loss node_loss_continue   # on the Slurm test cluster
+    python benchmarks/reliability/faults.py --only fuzz --fuzz-scale 50           # a longer fuzz run
 
 Each fault is injected for real: SIGKILL of processes (actors, a relay, the learner, a writer
 creating its file or in the middle of flushing), an environment that raises, when a Slurm test
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.storage import open_run  # noqa: E402
-from node_loss import node_loss_continue, node_loss_fail  # noqa: E402  (benchmarks/node_loss.py)
+from node_loss import node_loss_continue, node_loss_fail  # noqa: E402  (benchmarks/reliability/node_loss.py)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
 import common  # noqa: E402
 

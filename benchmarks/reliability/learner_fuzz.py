@@ -10,7 +10,7 @@ gradients to a learner that takes experience. A valid hello from each actor come
 valid experience message every VALID_EVERY messages and at the end. The learner must count every
 bad message in `malformed_messages` (exactly), accept every valid one and train on them.
 
-    python benchmarks/learner_fuzz.py [--messages 10000] [--seed 0]
+    python benchmarks/reliability/learner_fuzz.py [--messages 10000] [--seed 0]
 
 Prints a Markdown table and writes benchmarks/results/learner_fuzz.json. tests/test_learner_fuzz.py
 runs the same with fewer messages.

@@ -1,11 +1,11 @@
-"""The node-loss rows of benchmarks/faults.py: a 4-node `lamarckian-hpc launch` on the Slurm test
+"""The node-loss rows of benchmarks/reliability/faults.py: a 4-node `lamarckian-hpc launch` on the Slurm test
 cluster (slurm/testcluster), one node lost mid-run, once per `runtime.on_node_loss` policy.
 
 The node is lost the way `kill_node` of slurm/testcluster/testcluster_nodes.py loses it: its slurmd, its
 step daemon, the bootstrap task, its Ray node and its actor are SIGKILLed at once. The node is
 restored afterwards (slurmd restarted, resumed), whatever happened. Run through faults.py:
 
-    python benchmarks/faults.py --only node_loss node_loss_continue
+    python benchmarks/reliability/faults.py --only node_loss node_loss_continue
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Soak: many actors for a long time; memory and file descriptors of every process must stay flat
 and no experience message may go missing.
 
-    python benchmarks/soak.py --actors 32 --minutes 10     # the issue's setting
-    python benchmarks/soak.py --actors 8 --minutes 2       # a quick look
+    python benchmarks/reliability/soak.py --actors 32 --minutes 10     # the issue's setting
+    python benchmarks/reliability/soak.py --actors 8 --minutes 2       # a quick look
 
 Samples the resident memory (RSS) and open file descriptors of the learner and of every actor
 process every few seconds. Growth is measured from the end of the warm-up (the first fifth of the

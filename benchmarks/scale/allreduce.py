@@ -21,7 +21,7 @@ per byte 1/bandwidth + 1/network, per step latency + the network's one-way laten
 the fabric or the nodes' Ethernet, of which 10 Gbit/s is the common floor; `--network-latency-us`,
 default 25, kernel TCP across one switch). `ring_seconds` is what `scale_model.py` uses.
 
-    python benchmarks/allreduce.py [--ranks 2 4] [--calls 30] [--network-gbit 10] [--network-latency-us 25]
+    python benchmarks/scale/allreduce.py [--ranks 2 4] [--calls 30] [--network-gbit 10] [--network-latency-us 25]
 
 Prints a Markdown table and writes benchmarks/results/allreduce.json (`--output`).
 """

@@ -8,7 +8,7 @@ waits for whichever rank is stopped. Each rank here does `--compute-ms` of busy 
 share), then the all-reduce; the figure is the mean all-reduce milliseconds (waiting included) and
 the mean step, for each setting. Root needed for the groups (cgroup v1 cpu, `cpu_groups.CpuGroup`).
 
-    python benchmarks/allreduce_under_quota.py --ranks 2 4 --cpus 0.175 --periods-us 10000 100000
+    python benchmarks/scale/allreduce_under_quota.py --ranks 2 4 --cpus 0.175 --periods-us 10000 100000
 
 Prints a Markdown table and writes benchmarks/results/allreduce_under_quota.json.
 """

@@ -23,7 +23,7 @@ everything runs on loopback, where all processes share the machine's cores and m
 
 Needs the `bench` extra (mpi4py and PyPI's mpich) for the MPI column; `--no-mpi` leaves it out.
 
-    python benchmarks/broadcast.py [--receivers 4 8 16 32] [--per-node 2] [--megabytes 4] [--reps 10]
+    python benchmarks/scale/broadcast.py [--receivers 4 8 16 32] [--per-node 2] [--megabytes 4] [--reps 10]
                                    [--emulate-links] [--link-rate 1gbit] [--no-mpi] [--output PATH]
 
 Prints a Markdown table and writes benchmarks/results/broadcast.json, or `--output` (one section

@@ -9,7 +9,7 @@ are counted from outside, as what the ledger cannot see: credits the actors hold
 messages sent and not yet taken by the learner (grants still on their way are left out, so this
 is a lower bound of the truth). Run it with the code to compare on PYTHONPATH:
 
-    python benchmarks/credit_pauses.py [--actors 4] [--cycles 4] [--label after]
+    python benchmarks/scale/credit_pauses.py [--actors 4] [--cycles 4] [--label after]
 
 Prints a table and adds its row to benchmarks/results/credit_pauses.json (one row per label).
 """

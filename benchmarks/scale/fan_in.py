@@ -35,7 +35,7 @@ direct, a first-layer relay's id relayed) beside the established TCP connections
 `--ulimit` adds direct runs of the largest count with the learner started under `ulimit -n 1024`:
 soft only (the learner raises it, as the runtime does) and hard too (it cannot).
 
-    python benchmarks/fan_in.py [--actors 100 1000 6000] [--modes direct relayed-unbundled relayed] [--seconds 12]
+    python benchmarks/scale/fan_in.py [--actors 100 1000 6000] [--modes direct relayed-unbundled relayed] [--seconds 12]
                                 [--processes 4] [--rate R] [--message-steps S] [--no-ulimit]
 
 Prints a Markdown table and writes benchmarks/results/fan_in.json (`--output`).

@@ -19,7 +19,7 @@ Three parts, in at most about 8 minutes on one H200 with 16 cores:
    pong-nature PPO with settings beyond its config's (cudnn.benchmark, NCHW frames, TF32 matrix
    products, a bfloat16 CNN).
 
-    python benchmarks/gpu_learner_check.py [--device cuda] [--updates 5] [--quick] [--budget-seconds 420]
+    python benchmarks/scale/gpu_learner_check.py [--device cuda] [--updates 5] [--quick] [--budget-seconds 420]
                                            [--output benchmarks/results/gpu_learner_check.json]
 
 `--device cpu --quick` runs the same code on the CPU with small batches (a dry run of the script).

@@ -14,7 +14,7 @@ batch, epochs and minibatches):
 - `football`: `configs/ppo_football_empty_goal_close.yaml`, an MLP on Football's 115 floats;
 - `pong-table3`, `pong-nature`: `configs/ppo_pong_image.yaml`, the CNN stacks on 4x84x84 uint8 frames.
 
-    python benchmarks/learner_ceiling.py [--workloads ...] [--algorithms ppo impala] [--threads 1 2]
+    python benchmarks/scale/learner_ceiling.py [--workloads ...] [--algorithms ppo impala] [--threads 1 2]
                                          [--updates 5] [--cnn-batch-size 2048] [--cnn-precision bfloat16]
                                          [--label after] [--output FILE]
 

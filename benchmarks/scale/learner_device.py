@@ -8,7 +8,7 @@ experience is synthetic (random frames, fragments of 256 steps from 32 environme
 update's cost does not depend on what the frames show. `runtime.device=auto` picks the GPU for
 the learner when there is one; the actors stay on the CPU either way.
 
-    python benchmarks/learner_device.py [--updates 5] [--cpu-threads N] [--cnn-layers table3 nature] [--output FILE]
+    python benchmarks/scale/learner_device.py [--updates 5] [--cpu-threads N] [--cnn-layers table3 nature] [--output FILE]
 
 Prints a Markdown table and writes benchmarks/results/learner_device.json. Needs the atari extra
 (the observation space is the environment's own).

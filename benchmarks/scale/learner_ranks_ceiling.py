@@ -14,7 +14,7 @@ Reported per (workload, N): trained env steps/s (global batch / median update se
 speed-up over N=1, and the ms per update spent in collectives (`reducer.collective_seconds`,
 waiting for the slowest rank included; the mean over ranks).
 
-    python benchmarks/learner_ranks_ceiling.py [--workloads cartpole pong-nature] [--ranks 1 2 4 8]
+    python benchmarks/scale/learner_ranks_ceiling.py [--workloads cartpole pong-nature] [--ranks 1 2 4 8]
                                                [--updates 3] [--cnn-batch-size 2048]
                                                [--budget-seconds 120] [--quick] [--output FILE]
 

@@ -26,7 +26,7 @@ Run it under the machine's test-cluster lock, on a cluster started with quotas, 
     flock -o /tmp/testcluster.lock -c 'TESTCLUSTER_NODE_CPUS=0.15 TESTCLUSTER_CPU_QUOTA_SCOPE=actors \\
         TESTCLUSTER_LEARNER_CPUS=0.175 TESTCLUSTER_CPU_PERIOD_US=10000 TESTCLUSTER_CPU_SHARES=8192 \\
         slurm/testcluster/start.sh 4 && . /var/tmp/lamarckian-testcluster/env && \\
-        python benchmarks/learner_scaling.py --workloads cartpole --ranks 1 2 4 --rank-cpus 0.175; slurm/testcluster/stop.sh'
+        python benchmarks/scale/learner_scaling.py --workloads cartpole --ranks 1 2 4 --rank-cpus 0.175; slurm/testcluster/stop.sh'
 
 Fractional-core quotas make ranks in lockstep wait for each other at every all-reduce (see
 docs/benchmarks/learner_scaling.md and allreduce_under_quota.py): on one small machine the figures

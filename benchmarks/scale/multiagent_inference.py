@@ -16,7 +16,7 @@ rate is printed beside it.
 
 `--distributed` runs the same crowd through the distributed runtime instead: a multi-agent
 `DistributedTrainer` with `--actors` Ray actor processes, each stepping one crowd of its share of
-the agents (benchmarks/crowd_env.py, by env id `pettingzoo:crowd_env`, through the PettingZoo
+the agents (benchmarks/scale/crowd_env.py, by env id `pettingzoo:crowd_env`, through the PettingZoo
 adapter) and acting with the torch-free numpy policies of the actors, the agents mapped at random
 onto the policies when they appear. The actors only send experience, so every agent has a
 training controller (the act + record row of the one-process mode); the learner in this process
@@ -25,11 +25,11 @@ weights. Actions are counted from the env steps the learner received (every agen
 between the first update after `--warmup` seconds and the last; per core means over the actor
 processes' CPU seconds in that window, and also over the whole run's (learner, Ray and actors).
 
-    python benchmarks/multiagent_inference.py [--agents 10000] [--policies 10] [--seconds 10]
-    python benchmarks/multiagent_inference.py --distributed [--actors 2 4] [--seconds 20]
+    python benchmarks/scale/multiagent_inference.py [--agents 10000] [--policies 10] [--seconds 10]
+    python benchmarks/scale/multiagent_inference.py --distributed [--actors 2 4] [--seconds 20]
 
 Prints a Markdown table and writes benchmarks/results/multiagent_inference.json (distributed:
-benchmarks/results/multiagent_inference_distributed.json).
+its entry `distributed`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ first kept update and the last, over the wall time between them); steps trained 
 the steps dropped as older than `runtime.max_policy_lag`. Sides alternate within each repeat, so
 a busy machine slows both alike.
 
-    python benchmarks/policy_lag.py --actors 2 32 [--seconds 60] [--baseline /tmp/old] [--repeats 1]
+    python benchmarks/scale/policy_lag.py --actors 2 32 [--seconds 60] [--baseline /tmp/old] [--repeats 1]
 
 With `--hosts N` each point is instead a `lamarckian-hpc launch` of the plain
 `configs/ppo_cartpole.yaml` on N nodes of a running Slurm cluster (the test cluster:

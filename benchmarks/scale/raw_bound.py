@@ -6,7 +6,7 @@ is the sampling phase of a real `SerialTrainer` run (controllers, fragments and 
 without its learning phase. Both run the trainer's current network on the same environments,
 alternating batch by batch, and the medians of the repetitions are compared.
 
-    python benchmarks/raw_bound.py [--frames 40000] [--num-envs 8] [--repeats 3]
+    python benchmarks/scale/raw_bound.py [--frames 40000] [--num-envs 8] [--repeats 3]
 
 Prints a Markdown table and writes benchmarks/results/raw_bound.json.
 """

@@ -14,7 +14,7 @@ trainer joins it. Each actor asks for one CPU of that Ray, so Ray never queues a
 operating system still has only the machine's cores: on a 2-core machine, 4 actors (plus the
 learner) oversubscribe the cores, and the figure shows what that costs or gains.
 
-    python benchmarks/sampling.py [--actors 1 2 4] [--envs CartPole-v1 Pendulum-v1] [--frames 60000]
+    python benchmarks/scale/sampling.py [--actors 1 2 4] [--envs CartPole-v1 Pendulum-v1] [--frames 60000]
 
 Prints a Markdown table and writes benchmarks/results/sampling.json.
 """

@@ -35,7 +35,7 @@ over the window (cores, microseconds per frame: `scale_model.py`'s learner ceili
 (or raw bound) during which other work took more than `--quiet-cores` is made again, up to
 `--retries` times, and the quietest attempt is the point, all attempts kept in the JSON.
 
-    python benchmarks/sampling_hosts.py [--hosts 1 2 4] [--broadcast flat tree] [--rate 1gbit] [--seconds 40]
+    python benchmarks/scale/sampling_hosts.py [--hosts 1 2 4] [--broadcast flat tree] [--rate 1gbit] [--seconds 40]
                                         [--host-cpus 0.05 --learner-cpus 0.5] [--seconds-per-host 2]
 
 Prints a Markdown table and writes benchmarks/results/sampling_hosts.json.

@@ -52,7 +52,7 @@ Connections and memory at the learner: flat one experience connection per actor,
 first-layer relay plus the learner's node's own actors (`runtime.relay_tree`); memory and
 descriptors a line over connections from `fan_in.py`'s rows (100 to 6000 connections).
 
-    python benchmarks/scale_model.py [--cores-per-node 40] [--learner-cores 1] [--batch-size N]
+    python benchmarks/scale/scale_model.py [--cores-per-node 40] [--learner-cores 1] [--batch-size N]
                                      [--sampling-hosts PATH] [--fan-in PATH] [--broadcast PATH]
                                      [--staleness PATH] [--output PATH]
 
@@ -360,7 +360,7 @@ def learner_inputs(args: argparse.Namespace, fit: dict[str, Any], fan: dict[str,
         cpu = [r for r in cpu if r["label"] == args.ceiling_label] or cpu
         if not cpu:
             raise SystemExit(f"no one-thread PPO row for {spec.ceiling} in {args.learner_ceiling}: run "
-                             f"benchmarks/learner_ceiling.py --workloads {spec.ceiling} --threads 1")
+                             f"benchmarks/scale/learner_ceiling.py --workloads {spec.ceiling} --threads 1")
         minibatch = algorithm.batch_size // algorithm.num_minibatches  # a GPU row at the config's own minibatches
         cuda = [r for r in rows if r["device"] == "cuda" and r["batch"] // r["minibatches"] == minibatch]
         space = workload.observation_space
@@ -614,7 +614,7 @@ def main() -> None:
     args = parser.parse_args()
     hosts_run = _load(args.sampling_hosts)
     if hosts_run is None or not hosts_run["links"]["hosts"]:
-        raise SystemExit(f"no per-hop costs in {args.sampling_hosts}: run benchmarks/sampling_hosts.py first (as root)")
+        raise SystemExit(f"no per-hop costs in {args.sampling_hosts}: run benchmarks/scale/sampling_hosts.py first (as root)")
     broadcast, fan = _load(args.broadcast), fan_in_costs(_load(args.fan_in))
     rows = link_rows(hosts_run)
     params = calibrate(rows)

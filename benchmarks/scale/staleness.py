@@ -14,7 +14,7 @@ All simulated nodes share this machine's cores and loopback, so this measures th
 inside a training run, not the network savings of separate hosts (see `broadcast.py
 --emulate-links` for those).
 
-    python benchmarks/staleness.py [--actors 2 4 8] [--per-node 2] [--frames 24000] [--output PATH]
+    python benchmarks/scale/staleness.py [--actors 2 4 8] [--per-node 2] [--frames 24000] [--output PATH]
 
 Prints a Markdown table and writes benchmarks/results/staleness.json (or `--output`).
 """

@@ -19,8 +19,8 @@ own code (its socket is wrapped, so the count is the same whatever the code does
 same script measures any version of the package, and a run updates only the rows of the join
 answer it measured (`join_answer`: to everyone, or to the joiner):
 
-    PYTHONPATH=/path/to/other/checkout python benchmarks/weight_joins.py   # the code being compared
-    python benchmarks/weight_joins.py [--subscribers 32 128] [--megabytes 1] [--modes flat relay]
+    PYTHONPATH=/path/to/other/checkout python benchmarks/scale/weight_joins.py   # the code being compared
+    python benchmarks/scale/weight_joins.py [--subscribers 32 128] [--megabytes 1] [--modes flat relay]
 
 Prints a Markdown table and writes benchmarks/results/weight_joins.json (`--output`).
 """

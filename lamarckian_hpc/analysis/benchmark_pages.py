@@ -111,7 +111,7 @@ def _vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _score_curve(data: dict[str, Any]) -> pd.DataFrame:
-    """The score rate of each side at common wall times and env steps (benchmarks/vs_rllib.py's
+    """The score rate of each side at common wall times and env steps (benchmarks/peers/vs_rllib.py's
     football comparisons): the file keeps them as maps of mark to value per side."""
     rows = []
     for summary in data["summaries"]:
@@ -131,7 +131,7 @@ RANK_NAMES = {"cpu": "CPU", "gpu_today": "GPU", "gpu_projected": "GPU projected"
 
 
 def _scale_learners(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/scale_model.py's learner ranks: env steps/s at its cores, a row per learner count
+    """benchmarks/scale/scale_model.py's learner ranks: env steps/s at its cores, a row per learner count
     and a column per workload and kind of rank, then linear sampling's figure for each column."""
     rows = pd.DataFrame(data["learners"]["rows"])
     rows["column"] = rows["workload"] + " " + rows["ranks"].map(RANK_NAMES)
@@ -163,7 +163,7 @@ def _fault_totals(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _multiagent_vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/multiagent_vs_rllib.py: per policy setting, each side's medians, their ratio,
+    """benchmarks/peers/multiagent_vs_rllib.py: per policy setting, each side's medians, their ratio,
     and the raw bound of the machine with each side's share of it."""
     columns = {"sampled_steps_per_second": "env steps/s sampled", "trained_steps_per_second": "env steps/s trained",
                "cpu_utilization": "CPU utilization (tree)", "machine_cpu_utilization": "CPU busy (machine)",
@@ -196,7 +196,7 @@ def _every_fourth_row(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _board_game_curve(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/league_connect_four.py: the main agent's win rate against the random player per
+    """benchmarks/learning/league_connect_four.py: the main agent's win rate against the random player per
     evaluated generation, a column per seed (env frames of the first seed: the seeds differ by a
     few hundred)."""
     runs = data["runs"]
@@ -217,7 +217,7 @@ def _board_game_runs(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _pbt_seeds(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/pbt_vs_tune.py --seeds: per seed, our start-up and time to the target, Tune's, and
+    """benchmarks/peers/pbt_vs_tune.py --seeds: per seed, our start-up and time to the target, Tune's, and
     the ratio; the median over the seeds in the last row."""
     cap = data["settings"]["cap_seconds"]
 
@@ -236,7 +236,7 @@ def _pbt_seeds(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/learner_ceiling.py: env steps trained per second, a column per label (before and
+    """benchmarks/scale/learner_ceiling.py: env steps trained per second, a column per label (before and
     after a change), and the last label over the first where there are two; a label that measured
     only some workloads (a change to the CNN alone) leaves the others' cells empty."""
     rows = pd.DataFrame(data["rows"])
@@ -252,7 +252,7 @@ def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _gpu_learner_ladder(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/gpu_learner_check.py: steps/s per workload, a column per GPU rung and the CPU's threads."""
+    """benchmarks/scale/gpu_learner_check.py: steps/s per workload, a column per GPU rung and the CPU's threads."""
     rows = pd.DataFrame([row for row in data["rows"] if "error" not in row])
     rows["column"] = [variant if device == "cuda" else f"cpu ({threads} threads)"
                       for variant, device, threads in zip(rows["variant"], rows["device"], rows["threads"])]
@@ -293,7 +293,7 @@ def _learner_scaling(data: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
-#: benchmarks/chaos.py's figures per fault, in the order its page explains them.
+#: benchmarks/reliability/chaos.py's figures per fault, in the order its page explains them.
 CHAOS_COLUMNS = ["name", "hosts", "injected", "first_update_after_s", "longest_update_gap_after_s",
                  "staleness_under_2_after_s", "credits_in_flight_max_after", "credit_budget", "staleness_mean_after",
                  "lost_messages", "credits_written_off", "credits_late", "credits_reclaimed", "malformed_messages",

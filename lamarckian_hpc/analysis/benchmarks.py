@@ -85,7 +85,7 @@ def _median(values: Any) -> float | None:
 
 
 def sampling_frame(sampling: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/sampling.py: env, cores (actor processes), sampled steps/s, staleness, CPU use."""
+    """benchmarks/scale/sampling.py: env, cores (actor processes), sampled steps/s, staleness, CPU use."""
     rows = [{
         "env": row.get("env"), "cores": row.get("num_actors"),
         "steps_per_second": row.get("steps_per_second"), "staleness_mean": row.get("staleness_mean"),
@@ -96,7 +96,7 @@ def sampling_frame(sampling: dict[str, Any]) -> pd.DataFrame:
 
 
 def sampling_hosts_frame(result: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/sampling_hosts.py: env steps/s and staleness against emulated hosts, per layout,
+    """benchmarks/scale/sampling_hosts.py: env steps/s and staleness against emulated hosts, per layout,
     a host being `actors_per_host` actor processes on a quota of `host_cpus` cores (when set)."""
     quota = result.get("host_cpus")
     per_host = result.get("actors_per_host") or 1
@@ -110,7 +110,7 @@ def sampling_hosts_frame(result: dict[str, Any]) -> pd.DataFrame:
 
 
 def broadcast_frame(broadcast: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/broadcast.py: median time for a weight blob to reach all receivers, per link mode."""
+    """benchmarks/scale/broadcast.py: median time for a weight blob to reach all receivers, per link mode."""
     rows = []
     for mode, block in broadcast.items():
         if not isinstance(block, dict):
@@ -161,7 +161,7 @@ def staleness_frame(staleness: Any) -> pd.DataFrame:
 
 
 def scale_model_frame(scale_model: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/scale_model.py: predicted throughput, latency, staleness and the learner's
+    """benchmarks/scale/scale_model.py: predicted throughput, latency, staleness and the learner's
     connections and memory, flat vs tree, against cores (the columns an older file lacks left out)."""
     columns = ["cores", "nodes", "fanout", "flat_ms", "tree_ms", "flat_staleness", "tree_staleness"]
     optional = ["flat_steps_per_s", "tree_steps_per_s", "flat_connections", "tree_connections",
@@ -172,7 +172,7 @@ def scale_model_frame(scale_model: dict[str, Any]) -> pd.DataFrame:
 
 
 def vs_rllib_frame(vs_rllib: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/vs_rllib.py: ours, RLlib and the ratio side by side, per env."""
+    """benchmarks/peers/vs_rllib.py: ours, RLlib and the ratio side by side, per env."""
     rows = []
     for summary in vs_rllib.get("summaries", []):
         for side in ("ours", "rllib", "ratio"):
@@ -186,7 +186,7 @@ def vs_rllib_frame(vs_rllib: dict[str, Any]) -> pd.DataFrame:
 
 
 def nsga2_vs_pymoo_frame(comparison: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/nsga2_vs_pymoo.py: hypervolume (mean, std over seeds) and ms per generation."""
+    """benchmarks/peers/nsga2_vs_pymoo.py: hypervolume (mean, std over seeds) and ms per generation."""
     rows = []
     for row in comparison.get("rows", []):
         hv = pd.Series(row.get("hv", []), dtype=float)
@@ -197,7 +197,7 @@ def nsga2_vs_pymoo_frame(comparison: dict[str, Any]) -> pd.DataFrame:
 
 
 def pbt_vs_tune_frame(comparison: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/pbt_vs_tune.py: per seed and side, when its first and median member reached the
+    """benchmarks/peers/pbt_vs_tune.py: per seed and side, when its first and median member reached the
     target (files of one seed before `by_seed` existed hold only `records`)."""
     by_seed = comparison.get("by_seed") or {str(comparison.get("settings", {}).get("seed", 0)):
                                             comparison.get("records") or {}}
