@@ -16,7 +16,6 @@ from __future__ import annotations
 import sys
 import argparse
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -86,7 +85,7 @@ def main() -> None:
         print(f"| {name} | {rate:,.0f} |")
     if args.output is not None:
         common.write_results(args.output, {"steps": args.steps, "repeats": args.repeats, "num_envs": args.num_envs,
-                                           "steps_per_second": rows, "python": platform.python_version()}, args.label)
+                                           "steps_per_second": rows}, args.label)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 import argparse
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -68,8 +67,8 @@ def main() -> None:
     for name, rate in rows.items():
         print(f"| {name} | {rate:,.0f} |")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    common.write_results(RESULTS, {"steps": args.steps, "repeats": args.repeats, "steps_per_second": rows,
-                                   "python": platform.python_version()}, args.label)
+    common.write_results(RESULTS, {"steps": args.steps, "repeats": args.repeats, "steps_per_second": rows},
+                         args.label)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -218,9 +217,7 @@ def main() -> None:
     print(_table(actor_side), flush=True)
     results = measure_runs(args.runtimes, args.frames, args.repeats)
     print(_table(results))
-    record = {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-              "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": list(os.getloadavg()),
-              "config": CONFIG.name, "frames": args.frames, "results": results, "actor_side": actor_side,
+    record = {"config": CONFIG.name, "frames": args.frames, "results": results, "actor_side": actor_side,
               "codecs": codecs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     common.write_results(args.out, record, args.label)

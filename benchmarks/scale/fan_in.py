@@ -52,7 +52,6 @@ import argparse  # noqa: E402
 import heapq  # noqa: E402
 import math  # noqa: E402
 import multiprocessing  # noqa: E402
-import platform  # noqa: E402
 import resource  # noqa: E402
 import select  # noqa: E402
 import shutil  # noqa: E402
@@ -542,9 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode} {actors:,}{f' nofile {nofile}' if nofile else ''}", file=sys.stderr, flush=True)
         rows.append(Case(mode, actors, args, message, nofile).run())
     print_table(rows)
-    result = {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-              "zmq": zmq.zmq_version(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": os.getloadavg(),
-              "seconds": args.seconds, "processes": args.processes, "actors_per_node": args.actors_per_node,
+    result = {"zmq": zmq.zmq_version(), "seconds": args.seconds, "processes": args.processes, "actors_per_node": args.actors_per_node,
               "max_relays": args.max_relays, "rate": args.rate, "learner_pinned": not args.no_pin,
               "wall_seconds": round(time.monotonic() - started), "calibration": calibration, "results": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -257,10 +256,9 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no GPU: torch.cuda.is_available() is False (run with --device cpu for a dry run)")
-    result: dict = {"host": platform.node(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    result: dict = {"torch": torch.__version__,
                     "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-                    "load_average": os.getloadavg(), "quick": args.quick}
+                    "quick": args.quick}
 
     def save() -> None:
         result["elapsed_seconds"] = time.monotonic() - started
