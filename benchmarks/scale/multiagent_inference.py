@@ -54,8 +54,8 @@ from lamarckian_hpc.runtime.inference import TorchPolicy  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
 import common  # noqa: E402
 
-BENCHMARKS = Path(__file__).resolve().parent
-RESULTS = BENCHMARKS.parent / "results" / "multiagent_inference.json"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE.parent / "results" / "multiagent_inference.json"
 OBSERVATION_SIZE = 4
 NO_INFO: dict = {}
 
@@ -171,9 +171,9 @@ def measure_distributed(args: argparse.Namespace, num_actors: int) -> dict:
 
     # The actors import the crowd by module name: benchmarks/scale/ on their path (Ray's workers inherit it).
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if str(BENCHMARKS) not in paths:
-        sys.path.insert(0, str(BENCHMARKS))
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCHMARKS), *paths]))
+    if str(HERE) not in paths:
+        sys.path.insert(0, str(HERE))
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), *paths]))
     share = args.agents // num_actors
     policy_ids = [f"policy_{k}" for k in range(args.policies)]
     config = RunConfig.model_validate({
