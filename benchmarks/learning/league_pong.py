@@ -109,7 +109,8 @@ def main() -> None:
     print_table(rows)
     common.write_results(RESULTS, {"benchmark": "league_pong", "config": str(CONFIG.relative_to(ROOT)),
                                    "overrides": args.overrides, "rows": rows,
-                                   "curves": {str(row["seed"]): entry["curves"] for row, entry in zip(rows, runs)}}, args.label)
+                                   "curves": {str(row["seed"]): entry["curves"] for row, entry in zip(rows, runs)}},
+                         args.label)
     print(f"wrote {RESULTS}")
 
 

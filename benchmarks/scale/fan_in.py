@@ -541,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode} {actors:,}{f' nofile {nofile}' if nofile else ''}", file=sys.stderr, flush=True)
         rows.append(Case(mode, actors, args, message, nofile).run())
     print_table(rows)
-    result = {"zmq": zmq.zmq_version(), "seconds": args.seconds, "processes": args.processes, "actors_per_node": args.actors_per_node,
+    result = {"zmq": zmq.zmq_version(), "seconds": args.seconds, "processes": args.processes,
+              "actors_per_node": args.actors_per_node,
               "max_relays": args.max_relays, "rate": args.rate, "learner_pinned": not args.no_pin,
               "wall_seconds": round(time.monotonic() - started), "calibration": calibration, "results": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)
