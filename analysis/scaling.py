@@ -12,11 +12,10 @@ staleness_vs_cores.png with a CSV beside each, and scaling.csv (one row per run)
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from lamarckian_hpc.analysis.benchmarks import sampling_frame
+from lamarckian_hpc.analysis.benchmarks import read_results, sampling_frame
 from lamarckian_hpc.analysis.command import run_script, script_parser
 from lamarckian_hpc.analysis.scaling import NEEDS, scaling_analysis
 
@@ -27,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sampling is not None and not args.sampling.is_file():
         parser.error(f"--sampling: no such file: {args.sampling}")
-    sampling = sampling_frame(json.loads(args.sampling.read_text())) if args.sampling is not None else None
+    sampling = sampling_frame(read_results(args.sampling)) if args.sampling is not None else None
     return run_script("scaling", args.runs, args.out, NEEDS, lambda runs: scaling_analysis(runs, args.out, sampling))
 
 

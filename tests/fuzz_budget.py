@@ -1,5 +1,5 @@
 """How many generated cases each fuzz test tries: bounded for CI (seconds per test), and scaled up
-by `LAMARCKIAN_HPC_FUZZ_SCALE` for the long run of `benchmarks/faults.py`, which counts them."""
+by `LAMARCKIAN_HPC_FUZZ_SCALE` for the long run of `benchmarks/reliability/faults.py`, which counts them."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from lamarckian_hpc.analysis import (
     plot_payoff, plot_staleness, plot_throughput, plot_tree_vs_flat, run_summary, scaling_from_benchmark,
     scaling_from_runs,
 )
-from lamarckian_hpc.analysis.benchmarks import broadcast_frame, sampling_frame
+from lamarckian_hpc.analysis.benchmarks import broadcast_frame, read_results, sampling_frame
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.ec.ranking import non_dominated_fronts
 from lamarckian_hpc.storage import open_run
@@ -179,7 +179,7 @@ def test_a_killed_run_keeps_its_complete_rows(live_and_killed: dict, tmp_path: P
 
 
 def test_scaling_figures_from_benchmark_json_and_runs(ppo_path: Path, tmp_path: Path) -> None:
-    sampling = json.loads((RESULTS / "sampling.json").read_text())
+    sampling = read_results(RESULTS / "sampling.json")
     scaling = scaling_from_benchmark(sampling_frame(sampling))
     throughput = plot_throughput(scaling, tmp_path / "throughput.png")
     staleness = plot_staleness(scaling, tmp_path / "staleness.png")
@@ -197,7 +197,7 @@ def test_scaling_figures_from_benchmark_json_and_runs(ppo_path: Path, tmp_path: 
 
 
 def test_tree_vs_flat_from_broadcast_results(tmp_path: Path) -> None:
-    broadcast = broadcast_frame(json.loads((RESULTS / "broadcast.json").read_text()))
+    broadcast = broadcast_frame(read_results(RESULTS / "broadcast.json"))
     assert not broadcast.empty
     figure = plot_tree_vs_flat(broadcast, broadcast.iloc[0:0].reindex(columns=["receivers"]), tmp_path / "tree.png")
     assert figure is not None
@@ -206,14 +206,14 @@ def test_tree_vs_flat_from_broadcast_results(tmp_path: Path) -> None:
 
 
 def test_cpu_utilization_table_and_benchmark_tables() -> None:
-    results = {name: json.loads((RESULTS / f"{name}.json").read_text()) for name in ("sampling", "vs_rllib")}
+    results = {name: read_results(RESULTS / f"{name}.json") for name in ("sampling", "vs_rllib")}
     table = cpu_utilization_table([], results)
     rllib = table[table["what"].str.endswith("RLlib")]
     assert list(rllib["cpu_utilization"]) == [summary["rllib"]["cpu_utilization"]
                                               for summary in results["vs_rllib"]["summaries"]]
     side_by_side = benchmark_table("vs_rllib", results["vs_rllib"])
     assert {"ours", "RLlib", "ours / RLlib"} <= set(side_by_side["side"])
-    pbt_vs_tune = json.loads((RESULTS / "pbt_vs_tune.json").read_text())
+    pbt_vs_tune = read_results(RESULTS / "pbt_vs_tune.json")
     pbt_table = benchmark_table("pbt_vs_tune", pbt_vs_tune).set_index("side")
     for side, record in pbt_vs_tune["records"].items():
         reached = [value for value in record.get("reached_seconds", []) if value is not None]
@@ -340,7 +340,7 @@ def test_reproduce_table_has_the_papers_values_and_says_when_rllib_is_missing(tm
     assert "copied" not in table and not list(out.glob("*.json"))
     for name, paper in (("vs_rllib", "Table IV"), ("pbt_vs_tune", "Fig. 9")):
         row = dict(zip(columns, rows[name]))
-        assert row["how"].startswith("not run: needs RLlib") and "benchmarks/vs_rllib.py" in row["how"], row
+        assert row["how"].startswith("not run: needs RLlib") and "benchmarks/peers/vs_rllib.py" in row["how"], row
         assert paper in row["paper"] and row["paper's reported value"] not in ("", "-")
 
 
@@ -351,7 +351,7 @@ def test_reproduce_says_which_module_an_experiment_lacks(tmp_path: Path, monkeyp
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import reproduce
-    from reproduce_experiments import EXPERIMENTS
+    from reproduce import EXPERIMENTS
 
     needs = {experiment.name: experiment.needs for experiment in EXPERIMENTS}
     assert needs["vs_rllib_pong_image"] == ("ale_py", "cv2") and needs["vs_rllib_football"] == ("gfootball",)

@@ -26,8 +26,8 @@ from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 from local_ray import local_ray  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from chaos import bad_experience  # noqa: E402  (benchmarks/chaos.py's bad messages)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "reliability"))
+from chaos import bad_experience  # noqa: E402  (benchmarks/reliability/chaos.py's bad messages)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CARTPOLE = CONFIGS / "ppo_cartpole.yaml"
@@ -223,7 +223,7 @@ def test_synchronous_sampling_goes_on_at_once_after_an_actor_restarts(tmp_path):
 
 class SendBadMessages(Collect):
     """At `update`, a thread holding the job's actor keys sends `count` experience messages that
-    decode but are wrong inside (benchmarks/chaos.py's) to the learner's experience address."""
+    decode but are wrong inside (benchmarks/reliability/chaos.py's) to the learner's experience address."""
 
     def __init__(self, trainer_ref: list, update: int, count: int) -> None:
         super().__init__()

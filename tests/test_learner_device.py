@@ -1,7 +1,7 @@
 """The GPU learner's paths, checked where they run on the CPU too: Adam's fused step and its skip
 from a device flag, GuardedSteps deciding on the device without reading anything back, the
 transfer function, the device choice; and the recorded (CUDA graph) update, which needs a GPU and
-skips without one (benchmarks/gpu_learner_check.py runs it on one)."""
+skips without one (benchmarks/scale/gpu_learner_check.py runs it on one)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Fuzzing a learner with messages that pass the wire layer but are wrong, from a process of its own
-holding the job's keys (benchmarks/learner_fuzz.py, with fewer messages): the learner counts every
+holding the job's keys (benchmarks/reliability/learner_fuzz.py, with fewer messages): the learner counts every
 one in `malformed_messages`, exactly, accepts every valid message sent among and after them, and
 trains on those."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from fuzz_budget import examples
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "reliability"))
 
 import learner_fuzz  # noqa: E402
 

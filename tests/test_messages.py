@@ -25,7 +25,7 @@ from lamarckian_hpc.runtime.messages import (KINDS, ActorExperience, ActorGradie
 from lamarckian_hpc.runtime.run_shape import spaces_of
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "reliability"))
 
 from learner_fuzz import valid_experience  # noqa: E402
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def experience(number: int = 0, **meta: object) -> Message:
-    """A valid CartPole experience message of actor 0 (benchmarks/learner_fuzz.py's), meta changed."""
+    """A valid CartPole experience message of actor 0 (benchmarks/reliability/learner_fuzz.py's), meta changed."""
     message = valid_experience(0, number)
     return replace(message, meta={**message.meta, **meta})
 

@@ -1,4 +1,4 @@
-"""The scale model's learner ranks (benchmarks/scale_model.py, benchmarks/allreduce.py), on the
+"""The scale model's learner ranks (benchmarks/scale/scale_model.py, benchmarks/scale/allreduce.py), on the
 repository's own results files: the ring fit reproduces the points it was fitted on, one gloo
 allreduce between two real processes sums, and the model's terms behave as the page says (one rank
 pays no allreduce, ranks share the compute, aggregating relays cut the per-message cost, nothing
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks" / "scale"
 sys.path.insert(0, str(BENCHMARKS))
 
 import allreduce  # noqa: E402

@@ -228,7 +228,7 @@ def test_live_sockets_serve_valid_traffic_through_mutated_messages_and_tcp_junk(
         assert grown < 200, f"grew {grown:.0f} MB"
         for name, count in {"valid_messages": 2 * ROUNDS, "hostile_messages": junk_sent + 2 * JUNK_PER_ROUND * ROUNDS,
                             "tcp_junk_connections": thrown[0]}.items():
-            record_property(name, count)  # counted by benchmarks/faults.py
+            record_property(name, count)  # counted by benchmarks/reliability/faults.py
     finally:
         stop.set()
         relay.stop_event.set()

@@ -12,8 +12,10 @@ so that a benchmark run followed by
     python -m lamarckian_hpc.analysis.benchmark_pages
 
 brings every page up to date, and tests/test_docs.py fails when a committed page does not match
-its results. A name may carry a view (`game_use_cases.testing`) for files that hold several
-tables. Figures the benchmarks draw (`benchmarks/results/*.png`) are copied beside the pages,
+its results. A name is a results file's stem, with `:LABEL` for an entry other than its `main`
+one (`pbt_vs_tune:quiet`, see analysis/benchmarks.py), and may carry a view
+(`game_use_cases.testing`) for entries that hold several tables. Figures the benchmarks draw
+(`benchmarks/results/*.png`) are copied beside the pages,
 since the site can only show files inside docs/.
 """
 
@@ -30,14 +32,14 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from .benchmarks import benchmark_table, pbt_vs_tune_frame
+from .benchmarks import MAIN_LABEL, benchmark_table, pbt_vs_tune_frame, results_by_name
 from .tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = ROOT / "docs" / "benchmarks"
 FIGURES = PAGES / "figures"
-MARKER = re.compile(r"(<!-- results: (?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.S)
+MARKER = re.compile(r"(<!-- results: (?P<name>[\w.:]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.S)
 
 
 def _testing(data: dict[str, Any]) -> pd.DataFrame:
@@ -109,7 +111,7 @@ def _vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _score_curve(data: dict[str, Any]) -> pd.DataFrame:
-    """The score rate of each side at common wall times and env steps (benchmarks/vs_rllib.py's
+    """The score rate of each side at common wall times and env steps (benchmarks/peers/vs_rllib.py's
     football comparisons): the file keeps them as maps of mark to value per side."""
     rows = []
     for summary in data["summaries"]:
@@ -129,7 +131,7 @@ RANK_NAMES = {"cpu": "CPU", "gpu_today": "GPU", "gpu_projected": "GPU projected"
 
 
 def _scale_learners(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/scale_model.py's learner ranks: env steps/s at its cores, a row per learner count
+    """benchmarks/scale/scale_model.py's learner ranks: env steps/s at its cores, a row per learner count
     and a column per workload and kind of rank, then linear sampling's figure for each column."""
     rows = pd.DataFrame(data["learners"]["rows"])
     rows["column"] = rows["workload"] + " " + rows["ranks"].map(RANK_NAMES)
@@ -161,7 +163,7 @@ def _fault_totals(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _multiagent_vs_rllib(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/multiagent_vs_rllib.py: per policy setting, each side's medians, their ratio,
+    """benchmarks/peers/multiagent_vs_rllib.py: per policy setting, each side's medians, their ratio,
     and the raw bound of the machine with each side's share of it."""
     columns = {"sampled_steps_per_second": "env steps/s sampled", "trained_steps_per_second": "env steps/s trained",
                "cpu_utilization": "CPU utilization (tree)", "machine_cpu_utilization": "CPU busy (machine)",
@@ -194,7 +196,7 @@ def _every_fourth_row(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _board_game_curve(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/league_connect_four.py: the main agent's win rate against the random player per
+    """benchmarks/learning/league_connect_four.py: the main agent's win rate against the random player per
     evaluated generation, a column per seed (env frames of the first seed: the seeds differ by a
     few hundred)."""
     runs = data["runs"]
@@ -215,7 +217,7 @@ def _board_game_runs(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _pbt_seeds(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/pbt_vs_tune.py --seeds: per seed, our start-up and time to the target, Tune's, and
+    """benchmarks/peers/pbt_vs_tune.py --seeds: per seed, our start-up and time to the target, Tune's, and
     the ratio; the median over the seeds in the last row."""
     cap = data["settings"]["cap_seconds"]
 
@@ -234,7 +236,7 @@ def _pbt_seeds(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/learner_ceiling.py: env steps trained per second, a column per label (before and
+    """benchmarks/scale/learner_ceiling.py: env steps trained per second, a column per label (before and
     after a change), and the last label over the first where there are two; a label that measured
     only some workloads (a change to the CNN alone) leaves the others' cells empty."""
     rows = pd.DataFrame(data["rows"])
@@ -250,7 +252,7 @@ def _learner_ceiling(data: dict[str, Any]) -> pd.DataFrame:
 
 
 def _gpu_learner_ladder(data: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/gpu_learner_check.py: steps/s per workload, a column per GPU rung and the CPU's threads."""
+    """benchmarks/scale/gpu_learner_check.py: steps/s per workload, a column per GPU rung and the CPU's threads."""
     rows = pd.DataFrame([row for row in data["rows"] if "error" not in row])
     rows["column"] = [variant if device == "cuda" else f"cpu ({threads} threads)"
                       for variant, device, threads in zip(rows["variant"], rows["device"], rows["threads"])]
@@ -291,7 +293,7 @@ def _learner_scaling(data: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
-#: benchmarks/chaos.py's figures per fault, in the order its page explains them.
+#: benchmarks/reliability/chaos.py's figures per fault, in the order its page explains them.
 CHAOS_COLUMNS = ["name", "hosts", "injected", "first_update_after_s", "longest_update_gap_after_s",
                  "staleness_under_2_after_s", "credits_in_flight_max_after", "credit_budget", "staleness_mean_after",
                  "lost_messages", "credits_written_off", "credits_late", "credits_reclaimed", "malformed_messages",
@@ -301,10 +303,10 @@ CHAOS_COLUMNS = ["name", "hosts", "injected", "first_update_after_s", "longest_u
 #: Views that a file's generic table does not give.
 VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "game_use_cases.testing": _testing, "game_use_cases.timing": _game_timing, "league_rps": _exploitability,
-    "pong_steps": _pong, "vs_rllib": _vs_rllib, "vs_rllib_pong_image": _vs_rllib,
-    "vs_rllib_pong_image_float32": _vs_rllib,
-    "vs_rllib_football_empty_goal_close": _vs_rllib, "vs_rllib_football_empty_goal_close.curve": _score_curve,
-    "vs_rllib_football_11_vs_11_easy": _vs_rllib, "vs_rllib_football_11_vs_11_easy.curve": _score_curve,
+    "pong_steps": _pong, "vs_rllib": _vs_rllib, "vs_rllib:pong_image": _vs_rllib,
+    "vs_rllib:pong_image_float32": _vs_rllib,
+    "vs_rllib:football_empty_goal_close": _vs_rllib, "vs_rllib:football_empty_goal_close.curve": _score_curve,
+    "vs_rllib:football_11_vs_11_easy": _vs_rllib, "vs_rllib:football_11_vs_11_easy.curve": _score_curve,
     "scale_model.check": _scale_check, "scale_model.learners": _scale_learners,
     "scale_model.needed": _scale_needed, "soak": _soak,
     "allreduce": lambda data: pd.DataFrame(data["rows"]),
@@ -315,33 +317,33 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
                  "distinct_mutations", "seconds"]),
     "learner_fuzz.mutations": lambda data: pd.DataFrame([data["result"]["mutations"]]),
     "chaos": lambda data: pd.DataFrame(data["rows"]).reindex(columns=CHAOS_COLUMNS),
-    "pbt_vs_tune_run2": pbt_vs_tune_frame, "pbt_vs_tune_idle": pbt_vs_tune_frame,
-    "pbt_vs_tune_quiet": pbt_vs_tune_frame, "pbt_vs_tune_batched": pbt_vs_tune_frame,
-    "pbt_vs_tune_run6": pbt_vs_tune_frame, "pbt_vs_tune_run7": pbt_vs_tune_frame,
-    "pbt_vs_tune_run7_seed1": pbt_vs_tune_frame, "pbt_vs_tune_run7_seed2": pbt_vs_tune_frame,
-    "pbt_vs_tune_pong": pbt_vs_tune_frame,
+    "pbt_vs_tune:run2": pbt_vs_tune_frame, "pbt_vs_tune:idle": pbt_vs_tune_frame,
+    "pbt_vs_tune:quiet": pbt_vs_tune_frame, "pbt_vs_tune:batched": pbt_vs_tune_frame,
+    "pbt_vs_tune:run6": pbt_vs_tune_frame, "pbt_vs_tune:run7": pbt_vs_tune_frame,
+    "pbt_vs_tune:run7_seed1": pbt_vs_tune_frame, "pbt_vs_tune:run7_seed2": pbt_vs_tune_frame,
+    "pbt_vs_tune:pong": pbt_vs_tune_frame,
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
     "learner_scaling": _learner_scaling,
-    "learner_scaling_curve": lambda data: pd.DataFrame(data["rows"]).reindex(
+    "learner_scaling:curve": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
                  "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
     "allreduce_under_quota": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["ranks", "cpus", "period_us", "allreduce_ms", "step_ms"]),
-    "learner_scaling_to_475": lambda data: pd.DataFrame(data["rows"]).reindex(
+    "learner_scaling:to_475": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
                  "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
     "learner_ranks_ceiling": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["workload", "ranks", "batch", "shard", "update_seconds", "steps_per_second", "speed_up",
                  "collective_ms_per_update"]),
-    "learner_ceiling": _learner_ceiling, "pbt_vs_tune_seeds": _pbt_seeds, "pbt_vs_tune_pong_seeds": _pbt_seeds,
+    "learner_ceiling": _learner_ceiling, "pbt_vs_tune:seeds": _pbt_seeds, "pbt_vs_tune:pong_seeds": _pbt_seeds,
     "learner_device": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["cnn_layers", "device", "device_name", "threads", "batch", "update_seconds", "samples_per_second"]),
     **{stem: lambda data: pd.DataFrame(data["runs"]).reindex(
         columns=["cnn_layers", "cnn_precision", "seed", "untrained_return", "best_return", "final_return",
                  "frames_to_points", "seconds_to_points", "env_frames", "wall_seconds", "frames_per_second",
                  "final_entropy"]).fillna({"cnn_precision": "float32"})
-       for stem in ("pong_image_learning", "pong_image_learning_bfloat16")},
+       for stem in ("pong_image_learning", "pong_image_learning:bfloat16")},
     "gpu_learner_check": _gpu_learner_ladder, "gpu_learner_check.summary": _gpu_learner_summary,
     "gpu_learner_check.transfers": lambda data: pd.DataFrame(data["transfers"]),
     "gpu_learner_check.extra": lambda data: pd.DataFrame(
@@ -357,37 +359,46 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "league_connect_four": _board_game_curve, "league_connect_four.runs": _board_game_runs,
     "fan_in.calibration": lambda data: pd.DataFrame([data["calibration"]]),
     **{f"{stem}{view}": (lambda key: lambda data: pd.DataFrame(data[key]))(key)
-       for stem in ("async_arena_share", "async_arena_share_retrain")
+       for stem in ("async_arena_share", "async_arena_share:retrain")
        for view, key in (("", "policies"), (".shares", "shares"))},
-    **{f"{stem}.curve": _every_fourth_row for stem in ("async_arena_share", "async_arena_share_retrain")},
+    **{f"{stem}.curve": _every_fourth_row for stem in ("async_arena_share", "async_arena_share:retrain")},
 }
 
 
 def _provenance(stem: str, data: Any) -> str:
     """Where and when the figures were measured, as far as the file says: on a shared machine they
     only compare within one run, so a reader needs to know which run a table is."""
+    label = data.get("label", MAIN_LABEL) if isinstance(data, dict) else MAIN_LABEL
+    source = f"`benchmarks/results/{stem}.json`" + ("" if label == MAIN_LABEL else f" (entry `{label}`)")
     if not isinstance(data, dict):
-        return f"From `benchmarks/results/{stem}.json`."
+        return f"From {source}."
     machine = data.get("machine") if isinstance(data.get("machine"), dict) else {}
     when = data.get("time") or data.get("date")
-    host = data.get("host") or (data.get("machine") if isinstance(data.get("machine"), str) else None)
-    cpus = data.get("cpus") or data.get("cores") or machine.get("cpu_count")
+    host = data.get("host") or (data.get("machine") if isinstance(data.get("machine"), str) else None) \
+        or machine.get("host")
+    cpus = data.get("cpus") or data.get("cores") or machine.get("cpu_count") or machine.get("cpus")
     load = data.get("load_average") or machine.get("load_average")
-    parts = [f"From `benchmarks/results/{stem}.json`"]
+    parts = [f"From {source}"]
     if when:
         parts.append(f"measured {when}")
     if host or cpus:
         parts.append(f"on {host or 'a machine'}" + (f" with {cpus} CPUs" if cpus else ""))
     if load:
         parts.append("load average " + ", ".join(f"{value:.1f}" for value in load))
+    if data.get("git_revision"):
+        parts.append(f"code at {data['git_revision']}")
     return ", ".join(parts) + "."
 
 
 def results_table(name: str, results: Path = RESULTS) -> str:
-    """The Markdown that stands between a page's markers for results `name` (stem[.view])."""
-    stem = name.split(".", 1)[0]
-    data = json.loads((results / f"{stem}.json").read_text())
-    frame = VIEWS[name](data) if name in VIEWS else benchmark_table(stem, data)
+    """The Markdown that stands between a page's markers for results `name` (stem[:label][.view])."""
+    entry = name.split(".", 1)[0]
+    stem = entry.split(":", 1)[0]
+    entries = results_by_name(stem, json.loads((results / f"{stem}.json").read_text()))
+    if entry not in entries:
+        raise KeyError(f"{name}: no entry {entry!r} in benchmarks/results/{stem}.json; it has {sorted(entries)}")
+    data = entries[entry]
+    frame = VIEWS[name](data) if name in VIEWS else benchmark_table(entry, data)
     return f"{markdown_table(frame, max_rows=100)}\n*{_provenance(stem, data)}*\n"
 
 
@@ -397,8 +408,13 @@ def render_page(text: str, results: Path = RESULTS) -> str:
 
 
 def referenced_results(pages: Path = PAGES) -> set[str]:
-    """Stems of the results files the pages show, for the test that none is left out."""
+    """Names (stem[:label]) of the results entries the pages show, for the test that none is left out."""
     return {match["name"].split(".", 1)[0] for page in pages.glob("*.md") for match in MARKER.finditer(page.read_text())}
+
+
+def results_names(results: Path = RESULTS) -> set[str]:
+    """Names (stem[:label]) of every entry of every results file."""
+    return {name for path in results.glob("*.json") for name in results_by_name(path.stem, json.loads(path.read_text()))}
 
 
 def update(pages: Path = PAGES, results: Path = RESULTS, check: bool = False) -> list[Path]:

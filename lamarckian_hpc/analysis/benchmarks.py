@@ -4,6 +4,11 @@ side-by-side tables.
 Each benchmark script writes its own JSON layout; this module knows the ones in `benchmarks/`
 and reads any other file as a generic list of records, so a new benchmark appears in the report
 as a table before anyone writes a figure for it. Nothing here runs a benchmark.
+
+A results file holds labelled entries, one per run kept (benchmarks/common.py writes them):
+`{"benchmark": NAME, "entries": [{"label": "main", ...}, {"label": "quiet", ...}]}`. Entry
+`main` is known by the file's stem (`pbt_vs_tune`), every other one as `STEM:LABEL`
+(`pbt_vs_tune:quiet`); a file of the older layout (one bare result) is its entry `main`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import pandas as pd
 #: Files the report knows by name (stem of the JSON file in a results folder).
 KNOWN_BENCHMARKS = ("sampling", "raw_bound", "vs_rllib", "nsga2_vs_pymoo", "broadcast", "staleness",
                     "pbt_vs_tune", "pong_steps", "scale_model")
+#: The label of a results file's entry known by the file's stem alone.
+MAIN_LABEL = "main"
 COUNT_KEYS = ("receivers", "num_actors", "actors", "cores", "nodes")
 VARIANTS = ("flat", "tree")
 
@@ -34,12 +41,37 @@ def find_benchmark_files(directory: str | Path) -> dict[str, Path]:
     return found
 
 
+def results_entries(data: Any) -> list[dict[str, Any]]:
+    """The labelled entries of a results file's parsed JSON (see the module's docstring)."""
+    if isinstance(data, dict) and isinstance(data.get("entries"), list):
+        return data["entries"]
+    return [{"label": MAIN_LABEL, **data}] if isinstance(data, dict) else [{"label": MAIN_LABEL, "rows": data}]
+
+
+def entry_name(stem: str, label: str) -> str:
+    """What entry `label` of results file `stem` is known as: the stem for `main`, else STEM:LABEL."""
+    return stem if label == MAIN_LABEL else f"{stem}:{label}"
+
+
+def results_by_name(stem: str, data: Any) -> dict[str, dict[str, Any]]:
+    """Every entry of one results file by the name it is known as (`entry_name`)."""
+    return {entry_name(stem, str(entry.get("label", MAIN_LABEL))): entry for entry in results_entries(data)}
+
+
+def read_results(path: str | Path, label: str = MAIN_LABEL) -> dict[str, Any]:
+    """Entry `label` of the results file at `path` (KeyError when it has none)."""
+    for entry in results_entries(json.loads(Path(path).read_text())):
+        if entry.get("label", MAIN_LABEL) == label:
+            return entry
+    raise KeyError(f"{path}: no entry labelled {label!r}")
+
+
 def load_benchmarks(directory: str | Path) -> dict[str, Any]:
-    """Parsed JSON of every results file found; unreadable files are left out."""
+    """Every entry of every results file found, by name (`entry_name`); unreadable files are left out."""
     results: dict[str, Any] = {}
     for name, path in find_benchmark_files(directory).items():
         try:
-            results[name] = json.loads(path.read_text())
+            results.update(results_by_name(name, json.loads(path.read_text())))
         except (OSError, ValueError):
             continue
     return results
@@ -53,7 +85,7 @@ def _median(values: Any) -> float | None:
 
 
 def sampling_frame(sampling: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/sampling.py: env, cores (actor processes), sampled steps/s, staleness, CPU use."""
+    """benchmarks/scale/sampling.py: env, cores (actor processes), sampled steps/s, staleness, CPU use."""
     rows = [{
         "env": row.get("env"), "cores": row.get("num_actors"),
         "steps_per_second": row.get("steps_per_second"), "staleness_mean": row.get("staleness_mean"),
@@ -64,7 +96,7 @@ def sampling_frame(sampling: dict[str, Any]) -> pd.DataFrame:
 
 
 def sampling_hosts_frame(result: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/sampling_hosts.py: env steps/s and staleness against emulated hosts, per layout,
+    """benchmarks/scale/sampling_hosts.py: env steps/s and staleness against emulated hosts, per layout,
     a host being `actors_per_host` actor processes on a quota of `host_cpus` cores (when set)."""
     quota = result.get("host_cpus")
     per_host = result.get("actors_per_host") or 1
@@ -78,7 +110,7 @@ def sampling_hosts_frame(result: dict[str, Any]) -> pd.DataFrame:
 
 
 def broadcast_frame(broadcast: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/broadcast.py: median time for a weight blob to reach all receivers, per link mode."""
+    """benchmarks/scale/broadcast.py: median time for a weight blob to reach all receivers, per link mode."""
     rows = []
     for mode, block in broadcast.items():
         if not isinstance(block, dict):
@@ -129,7 +161,7 @@ def staleness_frame(staleness: Any) -> pd.DataFrame:
 
 
 def scale_model_frame(scale_model: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/scale_model.py: predicted throughput, latency, staleness and the learner's
+    """benchmarks/scale/scale_model.py: predicted throughput, latency, staleness and the learner's
     connections and memory, flat vs tree, against cores (the columns an older file lacks left out)."""
     columns = ["cores", "nodes", "fanout", "flat_ms", "tree_ms", "flat_staleness", "tree_staleness"]
     optional = ["flat_steps_per_s", "tree_steps_per_s", "flat_connections", "tree_connections",
@@ -140,7 +172,7 @@ def scale_model_frame(scale_model: dict[str, Any]) -> pd.DataFrame:
 
 
 def vs_rllib_frame(vs_rllib: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/vs_rllib.py: ours, RLlib and the ratio side by side, per env."""
+    """benchmarks/peers/vs_rllib.py: ours, RLlib and the ratio side by side, per env."""
     rows = []
     for summary in vs_rllib.get("summaries", []):
         for side in ("ours", "rllib", "ratio"):
@@ -154,7 +186,7 @@ def vs_rllib_frame(vs_rllib: dict[str, Any]) -> pd.DataFrame:
 
 
 def nsga2_vs_pymoo_frame(comparison: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/nsga2_vs_pymoo.py: hypervolume (mean, std over seeds) and ms per generation."""
+    """benchmarks/peers/nsga2_vs_pymoo.py: hypervolume (mean, std over seeds) and ms per generation."""
     rows = []
     for row in comparison.get("rows", []):
         hv = pd.Series(row.get("hv", []), dtype=float)
@@ -165,7 +197,7 @@ def nsga2_vs_pymoo_frame(comparison: dict[str, Any]) -> pd.DataFrame:
 
 
 def pbt_vs_tune_frame(comparison: dict[str, Any]) -> pd.DataFrame:
-    """benchmarks/pbt_vs_tune.py: per seed and side, when its first and median member reached the
+    """benchmarks/peers/pbt_vs_tune.py: per seed and side, when its first and median member reached the
     target (files of one seed before `by_seed` existed hold only `records`)."""
     by_seed = comparison.get("by_seed") or {str(comparison.get("settings", {}).get("seed", 0)):
                                             comparison.get("records") or {}}

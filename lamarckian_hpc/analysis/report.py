@@ -157,7 +157,9 @@ def build_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
         lines += ["## League", "", "No run here has a `/league` group, so there is no payoff matrix or Elo figure.", ""]
     for name in sorted(results):
         table = bench.benchmark_table(name, results[name])
-        lines += [f"## Benchmark: {BENCHMARK_TITLES.get(name, name)} (`{name}.json`)", "", markdown_table(table)]
+        stem, _, label = name.partition(":")  # an entry other than the file's main one: STEM:LABEL
+        source = f"`{stem}.json`" + (f", entry `{label}`" if label else "")
+        lines += [f"## Benchmark: {BENCHMARK_TITLES.get(name, name)} ({source})", "", markdown_table(table)]
     for run in runs:
         shown = run.path.relative_to(path) if path.is_dir() and run.path.is_relative_to(path) else run.path
         lines += [f"## Run `{run.name}`", "", f"File: `{shown}`", "", markdown_table(run_summary(run))]

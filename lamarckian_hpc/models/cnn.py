@@ -6,7 +6,7 @@ Two layer stacks, by `model.cnn_layers`:
   multiply-adds per 84x84 observation, most of them in the second layer (21x21x64 outputs).
 - `nature`, the DQN network of Mnih et al. (2015) that PPO's Atari results use: ConvK8S4(32),
   ConvK4S2(64), ConvK3S1(64), FC(512). About 9M multiply-adds per observation, so a CPU learner
-  updates on about three times as many frames per second (`benchmarks/learner_device.py`).
+  updates on about three times as many frames per second (`benchmarks/scale/learner_device.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ CNN_LAYERS: dict[str, tuple[tuple[tuple[int, int, int, int], ...], int]] = {
 }
 #: `model.cnn_precision`: what the encoder's products compute in. bfloat16 keeps float32's range with
 #: 8 bits of mantissa; on CPUs with AVX-512 BF16, oneDNN runs the convolutions of a whole update
-#: 1.5-2x as fast (`benchmarks/learner_ceiling.py --cnn-precision`); on CPUs without, it may be slower.
+#: 1.5-2x as fast (`benchmarks/scale/learner_ceiling.py --cnn-precision`); on CPUs without, it may be slower.
 PRECISIONS: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16}
 #: The layout of the float frames the convolutions read on a GPU (on a CPU always channels-last).
 GPU_MEMORY_FORMAT = torch.channels_last

@@ -27,7 +27,7 @@ CHUNK_BYTES = 16 << 20
 
 #: `runtime.device: auto` with a GPU present: which learners go to it. A CNN learner, and a PPO or
 #: IMPALA learner of any network, whose minibatch step is a replayed CUDA graph there
-#: (`rl.captured`): measured on one H200 against its 16 CPU threads (benchmarks/gpu_learner_check.py,
+#: (`rl.captured`): measured on one H200 against its 16 CPU threads (benchmarks/scale/gpu_learner_check.py,
 #: docs/benchmarks/learning.md, two runs), image Pong's PPO 27-29x, CartPole's PPO 8.0x and IMPALA
 #: 3.5-3.8x, Football's PPO 5.5-7.1x and IMPALA 5.2-5.5x. The learners that step eagerly with a host
 #: check per step (DQN, SAC, A3C) with an MLP stay on the CPU's threads: eagerly, on the GPU, an

@@ -29,7 +29,7 @@ before index rows, and readers keep only episodes whose rows are all there, so a
 catches a flush half-way, or a file whose writer was killed, shows whole episodes only.
 
 Observations and actions are chunked and compressed with gzip at level 1 by default, measured on
-20,000 rows each (the codec test of `benchmarks/trajectory_cost.py`): image-Pong frames shrink 78x
+20,000 rows each (the codec test of `benchmarks/costs/trajectory_cost.py`): image-Pong frames shrink 78x
 at about 640 MiB/s (lzf: 48x at the same speed; gzip level 4: 126x at half of it), and CartPole's
 float rows do not compress with any codec (1.1x) but cost a few milliseconds per 20,000 steps.
 gzip is also the filter every HDF5 tool reads; lzf exists only in h5py. Fixed-length strings keep

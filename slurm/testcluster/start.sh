@@ -108,7 +108,7 @@ for ((k = 1; k <= NUM_NODES; k++)); do
     ip link set "$outer" master "$BRIDGE" up
 done
 if [ -n "$LINK_RATE" ]; then
-    # benchmarks/netem.py's shaper, on both ends of each link: the node's egress inside its
+    # benchmarks/scale/netem.py's shaper, on both ends of each link: the node's egress inside its
     # namespace, its ingress on the bridge port.
     PYTHONPATH="$REPO/benchmarks" python3 - "$LINK_RATE" "$NUM_NODES" "$LINK_PREFIX" <<'EOF'
 import sys

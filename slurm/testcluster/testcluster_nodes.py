@@ -11,7 +11,7 @@ are all stopped first (SIGSTOP) and then killed, so that none of them reports th
 loss the way it would from a dead host, through Ray's health checks and Slurm's `SlurmdTimeout`.
 
 `restore_node` restarts the node's slurmd and returns it to service, so later jobs get all nodes.
-Test-cluster tooling, not part of the package: tests/test_node_loss.py and benchmarks/node_loss.py
+Test-cluster tooling, not part of the package: tests/test_node_loss.py and benchmarks/reliability/node_loss.py
 import it from this folder. Needs root, as the test cluster does.
 """
 
