@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import PBTConfig, load_config
