@@ -11,6 +11,7 @@ environment with only the `test` extra installed.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,8 +82,12 @@ def test_the_test_extra_requires_what_the_suite_imports_at_collection():
     kept = _closure(PACKAGE, frozenset({"test"})) | TOOLING
     assert {"pytest", "hypothesis", "python-hostlist", "submitit", "pettingzoo", "pygame-ce"} <= kept
     blocked = _modules_outside(kept)
+    # An environment with only the test extra has none of the optional parts that a full CI
+    # pass demands, so the switches that turn their absence into errors are not passed on.
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("LAMARCKIAN_HPC_REQUIRE_")}
     done = subprocess.run([sys.executable, "-c", BLOCKER, ",".join(sorted(blocked))], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"collection with only the test extra failed (blocked: {sorted(blocked)}):\n" \
                                  f"{output[-4000:]}"
