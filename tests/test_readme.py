@@ -1,10 +1,13 @@
 """The README's promises that a script can check: two Quick start commands, the same test command
-in CI, a front page short enough to read, and links that lead somewhere. The configuration
-reference moved to the documentation site (tests/test_docs.py)."""
+in CI, a front page short enough to read, links that lead somewhere, and a time for the test command
+that is the measured one. The configuration reference moved to the documentation site
+(tests/test_docs.py)."""
 
 from __future__ import annotations
 
+import json
 import re
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,3 +38,22 @@ def test_readme_links_lead_to_files():
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
     missing = [target for target in targets if "://" not in target and not (ROOT / target).exists()]
     assert not missing, f"README links to missing files: {missing}"
+
+
+def _minutes_on_two_cores(text: str, where: str) -> float:
+    """The figure 'about N minutes on two cores' (N may end in ½) that a page gives the test command."""
+    found = re.search(r"about (\d+)(½?) minutes on two cores", text)
+    assert found, f"{where} gives no 'about N minutes on two cores' for the test command"
+    return int(found.group(1)) + (0.5 if found.group(2) else 0.0)
+
+
+def test_the_test_command_figure_is_the_measured_one_within_15_percent():
+    results = json.loads((ROOT / "benchmarks" / "results" / "test_command.json").read_text())
+    measured = next(entry for entry in results["entries"] if entry["label"] == "main")
+    median = measured["median_seconds"]
+    assert len(measured["runs"]) >= 3 and median == statistics.median(run["pytest_seconds"] for run in measured["runs"])
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+        stated = _minutes_on_two_cores(page.read_text(), page.name) * 60
+        assert abs(stated - median) <= 0.15 * median, \
+            f"{page.name} says {stated:.0f} s for the test command, measured median {median:.0f} s " \
+            f"(benchmarks/costs/test_command.py)"
