@@ -355,9 +355,8 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "trajectory_cost.codecs": lambda data: pd.DataFrame(data["codecs"]),
     "trajectory_cost.actor_side": lambda data: pd.DataFrame(data["actor_side"]),
     "tensorboard_sink": lambda data: pd.DataFrame(data["results"]),
-    "test_command": lambda data: pd.DataFrame(data["runs"]).reindex(
-        columns=["pytest_seconds", "wall_seconds", "passed", "skipped"]).rename_axis("run").reset_index().assign(
-        run=lambda frame: frame["run"] + 1),
+    "test_command": lambda data: pd.DataFrame([{"run": number, **run} for number, run in enumerate(data["runs"], 1)])
+    .reindex(columns=["run", "pytest_seconds", "wall_seconds", "passed", "skipped"]),
     "multiagent_vs_rllib": _multiagent_vs_rllib,
     "league_connect_four": _board_game_curve, "league_connect_four.runs": _board_game_runs,
     "fan_in.calibration": lambda data: pd.DataFrame([data["calibration"]]),
