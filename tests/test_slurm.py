@@ -9,6 +9,7 @@ import importlib.util
 import os
 import queue
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -140,6 +141,43 @@ def test_a_rank_whose_mpi_never_lets_it_end_is_ended_with_its_exit_code():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
     assert result.returncode == 3 and time.monotonic() - started < 30
     assert "rank 0: MPI did not let this process end within 0 s" in result.stderr, result.stderr
+
+
+def test_a_rank_stuck_waiting_for_the_release_ends_once_the_head_is_gone_and_takes_its_ray_node(tmp_path):
+    """The rank below a node that dropped off the network waited for the head's release inside MPI,
+    where its own polls never ran, and kept the job alive until its time limit: a thread of its own
+    watches the head and ends the process (exit code 0) a grace time after the head is gone, and the
+    Ray node's session (here a sleep in a session of its own) goes with it."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: the head is gone
+    code = ("import sys, time\n"
+            "from lamarckian_hpc.cluster.ray_cluster import HeadGone, end_once_head_gone\n"
+            "from lamarckian_hpc.cluster.ray_node import RayNodeProcess\n"
+            f"node = RayNodeProcess(['sleep', '300'], {str(tmp_path / 'ray')!r}, {{}}, {str(tmp_path / 'ray.log')!r})\n"
+            "print(node.process.pid, flush=True)\n"
+            f"end_once_head_gone(HeadGone('127.0.0.1', {port}, gone_seconds=0.5), 0.5, 2, node)\n"
+            "time.sleep(60)\n")
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert result.returncode == 0 and time.monotonic() - started < 30, result.stderr
+    assert "rank 2: MPI did not let this process end within 0 s" in result.stderr, result.stderr
+    node_pid = int(result.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{node_pid}").exists() and time.monotonic() < deadline:  # reaped by init once killed
+        time.sleep(0.1)
+    assert not Path(f"/proc/{node_pid}").exists() or "Z" in Path(f"/proc/{node_pid}/stat").read_text().split()[2]
+
+
+def test_a_head_that_answers_is_not_gone():
+    from lamarckian_hpc.cluster.ray_cluster import HeadGone
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        head_gone = HeadGone("127.0.0.1", listening.getsockname()[1], gone_seconds=0.0)
+        assert not head_gone() and not head_gone()
 
 
 def test_job_states_come_from_the_controller_without_accounting(tmp_path):

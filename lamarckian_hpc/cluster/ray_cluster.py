@@ -24,8 +24,11 @@ answered for a while: the release is broadcast through other ranks, and a lost n
 would otherwise leave the ranks below it waiting for ever. A node that drops off the network and
 comes back can leave MPI itself stuck in a call that these polls cannot bound (a test of the
 release's request inside the fabric's TCP provider, or MPI_Finalize at exit): once its part is
-done, each rank ends its process after a grace time whatever MPI does (`end_if_stuck`), so the
-job ends and Slurm can requeue it.
+done, each rank ends its process after a grace time whatever MPI does (`end_if_stuck`), killing its
+Ray node on the way, so that the job ends and Slurm can requeue it. A rank below a lost node can be
+stuck the same way in the wait for the release itself, where its own polls never run: a thread of
+its own watches the head meanwhile and ends it the same way once the head is gone
+(`end_once_head_gone`).
 """
 
 from __future__ import annotations
@@ -116,12 +119,15 @@ def ray_start_command(node: NodeInfo, label: str, head_address: str | None, temp
     return command
 
 
-def end_if_stuck(seconds: float, exit_code: int, rank: int) -> threading.Timer:
+def end_if_stuck(seconds: float, exit_code: int, rank: int, node: RayNodeJoin | None = None) -> threading.Timer:
     """End this process with `exit_code` unless it has exited within `seconds` (a daemon timer: it
-    also runs while MPI_Finalize does, at exit). The run's files are closed by then."""
+    also runs while MPI_Finalize does, at exit), killing this rank's Ray `node` first: a head left
+    running would keep the ranks that watch it waiting. The run's files are closed by then."""
     def end() -> None:
         log.error("rank %d: MPI did not let this process end within %.0f s of its last wait (a node that "
                   "dropped off the network leaves MPI stuck); ending it with exit code %d", rank, seconds, exit_code)
+        if node is not None:
+            node.kill()
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -131,6 +137,21 @@ def end_if_stuck(seconds: float, exit_code: int, rank: int) -> threading.Timer:
     timer.daemon = True
     timer.start()
     return timer
+
+
+def end_once_head_gone(head_gone: HeadGone, seconds: float, rank: int,
+                       node: RayNodeJoin | None = None) -> threading.Thread:
+    """Watch the head from a daemon thread while this rank waits for its release: once `head_gone`
+    says so, `end_if_stuck` (exit code 0) after `seconds`. The wait's own polls see the same, unless
+    MPI holds the wait inside a call they cannot bound, where only another thread still runs."""
+    def watch() -> None:
+        while not head_gone():
+            time.sleep(HEAD_CHECK_SECONDS)
+        end_if_stuck(seconds, 0, rank, node)
+
+    thread = threading.Thread(target=watch, name="head-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def wait_request(request: Any, timeout_seconds: float | None, give_up: Callable[[], bool] | None = None) -> bool:
@@ -153,9 +174,11 @@ class HeadGone:
     """True once the head's GCS port has not accepted a connection for HEAD_GONE_SECONDS, or this
     rank's own node (asked first, so that it is started again meanwhile) failed every attempt."""
 
-    def __init__(self, host: str, port: int, node: RayNodeJoin | None = None) -> None:
+    def __init__(self, host: str, port: int, node: RayNodeJoin | None = None,
+                 gone_seconds: float = HEAD_GONE_SECONDS) -> None:
         self.host, self.port = host, port
         self.node = node
+        self.gone_seconds = gone_seconds
         self.failing_since: float | None = None
 
     def __call__(self) -> bool:
@@ -168,7 +191,7 @@ class HeadGone:
                 return False
         except OSError:
             self.failing_since = self.failing_since or time.monotonic()
-            return time.monotonic() - self.failing_since >= HEAD_GONE_SECONDS
+            return time.monotonic() - self.failing_since >= self.gone_seconds
 
 
 def _ray_env(token: str, settings: RaySettings) -> dict[str, str]:
@@ -258,6 +281,7 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
     release = np.zeros(1, dtype=np.int8)
     if rank != 0:
         released = False
+        stuck_seconds = 3 * settings.stop_timeout_seconds + 10 + EXIT_GRACE_SECONDS  # the waits below, then the exit
         head_gone = HeadGone(head.address, head.free_ports[0])
         try:
             def join() -> RayNodeJoin:
@@ -272,11 +296,12 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
             process = _join_in_waves(comm, settings, join, head_gone)
             if process is None:
                 return None
+            end_once_head_gone(HeadGone(head.address, head.free_ports[0]), stuck_seconds, rank, process)
             # until the driver is done, or the head is gone without a word (or this node never came up)
             released = wait_request(comm.Ibcast(release, root=0), None,
                                     HeadGone(head.address, head.free_ports[0], process))
         finally:
-            end_if_stuck(3 * settings.stop_timeout_seconds + 10 + EXIT_GRACE_SECONDS, 0, rank)
+            end_if_stuck(stuck_seconds, 0, rank, process)
             if process is not None:
                 process.stop(settings.stop_timeout_seconds)
             if released:
@@ -298,7 +323,7 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
         return result
     finally:
         end_if_stuck(release_seconds + barrier_seconds + settings.stop_timeout_seconds + EXIT_GRACE_SECONDS,
-                     0 if driven else 1, rank)
+                     0 if driven else 1, rank, process)
         if wait_request(comm.Ibcast(release, root=0), release_seconds):
             wait_request(comm.Ibarrier(), barrier_seconds)
         process.stop(settings.stop_timeout_seconds)

@@ -71,6 +71,14 @@ class RayNodeProcess:
         except OSError:
             return ""
 
+    def kill(self) -> None:
+        """SIGKILL for the whole session at once, without waiting: the last thing a process that is
+        being ended does, so that the node's ports close (other ranks watch the head's)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def stop(self, timeout_seconds: float) -> None:
         """SIGTERM (Ray drains and stops its processes), then SIGKILL for the whole session."""
         if self.alive():
@@ -150,6 +158,9 @@ class RayNodeJoin:
 
     def stop(self, timeout_seconds: float) -> None:
         self.process.stop(timeout_seconds)
+
+    def kill(self) -> None:
+        self.process.kill()
 
 
 def remove_earlier_attempts(temp_root: str, job_id: str | None, rank: int) -> None:
