@@ -131,16 +131,32 @@ def test_nodes_join_ray_in_waves_that_grow_while_the_head_keeps_up():
     assert next_wave_size(32, 4.0, 4.0, False, settings) == 32          # capped
 
 
-def test_a_rank_whose_mpi_never_lets_it_end_is_ended_with_its_exit_code():
+def test_a_rank_whose_mpi_never_lets_it_end_is_ended_with_its_exit_code_and_keeps_its_result(tmp_path):
     """A node cut off the network and back left rank 0 stuck inside MPI (a test of the release's
     request in the fabric's TCP provider) and the job alive for ever: once its part is done, a
-    rank's process ends after a grace time whatever it is stuck in (here, a sleep that never ends)."""
+    rank's process ends after a grace time whatever it is stuck in (here, a sleep that never ends),
+    and rank 0 keeps the driver's result first, which it will never return."""
+    kept = tmp_path / "result"
     code = ("import time; from lamarckian_hpc.cluster.ray_cluster import end_if_stuck\n"
-            "end_if_stuck(0.5, 3, 0)\ntime.sleep(60)\n")
+            f"end_if_stuck(0.5, 3, 0, keep_result=lambda: open({str(kept)!r}, 'w').write('the result'))\n"
+            "time.sleep(60)\n")
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
     assert result.returncode == 3 and time.monotonic() - started < 30
     assert "rank 0: MPI did not let this process end within 0 s" in result.stderr, result.stderr
+    assert kept.read_text() == "the result"
+
+
+def test_a_kept_result_is_the_one_the_launcher_collects(tmp_path, monkeypatch):
+    import submitit
+    from lamarckian_hpc.cluster.job import keep_job_result
+
+    for name, value in {"SUBMITIT_FOLDER": str(tmp_path), "SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "77",
+                        "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}.items():
+        monkeypatch.setenv(name, value)
+    keep_job_result({"env_frames": 2048, "updates": 2})
+    paths = submitit.core.utils.JobPaths(tmp_path, job_id="77", task_id=0)
+    assert submitit.core.utils.pickle_load(paths.result_pickle) == ("success", {"env_frames": 2048, "updates": 2})
 
 
 def test_a_rank_stuck_waiting_for_the_release_ends_once_the_head_is_gone_and_takes_its_ray_node(tmp_path):

@@ -163,7 +163,17 @@ class RunJob(submitit.helpers.Checkpointable):
         settings = RaySettings(object_store_bytes=spec.ray_object_store_mb * 1024 * 1024)
         log_dir = spec.log_dir.replace("%j", os.environ.get("SLURM_JOB_ID", "local"))
         driver = DRIVERS[spec.command]
-        return run_on_ray_cluster(lambda info: driver(spec, info), settings=settings, log_dir=log_dir)
+        return run_on_ray_cluster(lambda info: driver(spec, info), settings=settings, log_dir=log_dir,
+                                  keep_result=keep_job_result)
+
+
+def keep_job_result(result: dict[str, Any]) -> None:
+    """Write the driver's result where submitit writes a returned one (its result pickle, as
+    submitit's own worker does), for a rank 0 that MPI keeps from returning: the launcher then
+    reports the run that finished instead of a job that ended without a result."""
+    paths = submitit.JobEnvironment().paths
+    with submitit.core.utils.temporary_save_path(paths.result_pickle) as path:
+        submitit.core.utils.cloudpickle_dump(("success", result), path)
 
 
 def describe_result(result: dict[str, Any]) -> str:
