@@ -138,7 +138,7 @@ def test_a_rank_whose_mpi_never_lets_it_end_is_ended_with_its_exit_code_and_keep
     and rank 0 keeps the driver's result first, which it will never return."""
     kept = tmp_path / "result"
     code = ("import time; from lamarckian_hpc.cluster.ray_cluster import end_if_stuck\n"
-            f"end_if_stuck(0.5, 3, 0, keep_result=lambda: open({str(kept)!r}, 'w').write('the result'))\n"
+            f"end_if_stuck(0.5, 3, 0, keep_outcome=lambda: open({str(kept)!r}, 'w').write('the result'))\n"
             "time.sleep(60)\n")
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
@@ -147,16 +147,27 @@ def test_a_rank_whose_mpi_never_lets_it_end_is_ended_with_its_exit_code_and_keep
     assert kept.read_text() == "the result"
 
 
-def test_a_kept_result_is_the_one_the_launcher_collects(tmp_path, monkeypatch):
+def test_a_kept_outcome_is_the_one_the_launcher_collects(tmp_path, monkeypatch):
+    """What rank 0 keeps when MPI holds it (`keep_job_outcome`) is what the launcher reads back: the
+    result of a run that finished, or the one line of the error that stopped it."""
     import submitit
-    from lamarckian_hpc.cluster.job import keep_job_result
+    from lamarckian_hpc.cluster.job import keep_job_outcome
+    from lamarckian_hpc.cluster.launcher import _exception_line
+    from lamarckian_hpc.runtime.placement.node_watch import NodeLostError
 
     for name, value in {"SUBMITIT_FOLDER": str(tmp_path), "SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "77",
                         "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}.items():
         monkeypatch.setenv(name, value)
-    keep_job_result({"env_frames": 2048, "updates": 2})
     paths = submitit.core.utils.JobPaths(tmp_path, job_id="77", task_id=0)
+    keep_job_outcome({"env_frames": 2048, "updates": 2})
     assert submitit.core.utils.pickle_load(paths.result_pickle) == ("success", {"env_frames": 2048, "updates": 2})
+    try:
+        raise NodeLostError("node node3 was lost at policy version 85")
+    except NodeLostError as error:
+        keep_job_outcome(error)
+    kind, report = submitit.core.utils.pickle_load(paths.result_pickle)
+    assert kind == "error"
+    assert _exception_line(report).endswith("NodeLostError: node node3 was lost at policy version 85")
 
 
 def test_a_rank_stuck_waiting_for_the_release_ends_once_the_head_is_gone_and_takes_its_ray_node(tmp_path):

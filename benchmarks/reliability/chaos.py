@@ -313,14 +313,19 @@ def _rows(run: Path) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dic
             reader.closed_cleanly
 
 
+def _resumed_at(versions: np.ndarray, meta: dict[str, Any]) -> int:
+    """The index of a resumed run's first row of its new process (the rows' count when not resumed)."""
+    resumed = meta.get("resumed_through_version")
+    return int(np.searchsorted(versions, resumed, side="right")) if resumed is not None else len(versions)
+
+
 def _clock(wall: np.ndarray, versions: np.ndarray, meta: dict[str, Any],
            reads: list[tuple[float, float]]) -> np.ndarray:
     """Each row's time on this process's clock. A row's wall time counts from its process's start
     (a resumed run continues the checkpoint's): per process, the offset is the smallest gap between
     a read and the newest row it saw, which a read right after a flush makes tight."""
     clock = np.full(wall.shape, np.nan)
-    resumed = meta.get("resumed_through_version")
-    split = int(np.searchsorted(versions, resumed, side="right")) if resumed is not None else 0
+    split = _resumed_at(versions, meta)
     for segment in (slice(0, split), slice(split, len(wall))):
         walls = set(wall[segment].tolist())
         gaps = [read - newest for read, newest in reads if newest in walls]
@@ -342,10 +347,16 @@ def measure(name: str, case: Case, fault: Fault, run: Path, reads: RunFileWatch,
     first = int(after[0]) if after.size else None
     settled = next((int(i) for i in after if values["staleness_mean"][i] < STALENESS_RECOVERED), None)
     recovered = slice(first, None) if first is not None else slice(0, 0)
-    # A resumed job's counters start again from nothing in its new process.
-    since = before.size and "resumed_through_version" not in meta
-    start_counts = {key: float(values[key][before[-1]]) if since else 0.0 for key in COUNTED}
-    counted = {key: int(values[key][-1] - start_counts[key]) if len(values[key]) else None for key in COUNTED}
+    # A resumed job's counters start again from nothing in its new process: each process's increase
+    # from the last row before the fault (or from nothing) to its own last row kept, summed.
+    split = _resumed_at(versions, meta)
+    last_before = int(before[-1]) if before.size else -1
+    counted = {}
+    for key in COUNTED:
+        series = values[key]
+        increases = [float(series[hi - 1]) - (float(series[last_before]) if lo <= last_before else 0.0)
+                     for lo, hi in ((0, split), (split, len(series))) if hi > lo and last_before < hi]
+        counted[key] = int(sum(increases)) if len(series) else None
     in_flight = values["credits_in_flight"][recovered]
     staleness = values["staleness_mean"]
     # How staleness went after the fault: the mean of each 10 s after its end, and before it.
@@ -376,25 +387,39 @@ def measure(name: str, case: Case, fault: Fault, run: Path, reads: RunFileWatch,
     }
 
 
-def chaos_run(folder: Path, name: str, hosts: int) -> dict[str, Any]:
+def case_sampling(name: str, sampling: str = "async") -> str:
+    """The sampling a case runs with: its own when it sets one (actor_kill_sync), else `sampling`."""
+    own = [item.split("=", 1)[1] for item in CASES[name].overrides if item.startswith("runtime.sampling=")]
+    return own[0] if own else sampling
+
+
+def chaos_run(folder: Path, name: str, hosts: int, sampling: str = "async", case: Case | None = None,
+              after_seconds: float = AFTER_SECONDS, warm_version: int = WARM_VERSION) -> dict[str, Any]:
+    """One job with one fault (`CASES[name]`, or `case`), measured (`measure`): its row."""
     from lamarckian_hpc.config import load_config
     from lamarckian_hpc.runtime.run_shape import credit_budget
 
-    case = CASES[name]
-    overrides = [f"runtime.num_actors={hosts}", *case.overrides]
+    case = case or CASES[name]
+    sampling = case_sampling(name, sampling) if name in CASES else sampling
+    overrides = [f"runtime.num_actors={hosts}", f"runtime.sampling={sampling}", *case.overrides]
+    if sampling == "sync" and "runtime.on_node_loss=continue" in overrides:
+        # Refused with synchronous sampling (`config.train`): such a run stops at a node's loss,
+        # with its checkpoint, as `fail` says.
+        overrides.remove("runtime.on_node_loss=continue")
     budget = credit_budget(load_config(CARTPOLE, overrides), hosts)
-    # Training time: the warm-up, the fault (a stopped learner's time counts too), then AFTER_SECONDS;
+    # Training time: the warm-up, the fault (a stopped learner's time counts too), then after_seconds;
     # a requeued job resumes at its checkpoint's training time.
-    max_wall = 45.0 + case.fault_seconds + AFTER_SECONDS
-    launch, job_id, run = launch_cartpole(folder, f"chaos_{name}", hosts, overrides, max_wall,
+    max_wall = 45.0 + case.fault_seconds + after_seconds
+    launch, job_id, run = launch_cartpole(folder, f"chaos_{name}_{sampling}", hosts, overrides, max_wall,
                                          time_minutes=20 if name == "all_faults" else 12)
     reads = RunFileWatch(run)
     returncode = None
     try:
-        wait_for_version(launch, run, WARM_VERSION, timeout_seconds=300)
-        print(f"  {name}: injecting into job {job_id}", flush=True)
+        wait_for_version(launch, run, warm_version, timeout_seconds=300)
+        print(f"  {name} ({sampling}): injecting into job {job_id}", flush=True)
         fault = case.inject(job_id, run, hosts)
-        print(f"  {name}: fault over after {fault.end - fault.start:.1f} s ({fault.injected} injected)", flush=True)
+        print(f"  {name} ({sampling}): fault over after {fault.end - fault.start:.1f} s ({fault.injected} injected)",
+              flush=True)
         launch.wait_for(r"completed: |^error: ", max_wall + 600)
         returncode = launch.process.wait(120)
     finally:
@@ -405,19 +430,24 @@ def chaos_run(folder: Path, name: str, hosts: int) -> dict[str, Any]:
     # The reads' times beside the run file, so that the measure can be checked afterwards.
     run.with_suffix(".reads.json").write_text(json.dumps({"fault": [fault.start, fault.end], "reads": reads.newest}))
     row = measure(name, case, fault, run, reads, returncode, budget)
+    row["sampling"] = sampling
+    row["detail"]["measured"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     row["detail"]["launch_tail"] = [line.strip() for line in launch.output[-3:]]
     return row
 
 
-COLUMNS = ("name", "injected", "first_update_after_s", "longest_update_gap_after_s", "staleness_under_2_after_s",
-           "credits_in_flight_max_after", "credit_budget", "staleness_mean_after", *COUNTED[:6], "finished",
-           "file_read_failures")
+COLUMNS = ("name", "sampling", "injected", "first_update_after_s", "longest_update_gap_after_s",
+           "staleness_under_2_after_s", "credits_in_flight_max_after", "credit_budget", "staleness_mean_after",
+           *COUNTED[:6], "finished", "file_read_failures")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=list(CASES), default=None, help="faults to inject (default all)")
     parser.add_argument("--hosts", type=int, default=8, help="test-cluster nodes of each job (default 8)")
+    parser.add_argument("--sampling", choices=["async", "sync"], default="async",
+                        help="runtime.sampling of every case that does not set its own (default async); "
+                             "a row is kept per case and sampling")
     common.add_common_args(parser)
     args = parser.parse_args()
     names = args.only or list(CASES)
@@ -425,12 +455,13 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="chaos-"))  # kept: the run files and job logs, to look into
     print(f"chaos: runs and logs in {folder}", flush=True)
     for name in names:
-        print(f"chaos: {name} on {args.hosts} hosts ...", flush=True)
+        sampling = case_sampling(name, args.sampling)
+        print(f"chaos: {name} ({sampling} sampling) on {args.hosts} hosts ...", flush=True)
         started = time.monotonic()
         try:
-            row = chaos_run(folder, name, args.hosts)
+            row = chaos_run(folder, name, args.hosts, sampling)
         except (Exception, SystemExit) as error:  # noqa: BLE001 - a fault that broke the benchmark is a row too
-            row = {"name": name, "fault": CASES[name].description, "finished": False,
+            row = {"name": name, "sampling": sampling, "fault": CASES[name].description, "finished": False,
                    "detail": {"error": f"{type(error).__name__}: {error}"[-2000:]}}
         row["hosts"] = args.hosts
         row["detail"]["benchmark_seconds"] = round(time.monotonic() - started)
@@ -441,12 +472,15 @@ def main() -> None:
         print(" | ".join(str(row.get(column, "")) for column in COLUMNS))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     earlier = (common.read_results(RESULTS, args.label) or {}).get("rows", [])
-    merged = {row["name"]: row for row in [*earlier, *rows]}  # a partial run replaces only its own rows
+    # A partial run replaces only its own rows (a case with one sampling).
+    merged = {(row["name"], row.get("sampling") or case_sampling(row["name"])): row for row in [*earlier, *rows]}
     order = list(CASES)
     common.write_results(RESULTS, {
         "time": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "hosts": args.hosts,
         "node_cpus": os.environ.get("TESTCLUSTER_NODE_CPUS") or None,
-        "rows": sorted(merged.values(), key=lambda row: order.index(row["name"]))}, args.label)
+        # Each case with its own sampling first, in the cases' order, then the runs with the other.
+        "rows": [merged[key] for key in sorted(merged, key=lambda key: (key[1] != case_sampling(key[0]),
+                                                                         order.index(key[0])))]}, args.label)
     print(f"\nwrote {RESULTS}")
 
 

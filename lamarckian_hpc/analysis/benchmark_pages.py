@@ -294,7 +294,7 @@ def _learner_scaling(data: dict[str, Any]) -> pd.DataFrame:
 
 
 #: benchmarks/reliability/chaos.py's figures per fault, in the order its page explains them.
-CHAOS_COLUMNS = ["name", "hosts", "injected", "first_update_after_s", "longest_update_gap_after_s",
+CHAOS_COLUMNS = ["name", "sampling", "hosts", "injected", "first_update_after_s", "longest_update_gap_after_s",
                  "staleness_under_2_after_s", "credits_in_flight_max_after", "credit_budget", "staleness_mean_after",
                  "lost_messages", "credits_written_off", "credits_late", "credits_reclaimed", "malformed_messages",
                  "incomplete_batches", "finished", "file_read_failures", "file_reads"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -164,16 +165,20 @@ class RunJob(submitit.helpers.Checkpointable):
         log_dir = spec.log_dir.replace("%j", os.environ.get("SLURM_JOB_ID", "local"))
         driver = DRIVERS[spec.command]
         return run_on_ray_cluster(lambda info: driver(spec, info), settings=settings, log_dir=log_dir,
-                                  keep_result=keep_job_result)
+                                  keep_outcome=keep_job_outcome)
 
 
-def keep_job_result(result: dict[str, Any]) -> None:
-    """Write the driver's result where submitit writes a returned one (its result pickle, as
-    submitit's own worker does), for a rank 0 that MPI keeps from returning: the launcher then
-    reports the run that finished instead of a job that ended without a result."""
+def keep_job_outcome(outcome: dict[str, Any] | BaseException) -> None:
+    """Write the driver's result, or its error with its traceback, where submitit writes a returned
+    or raised one (its result pickle, as submitit's own worker does), for a rank 0 that MPI keeps
+    from returning: the launcher then reports the run's end instead of a job without a result."""
+    if isinstance(outcome, BaseException):
+        kept = ("error", "".join(traceback.format_exception(type(outcome), outcome, outcome.__traceback__)))
+    else:
+        kept = ("success", outcome)
     paths = submitit.JobEnvironment().paths
     with submitit.core.utils.temporary_save_path(paths.result_pickle) as path:
-        submitit.core.utils.cloudpickle_dump(("success", result), path)
+        submitit.core.utils.cloudpickle_dump(kept, path)
 
 
 def describe_result(result: dict[str, Any]) -> str:

@@ -120,19 +120,20 @@ def ray_start_command(node: NodeInfo, label: str, head_address: str | None, temp
 
 
 def end_if_stuck(seconds: float, exit_code: int, rank: int, node: RayNodeJoin | None = None,
-                 keep_result: Callable[[], None] | None = None) -> threading.Timer:
+                 keep_outcome: Callable[[], None] | None = None) -> threading.Timer:
     """End this process with `exit_code` unless it has exited within `seconds` (a daemon timer: it
-    also runs while MPI_Finalize does, at exit), after `keep_result` (rank 0: the driver's result,
-    which the process would have returned) and killing this rank's Ray `node`: a head left running
-    would keep the ranks that watch it waiting. The run's files are closed by then."""
+    also runs while MPI_Finalize does, at exit), after `keep_outcome` (rank 0: the driver's result
+    or error, which the process would have returned or raised) and after killing this rank's Ray
+    `node`: a head left running would keep the ranks that watch it waiting. The run's files are
+    closed by then."""
     def end() -> None:
         log.error("rank %d: MPI did not let this process end within %.0f s of its last wait (a node that "
                   "dropped off the network leaves MPI stuck); ending it with exit code %d", rank, seconds, exit_code)
-        if keep_result is not None:
+        if keep_outcome is not None:
             try:
-                keep_result()
+                keep_outcome()
             except Exception:  # noqa: BLE001 - the process must end all the same
-                log.exception("rank %d: could not keep the driver's result", rank)
+                log.exception("rank %d: could not keep the driver's outcome", rank)
         if node is not None:
             node.kill()
         logging.shutdown()
@@ -238,14 +239,14 @@ def _wait_for_nodes(labels: tuple[str, ...], timeout_seconds: float, processes: 
 
 def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
                        settings: RaySettings | None = None, log_dir: str | None = None,
-                       keep_result: Callable[[T], None] | None = None) -> T | None:
+                       keep_outcome: Callable[[T | BaseException], None] | None = None) -> T | None:
     """Collective: start Ray over all ranks, run `driver` on rank 0 (the head), tear down.
 
     Returns the driver's result on rank 0 and None elsewhere; a driver exception propagates on
     rank 0 after the teardown. It is a job task's whole work: the process should end soon after
     it returns, and is ended (exit code 0, or 1 when the driver failed) after EXIT_GRACE_SECONDS
-    if MPI holds it; rank 0 then hands the driver's result to `keep_result` first, since it will
-    never return it.
+    if MPI holds it; rank 0 then hands the driver's result, or its exception, to `keep_outcome`
+    first, since it will never return or raise it.
     """
     from mpi4py import MPI
 
@@ -322,18 +323,24 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
     # once the head is gone (HeadGone), and the error should reach the user.
     release_seconds, barrier_seconds = FAILED_WAIT_SECONDS, FAILED_WAIT_SECONDS
     driven = False
+    outcome: Any = None
     try:
         head_process = process
         if _join_in_waves(comm, settings, None, lambda: not head_process.process.alive()) is None:
             raise RayClusterError(f"the Ray head exited while the nodes joined:\n{head_process.process.log_tail()}")
         result = _drive(driver, layout, labels, head_address, env, settings, process, bootstrap_started)
         release_seconds, barrier_seconds = settings.stop_timeout_seconds, settings.stop_timeout_seconds + 10
-        driven = True
+        driven, outcome = True, result
         return result
+    except BaseException as error:
+        outcome = error
+        # Said at once: MPI may hold this process in the teardown below until it is ended.
+        log.error("rank 0: the run failed: %s", error)
+        raise
     finally:
         end_if_stuck(release_seconds + barrier_seconds + settings.stop_timeout_seconds + EXIT_GRACE_SECONDS,
                      0 if driven else 1, rank, process,
-                     (lambda: keep_result(result)) if driven and keep_result is not None else None)
+                     (lambda: keep_outcome(outcome)) if keep_outcome is not None and outcome is not None else None)
         if wait_request(comm.Ibcast(release, root=0), release_seconds):
             wait_request(comm.Ibarrier(), barrier_seconds)
         process.stop(settings.stop_timeout_seconds)
