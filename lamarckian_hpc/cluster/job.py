@@ -176,7 +176,9 @@ def keep_job_outcome(outcome: dict[str, Any] | BaseException) -> None:
         kept = ("error", "".join(traceback.format_exception(type(outcome), outcome, outcome.__traceback__)))
     else:
         kept = ("success", outcome)
-    paths = submitit.JobEnvironment().paths
+    # The job is a Slurm one: submitit's generic JobEnvironment would look its plugins up through
+    # pkg_resources (submitit 1.5.0), which recent setuptools no longer ship.
+    paths = submitit.slurm.slurm.SlurmJobEnvironment().paths
     with submitit.core.utils.temporary_save_path(paths.result_pickle) as path:
         submitit.core.utils.cloudpickle_dump(kept, path)
 
