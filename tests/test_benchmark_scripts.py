@@ -54,3 +54,20 @@ def test_committed_results_are_labelled_entries() -> None:
         document = json.loads(path.read_text())
         labels = [entry["label"] for entry in document["entries"]]
         assert document["benchmark"] == path.stem and len(labels) == len(set(labels)) and "main" in labels, path
+
+
+def test_the_gpu_check_dry_run_writes_its_checks_and_rows(tmp_path: Path) -> None:
+    """The GPU check runs only where a GPU is lent, so its CPU dry run keeps it working between
+    those runs: the same code path, small batches, no Ray."""
+    output = tmp_path / "gpu_learner_check.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "scale" / "gpu_learner_check.py"), "--device", "cpu",
+                           "--quick", "--budget-seconds", "60", "--output", str(output)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    entry = common.read_results(output)
+    assert entry is not None and entry["ray_imported"] is False
+    assert not [key for key in entry["checks"] if key.endswith("_error")], entry["checks"]
+    assert entry["checks"]["adam_fused_vs_torch_fused_ok"] and entry["checks"]["ppo_learner_graph_vs_eager_ok"]
+    assert [(row["workload"], row["device"]) for row in entry["rows"]] == [
+        ("pong-nature", "cpu"), ("cartpole", "cpu"), ("football", "cpu")]
+    assert all(row["steps_per_second"] > 0 for row in entry["rows"])

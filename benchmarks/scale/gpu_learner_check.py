@@ -271,7 +271,7 @@ def main() -> None:
             result["checks"].update(part(device))
         except Exception:  # the timing parts still run; the failure is in the JSON and the output
             result["checks"][f"{part.__name__}_error"] = traceback.format_exc()
-    print("load average:", result["load_average"], "gpu:", result["gpu"], "torch:", torch.__version__, flush=True)
+    print("load average:", common.load_average(), "gpu:", result["gpu"], "torch:", torch.__version__, flush=True)
     print("checks:", json.dumps(result["checks"], default=str), flush=True)
     save()
     result["transfers"] = transfers(device, 512 if args.quick else 8192, 2 if args.quick else 5)
