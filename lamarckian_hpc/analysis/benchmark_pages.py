@@ -293,6 +293,13 @@ def _learner_scaling(data: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
+def _learner_scaling_to_target(data: dict[str, Any]) -> pd.DataFrame:
+    """Points run to a target return (`--target-return`): when each reached it."""
+    return pd.DataFrame(data["rows"]).reindex(
+        columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
+                 "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"])
+
+
 #: benchmarks/reliability/chaos.py's figures per fault, in the order its page explains them.
 CHAOS_COLUMNS = ["name", "sampling", "hosts", "injected", "first_update_after_s", "longest_update_gap_after_s",
                  "staleness_under_2_after_s", "credits_in_flight_max_after", "credit_budget", "staleness_mean_after",
@@ -325,14 +332,10 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
     "learner_scaling": _learner_scaling,
-    "learner_scaling:curve": lambda data: pd.DataFrame(data["rows"]).reindex(
-        columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
-                 "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
+    "learner_scaling:pong_image": _learner_scaling,
+    "learner_scaling:curve": _learner_scaling_to_target, "learner_scaling:to_475": _learner_scaling_to_target,
     "allreduce_under_quota": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["ranks", "cpus", "period_us", "allreduce_ms", "step_ms"]),
-    "learner_scaling:to_475": lambda data: pd.DataFrame(data["rows"]).reindex(
-        columns=["workload", "ranks", "reached", "frames_to_target", "seconds_to_target", "return_final",
-                 "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"]),
     "learner_ranks_ceiling": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["workload", "ranks", "batch", "shard", "update_seconds", "steps_per_second", "speed_up",
                  "collective_ms_per_update"]),
