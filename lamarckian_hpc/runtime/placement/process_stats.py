@@ -7,15 +7,24 @@ import time
 import psutil
 
 
+#: The shortest span a utilization is measured over. Finding the process tree reads every process's
+#: /proc entry: measured each update, that was 8% of a CartPole learner's time on 8 test-cluster
+#: hosts (10 updates a second, about 170 processes on the machine).
+MIN_INTERVAL_SECONDS = 2.0
+
+
 class TreeCpuMeter:
     """CPU seconds of this process and all its descendants (Ray's workers included) per wall second
-    and core, between successive calls of `sample`."""
+    and core, over the span since the previous measurement; `sample` measures anew only once that
+    span is at least `min_interval_seconds`, and otherwise gives the previous figure."""
 
-    def __init__(self, num_cores: int) -> None:
+    def __init__(self, num_cores: int, min_interval_seconds: float = MIN_INTERVAL_SECONDS) -> None:
         self.num_cores = max(1, num_cores)
+        self.min_interval_seconds = min_interval_seconds
         self.root = psutil.Process()
         self._seen: dict[int, float] = {}
         self._last_wall = time.monotonic()
+        self._last: float | None = None
         self._cpu_seconds()
 
     def _cpu_seconds(self) -> float:
@@ -41,6 +50,9 @@ class TreeCpuMeter:
 
     def sample(self) -> float:
         now = time.monotonic()
+        if self._last is not None and now - self._last_wall < self.min_interval_seconds:
+            return self._last
         gained = self._cpu_seconds()
         elapsed, self._last_wall = now - self._last_wall, now
-        return gained / max(elapsed, 1e-9) / self.num_cores
+        self._last = gained / max(elapsed, 1e-9) / self.num_cores
+        return self._last
