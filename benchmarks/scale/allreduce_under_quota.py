@@ -1,5 +1,6 @@
-"""What a CPU quota does to a lockstep of learner ranks: gloo all-reduce milliseconds of a CartPole
-model's gradients (34,563 float32) between N local processes, each free or in a CFS group of its own.
+"""What a CPU quota does to a lockstep of learner ranks: gloo all-reduce milliseconds of a model's
+gradients (`--parameters` float32; CartPole's 34,563 by default) between N local processes, each free
+or in a CFS group of its own.
 
 `learner_scaling.py` emulates a host per rank with a fractional-core quota, and its ranks meet in an
 all-reduce at every minibatch step. A rank on a host of its own runs without pause; a rank in a
@@ -9,6 +10,8 @@ share), then the all-reduce; the figure is the mean all-reduce milliseconds (wai
 the mean step, for each setting. Root needed for the groups (cgroup v1 cpu, `cpu_groups.CpuGroup`).
 
     python benchmarks/scale/allreduce_under_quota.py --ranks 2 4 --cpus 0.175 --periods-us 10000 100000
+    python benchmarks/scale/allreduce_under_quota.py --parameters 1687719 --compute-ms 28 --cpus 0.1 \
+        --periods-us 10000 --label cnn    # image Pong's CNN, as learner_scaling.py's pong-image runs it
 
 Prints a Markdown table and writes benchmarks/results/allreduce_under_quota.json.
 """
@@ -31,7 +34,8 @@ import common  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results" / "allreduce_under_quota.json"
-PARAMETERS = 34_563  # CartPole's (256, 128) shared-trunk model of learner_scaling.py
+#: CartPole's (256, 128) shared-trunk model of learner_scaling.py.
+CARTPOLE_PARAMETERS = 34_563
 
 
 def _rank(rank: int, world: int, port: int, group: str | None, args: dict[str, Any], out: Any) -> None:
@@ -39,7 +43,7 @@ def _rank(rank: int, world: int, port: int, group: str | None, args: dict[str, A
         Path(group, "cgroup.procs").write_text(f"{os.getpid()}\n")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    buffer = torch.ones(PARAMETERS)
+    buffer = torch.ones(args["parameters"])
     spent, steps = [], []
     for step in range(args["warmup"] + args["steps"]):
         started, cpu = time.perf_counter(), time.thread_time()
@@ -70,7 +74,8 @@ def measure(world: int, cpus: float | None, period_us: int | None, args: argpars
         port = probe.getsockname()[1]
     context = mp.get_context("spawn")
     out = context.Queue()
-    settings = {"compute_ms": args.compute_ms, "steps": args.steps, "warmup": args.warmup}
+    settings = {"compute_ms": args.compute_ms, "steps": args.steps, "warmup": args.warmup,
+                "parameters": args.parameters}
     processes = [context.Process(target=_rank, args=(rank, world, port, str(groups[rank].path) if groups else None,
                                                      settings, out)) for rank in range(world)]
     try:
@@ -82,7 +87,8 @@ def measure(world: int, cpus: float | None, period_us: int | None, args: argpars
     finally:
         for group in groups:
             group.remove()
-    return {"ranks": world, "cpus": cpus, "period_us": period_us if cpus else None, **result}
+    return {"ranks": world, "parameters": args.parameters, "compute_ms": args.compute_ms, "cpus": cpus,
+            "period_us": period_us if cpus else None, **result}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--cpus", type=float, default=0.175, help="each rank's quota in cores")
     parser.add_argument("--periods-us", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--parameters", type=int, default=CARTPOLE_PARAMETERS,
+                        help="float32 values all-reduced per step (the model's parameters)")
     parser.add_argument("--compute-ms", type=float, default=3.0, help="busy work before each all-reduce")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5)
@@ -109,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {row['ranks']} | {quota} | {period} | {row['allreduce_ms']:.2f} | {row['step_ms']:.2f} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     common.write_results(args.output, {
-        "parameters": PARAMETERS, "compute_ms": args.compute_ms, "steps": args.steps,
+        "parameters": args.parameters, "compute_ms": args.compute_ms, "steps": args.steps,
         "rows": rows}, args.label)
     print(f"wrote {args.output}  (load average {os.getloadavg()[0]:.1f})")
     return 0

@@ -10,7 +10,8 @@ it) as the mean of the per-update means and the largest value, leaving out the f
 updates (start-up); env steps per second sampled over the same span (env frames between the
 first kept update and the last, over the wall time between them); steps trained per second; and
 the steps dropped as older than `runtime.max_policy_lag`. Sides alternate within each repeat, so
-a busy machine slows both alike.
+a busy machine slows both alike; `--variant OVERRIDES` adds a side of this checkout with those
+overrides, alternating with the others.
 
     python benchmarks/scale/policy_lag.py --actors 2 32 [--seconds 60] [--baseline /tmp/old] [--repeats 1]
 
@@ -125,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="another checkout to measure in the same run")
     parser.add_argument("--baseline-overrides", nargs="*", default=[], help="overrides for the baseline only")
     parser.add_argument("--overrides", nargs="*", default=[], help="overrides for this checkout only")
+    parser.add_argument("--variant", action="append", default=[], metavar="OVERRIDES",
+                        help="one more side of this checkout, with these space-separated overrides "
+                             "(e.g. 'runtime.batches_in_flight=1.5'); may be given more than once")
     parser.add_argument("--hosts", type=int, help="launch on this many Slurm nodes instead (see above)")
     parser.add_argument("--cpus-per-node", type=int, default=2, help="with --hosts: cores per node")
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -133,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.hosts is not None:
         args.actors = [args.hosts * args.cpus_per_node - 1]  # a core per actor, the learner's aside
     sides = {"this": (ROOT, args.overrides)}
+    for variant in args.variant:
+        sides[f"this, {variant}"] = (ROOT, [*args.overrides, *variant.split()])
     if args.baseline is not None:
         sides["baseline"] = (args.baseline.resolve(), args.baseline_overrides)
     rows: list[dict[str, Any]] = []
@@ -140,15 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         for actors in args.actors:
             runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
             for repeat in range(args.repeats):
-                for side, (code, extra) in sides.items():
-                    name = f"{side}-{actors}-{repeat}"
+                for number, (side, (code, extra)) in enumerate(sides.items()):
+                    name = f"side{number}-{actors}-{repeat}"  # a file name, whatever the side's overrides
                     if args.hosts is None:
                         path = train_on_this_host(code, actors, args.seconds, Path(folder), name, extra)
                     else:
                         path = launch_on_hosts(code, args.hosts, args.cpus_per_node, args.seconds, Path(folder),
                                                name, extra)
                     runs[side].append(read_run(path, args.skip))
-                    print(f"  {name}: {json.dumps(runs[side][-1])}", flush=True)
+                    print(f"  {name} ({side}): {json.dumps(runs[side][-1])}", flush=True)
             for side, figures in runs.items():
                 row = {"side": side, "hosts": args.hosts or 1, "actors": actors, "repeats": len(figures)}
                 for key in figures[0]:

@@ -336,6 +336,8 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "learner_scaling:curve": _learner_scaling_to_target, "learner_scaling:to_475": _learner_scaling_to_target,
     "allreduce_under_quota": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["ranks", "cpus", "period_us", "allreduce_ms", "step_ms"]),
+    "allreduce_under_quota:cnn": lambda data: pd.DataFrame(data["rows"]).reindex(
+        columns=["ranks", "parameters", "compute_ms", "cpus", "period_us", "allreduce_ms", "step_ms"]),
     "learner_ranks_ceiling": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["workload", "ranks", "batch", "shard", "update_seconds", "steps_per_second", "speed_up",
                  "collective_ms_per_update"]),
