@@ -300,6 +300,14 @@ def _learner_scaling_to_target(data: dict[str, Any]) -> pd.DataFrame:
                  "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"])
 
 
+def _allreduce_under_quota(data: dict[str, Any]) -> pd.DataFrame:
+    """One row per setting; the model's size and the compute per step where the entry records them
+    per row (entries before `--parameters` kept them for the whole run)."""
+    frame = pd.DataFrame(data["rows"])
+    return frame[[c for c in ["ranks", "parameters", "compute_ms", "cpus", "period_us", "allreduce_ms", "step_ms"]
+                  if c in frame]]
+
+
 #: benchmarks/reliability/chaos.py's figures per fault, in the order its page explains them.
 CHAOS_COLUMNS = ["name", "sampling", "hosts", "injected", "first_update_after_s", "longest_update_gap_after_s",
                  "staleness_under_2_after_s", "credits_in_flight_max_after", "credit_budget", "staleness_mean_after",
@@ -334,10 +342,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "learner_scaling": _learner_scaling,
     "learner_scaling:pong_image": _learner_scaling,
     "learner_scaling:curve": _learner_scaling_to_target, "learner_scaling:to_475": _learner_scaling_to_target,
-    "allreduce_under_quota": lambda data: pd.DataFrame(data["rows"]).reindex(
-        columns=["ranks", "cpus", "period_us", "allreduce_ms", "step_ms"]),
-    "allreduce_under_quota:cnn": lambda data: pd.DataFrame(data["rows"]).reindex(
-        columns=["ranks", "parameters", "compute_ms", "cpus", "period_us", "allreduce_ms", "step_ms"]),
+    "allreduce_under_quota": _allreduce_under_quota, "allreduce_under_quota:cnn": _allreduce_under_quota,
     "learner_ranks_ceiling": lambda data: pd.DataFrame(data["rows"]).reindex(
         columns=["workload", "ranks", "batch", "shard", "update_seconds", "steps_per_second", "speed_up",
                  "collective_ms_per_update"]),
