@@ -113,8 +113,10 @@ def inspect_command(args: argparse.Namespace) -> int:
     per_node = summary.meta.get("actors_per_node")
     if isinstance(per_node, dict):
         nodes = ", ".join(f"{node} {count}" for node, count in per_node.items())
+        steps = summary.meta.get("message_steps")
         console.print(f"{sum(per_node.values())} actors on {len(per_node)} node(s): {nodes}; "
-                      f"{summary.meta.get('broadcast_layout', 'flat')} layout", highlight=False)
+                      f"{summary.meta.get('broadcast_layout', 'flat')} layout"
+                      + (f", messages of {steps} env steps" if steps else ""), highlight=False)
     for policy, index in recorded.items():  # what `replay --episode K [--member M]` can show
         numbers, members = index["episode"], sorted({int(member) for member in index["member"] if member >= 0})
         shown = ", ".join(str(number) for number in numbers[:8]) + (", ..." if len(numbers) > 8 else "")

@@ -268,3 +268,4 @@ def test_local_ray_run_authenticates_itself_and_keeps_its_files_to_itself(tmp_pa
         assert reader.meta["learner_experience_connections"] == 1 == sum(reader.meta["actors_per_node"].values())
         assert reader.meta["learner_experience_address"].startswith("tcp://127.0.0.1:")
         assert reader.meta["learner_weights_address"] != reader.meta["learner_experience_address"]
+        assert reader.meta["message_steps"] == 256  # what the run decided: a rollout of 32 ticks of 8 envs

@@ -18,7 +18,8 @@ from lamarckian_hpc.comm.credits import CreditLedger
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.runtime.run_shape import credit_budget, credit_window, message_steps
+from lamarckian_hpc.runtime.run_shape import (MESSAGE_SAMPLING_SECONDS, credit_budget, credit_window, env_step_seconds,
+                                              message_steps, timed_message_ticks, with_message_ticks)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROUTE = (b"r",)
@@ -115,6 +116,40 @@ def test_messages_sizes_and_credits_follow_the_actor_count() -> None:
     assert credit_budget(more, 32) == 2 * credit_budget(config, 32)
     dqn = load_config(CONFIGS / "dqn_cartpole.yaml")
     assert credit_budget(dqn, 16) == 16  # an update per message: every actor keeps one in flight
+
+
+def test_fast_environments_send_larger_messages_and_the_budget_follows() -> None:
+    """Shares of a batch are raised to about MESSAGE_SAMPLING_SECONDS of sampling, at most a
+    rollout; a slow environment keeps its shares; the credits stay one batch's worth of steps."""
+    config = load_config(CONFIGS / "ppo_cartpole.yaml", ["algorithm.batch_size=4096"])
+    rollout_ticks, envs = config.runtime.rollout_steps, config.env.num_envs
+    assert timed_message_ticks(config, 32, step_seconds=1e-6) == rollout_ticks  # fast: a whole rollout
+    assert timed_message_ticks(config, 32, step_seconds=0.01) == 4096 // 32 // envs  # slow: the share
+    middle = MESSAGE_SAMPLING_SECONDS / envs / 24  # 24 ticks take the target time
+    assert timed_message_ticks(config, 6000, step_seconds=middle) == 24
+    for ticks in (1, 24, rollout_ticks):
+        decided = config.model_copy(update={"runtime": config.runtime.model_copy(update={"message_ticks": ticks})})
+        assert message_steps(decided, 6000) == ticks * envs
+        in_flight_steps = credit_budget(decided, 6000) * message_steps(decided, 6000)
+        assert 4096 <= in_flight_steps < 4096 + ticks * envs  # still one batch in flight
+    small = load_config(CONFIGS / "ppo_cartpole.yaml", ["algorithm.batch_size=64"])
+    assert timed_message_ticks(small, 1, step_seconds=1e-6) == 64 // envs  # never more than a batch
+    capped = load_config(CONFIGS / "ppo_cartpole.yaml", ["runtime.message_ticks=1000"])
+    assert message_steps(capped, 2) == rollout_ticks * envs  # never more than a rollout
+
+
+def test_a_run_decides_its_message_ticks_once_and_only_where_asked() -> None:
+    config = load_config(CONFIGS / "ppo_cartpole.yaml")
+    step = env_step_seconds(config)
+    assert 0 < step < 0.01  # CartPole: microseconds a step
+    decided = with_message_ticks(config, 15)
+    assert decided.runtime.message_ticks == config.runtime.rollout_steps  # fast: whole rollouts
+    assert with_message_ticks(decided, 15) is decided  # set: kept as it is
+    for overrides in (["runtime.sampling=sync"], ["runtime.message_ticks=2"]):
+        kept = load_config(CONFIGS / "ppo_cartpole.yaml", overrides)
+        assert with_message_ticks(kept, 15).runtime.message_ticks == kept.runtime.message_ticks
+    dqn = load_config(CONFIGS / "dqn_cartpole.yaml")  # a message per update: nothing to decide
+    assert with_message_ticks(dqn, 15).runtime.message_ticks is None
 
 
 @pytest.fixture

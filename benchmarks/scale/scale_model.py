@@ -21,7 +21,9 @@ Throughput: X(n) = min(n * x, L). x is a host's sampling rate (least squares thr
 over the 1-4 host points of each layout). L is the learner's ceiling: its CPU per second grows
 as f + v * X (fitted on the same points from the learner's measured cores), so L = (cores - f) / v
 on the learner's cores. At scale a message carries the runtime's share of a batch
-(`runtime.run_shape.message_steps`: 256 frames per message on a few hosts, 8 at 6000 actors), and
+(`runtime.run_shape.message_steps`: 256 frames per message on a few hosts, 8 at 6000 actors; a run
+of a fast environment raises them to about 20 ms of sampling, `timed_message_ticks`, which the
+model leaves out, so its per-message cost is an upper bound there), and
 `fan_in.py`'s learner CPU per message at that many connections (direct for flat, relayed for
 tree) is added per frame; the credits (`batches_in_flight` batches of messages) cap the actors
 sampling at once.
@@ -259,7 +261,8 @@ def message_cost(fan: dict[str, Any] | None, mode: str, actors: int) -> float:
 
 
 def message_frames(batch: int, actors: int, num_envs: int, rollout_steps: int) -> int:
-    """`runtime.run_shape.message_steps`: a rollout, or the actor's share of a batch when smaller."""
+    """`runtime.run_shape.message_steps` before a run decides its ticks: a rollout, or the actor's
+    share of a batch when smaller (what a slow environment's messages stay)."""
     share = math.ceil(batch / actors)
     return min(rollout_steps * num_envs, max(num_envs, math.ceil(share / num_envs) * num_envs))
 

@@ -187,7 +187,13 @@ class RuntimeConfig(Section):
         "async", description="async: actors never wait for the learner; sync: each batch from the current policy."
     )
     num_actors: int | None = Field(None, ge=1, le=100_000, description="Actor processes; default one per core.")
-    rollout_steps: int = Field(32, ge=1, description="Ticks an actor samples per message it sends.")
+    rollout_steps: int = Field(32, ge=1, description="Ticks an actor samples per message it sends, at most.")
+    message_ticks: int | None = Field(
+        None, ge=1, le=1_000_000,
+        description="Ticks an actor samples per message (at most runtime.rollout_steps). Default: its share of a "
+                    "batch in asynchronous sampling, raised to about 20 ms of sampling where the environment is "
+                    "fast (timed on the learner's node at start and logged): every message costs its actor, the "
+                    "relays and the learner the same work however few steps it carries.")
     max_policy_lag: int | None = Field(
         4, ge=0, le=1_000_000,
         description="Drop samples more than this many policy versions older than the learner's, counted in the "

@@ -47,7 +47,7 @@ from ..placement.process_stats import TreeCpuMeter
 from ..placement.ray_actors import init_ray, start_actors
 from ..placement.ray_setup import answers, ray_cpus, reachable_host, shutdown_ray
 from .recording import RecordedEpisodes
-from ..run_shape import POLICY_ID, credit_budget, spaces_of, steps_per_update
+from ..run_shape import POLICY_ID, credit_budget, message_steps, spaces_of, steps_per_update, with_message_ticks
 from ..placement.relay_tree import RankRoutes, RelayTree, plan_nodes
 from ..learner.lockstep import agree, reduce_numbers
 from ..learner.ranks import (LearnerGroup, plan_shards, rank_config, serving_joins,
@@ -128,13 +128,14 @@ class DistributedTrainer(ExperienceIntake):
         raise_open_file_limit(2 * self.num_actors)
         self.context = zmq.Context(io_threads=io_threads_for(2 * self.num_actors))
         config, self.keys, self.own_key_folder = job_keys(config)
-        config = with_message_limit(config, self.learner.weights(), message_spaces)
+        config = with_message_limit(with_message_ticks(config, self.num_actors), self.learner.weights(), message_spaces)
         self.started_ray = init_ray(config, num_cpus=ray_cpus(config.runtime.num_actors))
         # Actors may run on any node of the Ray cluster: they are given addresses bound on this
         # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.
         host = config.runtime.bind_address or reachable_host(self.started_ray)
         self.host = host
         budget = credit_budget(config, self.num_actors)
+        self.message_steps = message_steps(config, self.num_actors)  # in the run file's /meta
         #: Learner ranks 1.. (Ray actors), the actors' shards, and the group once formed (`train`).
         self.rank_actors: list[Any] = []
         self.shards: ShardPlan | None = None
