@@ -270,7 +270,8 @@ def test_async_ppo_learns_through_the_tree_of_simulated_nodes_and_outlives_a_rel
     assert stats["sim2"]["experience_up"] > 0 and stats["sim3"]["experience_up"] > 0, stats
     assert stats["sim2"]["credits_down"] > 0, stats
     assert sum(len(route) >= 2 for route in routes) >= 3, routes  # the actors of sim1..sim3, through relays
-    assert len(first_hops) <= 3, first_hops  # never one connection per actor: relays sim1, sim2 (and sim3 after
-    # its parent died, re-attached to the learner) and sim0's own actor
+    # The learner's connections are relays (sim1, sim2, sim3 once re-attached to it, the restarted
+    # sim1 again) and sim0's own actor: never a connection of another node's actor.
+    assert len([hop for hop in first_hops if not hop.startswith(b"relay:")]) == 1, first_hops
     staleness = [report.metrics["staleness_max"] for report in killer.reports]
     assert all(np.isfinite(staleness)) and max(staleness) > 0  # recorded, and async samples do age

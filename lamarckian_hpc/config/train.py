@@ -192,7 +192,8 @@ class RuntimeConfig(Section):
         None, ge=1, le=1_000_000,
         description="Ticks an actor samples per message (at most runtime.rollout_steps). Default: its share of a "
                     "batch in asynchronous sampling, raised to about 20 ms of sampling where the environment is "
-                    "fast (timed on the learner's node at start and logged): every message costs its actor, the "
+                    "fast (timed on the learner's node at start; the run file's /meta records message_steps): every "
+                    "message costs its actor, the "
                     "relays and the learner the same work however few steps it carries.")
     max_policy_lag: int | None = Field(
         4, ge=0, le=1_000_000,

@@ -53,9 +53,8 @@ def message_steps(config: RunConfig, num_actors: int) -> int:
 def timed_message_ticks(config: RunConfig, num_actors: int, step_seconds: float) -> int:
     """Ticks per message for an environment whose step takes `step_seconds`: an actor's share of a
     batch, or as many ticks as take `MESSAGE_SAMPLING_SECONDS` where that is more, at most a rollout
-    and a batch.
-    Fewer actors then sample at once (the credits are a batch's worth of messages); a fast
-    environment's few still fill a batch in that time, and a slow one's messages stay shares."""
+    and a batch. Fewer actors then sample at once (the credits are a batch's worth of messages); a
+    fast environment's few still fill a batch in that time, and a slow one's messages stay shares."""
     num_envs = config.env.num_envs
     share_ticks = message_steps(config, num_actors) // num_envs
     timed = math.ceil(MESSAGE_SAMPLING_SECONDS / (max(step_seconds, 1e-9) * num_envs))
