@@ -110,6 +110,8 @@ def inspect_command(args: argparse.Namespace) -> int:
     console.print(f"[bold]{path}[/bold]  ({status})")
     console.print(f"env frames {summary.env_frames:,}   wall time {summary.wall_time_seconds:.1f} s   "
                   f"package {summary.meta.get('package_version')}   host {summary.meta.get('hostname')}")
+    if summary.meta.get("learner_device"):
+        console.print(f"learner on {summary.meta['learner_device']}", highlight=False)
     per_node = summary.meta.get("actors_per_node")
     if isinstance(per_node, dict):
         nodes = ", ".join(f"{node} {count}" for node, count in per_node.items())

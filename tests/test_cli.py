@@ -74,6 +74,7 @@ def test_train_writes_a_complete_run_file(smoke_run: SmokeRun) -> None:
         assert reader.config["env"]["id"] == resolved.env.id == "CartPole-v1"
         assert reader.meta["config_file"] == "configs/ppo_cartpole.yaml"
         assert reader.meta["broadcast_layout"] == "serial"  # no actors, no broadcast
+        assert reader.meta["learner_device"].startswith("cpu: ")  # which device, and why (no GPU here)
         assert reader.closed_cleanly is True
         summary = reader.summary()
         num_updates = SMOKE_ENV_STEPS // resolved.algorithm.batch_size
@@ -108,6 +109,7 @@ def test_inspect_prints_config_and_metric_names(smoke_run: SmokeRun) -> None:
     result = run_cli(["inspect", str(directory / "smoke.h5")])
     assert result.returncode == 0, result.stderr
     assert "(completed)" in result.stdout
+    assert "learner on cpu: " in result.stdout  # the device the learner chose, and why
     for text in ("seed", "env.id", "CartPole-v1", "algorithm.batch_size", "loss_policy", "episode_return_mean",
                  "env_frames_per_second"):
         assert text in result.stdout, text
@@ -269,3 +271,4 @@ def test_local_ray_run_authenticates_itself_and_keeps_its_files_to_itself(tmp_pa
         assert reader.meta["learner_experience_address"].startswith("tcp://127.0.0.1:")
         assert reader.meta["learner_weights_address"] != reader.meta["learner_experience_address"]
         assert reader.meta["message_steps"] == 256  # what the run decided: a rollout of 32 ticks of 8 envs
+        assert reader.meta["learner_device"].startswith("cpu: ")

@@ -215,7 +215,7 @@ class RuntimeConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Learner device. auto takes a GPU if present for a CNN, PPO or IMPALA learner (their "
                             "minibatch steps replay as CUDA graphs there) and the CPU's threads for other MLP "
-                            "learners; the learner's log says which and why.")
+                            "learners; the run file's /meta (learner_device) says which and why.")
     torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads of the learner process.")
     broadcast: Literal["auto", "flat", "tree"] = Field(
         "auto", description="How weights go down and experience comes up. flat: every actor connects to the learner; "

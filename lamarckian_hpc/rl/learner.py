@@ -66,8 +66,8 @@ class LearnerBase:
                              "ppo and impala learn on several (runtime.learners)")
         self.config = config
         self.rng = np.random.default_rng(config.seed)
-        self.device, reason = choose_device(config.runtime.device, config.model.kind, config.algorithm.name)
-        log.info("learner on %s: %s", self.device, reason)
+        self.device, self.device_reason = choose_device(config.runtime.device, config.model.kind, config.algorithm.name)
+        log.info("learner on %s: %s", self.device, self.device_reason)  # and in the run file's /meta
         #: On a GPU: experience goes through pinned memory without waiting (`rl.device.to_device`);
         #: False takes the pageable copy (for measuring what the pinned one gains).
         self.pinned_transfers = True

@@ -115,6 +115,9 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
         meta = {**(meta or {}), **(layout.meta() if layout is not None else {"broadcast_layout": "serial"})}
         if getattr(trainer, "message_steps", None) is not None:  # what the run decided (`run_shape.with_message_ticks`)
             meta["message_steps"] = trainer.message_steps
+        learner = getattr(trainer, "learner", None)
+        if getattr(learner, "device_reason", None) is not None:  # runtime.device, as the learner chose it
+            meta["learner_device"] = f"{learner.device}: {learner.device_reason}"
         names = metric_names_for(config)
         reserve = int(config.storage.min_free_megabytes * MEGABYTE)
         options = trajectory_writer_options(config, trainer.spaces, *(config.multiagent.trained if config.multiagent
