@@ -36,6 +36,7 @@ def _history(path: Path) -> dict[str, np.ndarray]:
         return reader.population()
 
 
+@pytest.mark.second_pass
 def test_killed_evolution_resumes_to_the_same_history_as_an_uninterrupted_run(tmp_path):
     config = str(ROOT / "configs" / "nsga2_zdt1.yaml")
     _evolve(tmp_path, config, *COMMON, "storage.run_name=straight")
@@ -91,6 +92,7 @@ def test_a_run_the_config_does_not_fit_is_refused_in_one_line(short_run, tmp_pat
     assert refused.returncode == 2 and len(lines) == 1 and words in lines[0], refused.stderr
 
 
+@pytest.mark.second_pass
 @pytest.mark.parametrize("config, overrides", [
     ("ga_tsp.yaml", ["algorithm.population_size=12", "algorithm.offspring_per_step=4"]),
     ("ga_rastrigin.yaml", ["algorithm.population_size=10", "algorithm.variant=steady_state"]),

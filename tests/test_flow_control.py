@@ -18,8 +18,9 @@ from lamarckian_hpc.comm.credits import CreditLedger
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.runtime.run_shape import (MESSAGE_SAMPLING_SECONDS, credit_budget, credit_window, env_step_seconds,
-                                              message_steps, timed_message_ticks, with_message_ticks)
+from lamarckian_hpc.runtime.run_shape import (MESSAGE_SAMPLING_SECONDS, EnvironmentProbe, credit_budget, credit_window,
+                                              env_step_seconds, message_steps, probe_environment, spaces_of,
+                                              timed_message_ticks, with_message_ticks)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROUTE = (b"r",)
@@ -150,6 +151,22 @@ def test_a_run_decides_its_message_ticks_once_and_only_where_asked() -> None:
         assert with_message_ticks(kept, 15).runtime.message_ticks == kept.runtime.message_ticks
     dqn = load_config(CONFIGS / "dqn_cartpole.yaml")  # a message per update: nothing to decide
     assert with_message_ticks(dqn, 15).runtime.message_ticks is None
+
+
+def test_the_environment_made_before_the_run_is_the_one_timed(caplog: pytest.LogCaptureFixture) -> None:
+    """`probe_environment` gives the spaces, and a step time only where the run sizes messages by
+    it; `with_message_ticks` then decides from the probe, making no environment of its own."""
+    config = load_config(CONFIGS / "ppo_cartpole.yaml")
+    probe = probe_environment(config)
+    assert probe.spaces == spaces_of(config) and 0 < probe.step_seconds < 0.01 and probe.step_error is None
+    for overrides in (["runtime.sampling=sync"], ["runtime.message_ticks=2"]):
+        assert probe_environment(load_config(CONFIGS / "ppo_cartpole.yaml", overrides)).step_seconds is None
+    slow = EnvironmentProbe(*probe.spaces, step_seconds=0.01)  # CartPole steps in microseconds: not timed again
+    assert with_message_ticks(config, 32, slow).runtime.message_ticks == timed_message_ticks(config, 32, 0.01)
+    broken = EnvironmentProbe(*probe.spaces, step_error="RuntimeError: the engine fell over")
+    with caplog.at_level("WARNING", logger="lamarckian_hpc.runtime.run_shape"):
+        assert with_message_ticks(config, 32, broken).runtime.message_ticks is None  # the share rule
+    assert "the engine fell over" in caplog.text
 
 
 @pytest.fixture

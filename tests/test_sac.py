@@ -213,6 +213,7 @@ def test_sac_learns_pendulum_in_a_few_thousand_frames():
     assert result.recent_return_mean > -500, f"mean return {result.recent_return_mean} after {result.env_frames}"
 
 
+@pytest.mark.second_pass
 def test_sac_updates_with_actor_processes():
     pytest.importorskip("ray")
     from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer

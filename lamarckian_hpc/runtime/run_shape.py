@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 
 import gymnasium as gym
 
@@ -67,33 +68,80 @@ def env_step_seconds(config: RunConfig, max_steps: int = 256, max_seconds: float
     they end), over `max_steps` steps or `max_seconds`, whichever comes first."""
     env = make_gym_env(config.env.id, config.env.kwargs, config.env.max_episode_steps)
     try:
-        env.reset(seed=config.seed)
-        env.action_space.seed(config.seed)
-        steps = 0
-        started = time.perf_counter()
-        while steps < max_steps and time.perf_counter() - started < max_seconds:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            steps += 1
-            if terminated or truncated:
-                env.reset()
-        return (time.perf_counter() - started) / steps
+        return _time_steps(env, config, max_steps, max_seconds)
     finally:
         env.close()
 
 
-def with_message_ticks(config: RunConfig, num_actors: int) -> RunConfig:
-    """The run's config with `runtime.message_ticks` decided, so that the learner's credit budget
-    and every actor size messages alike: as set, or timed here for asynchronous single-agent
-    sampling with batches (`timed_message_ticks`); left unset otherwise (the share rule)."""
+def _time_steps(env: gym.Env, config: RunConfig, max_steps: int = 256, max_seconds: float = 0.5) -> float:
+    env.reset(seed=config.seed)
+    env.action_space.seed(config.seed)
+    steps = 0
+    started = time.perf_counter()
+    while steps < max_steps and time.perf_counter() - started < max_seconds:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        steps += 1
+        if terminated or truncated:
+            env.reset()
+    return (time.perf_counter() - started) / steps
+
+
+def sizes_messages_by_speed(config: RunConfig) -> bool:
+    """Whether a run decides its message size from the environment's speed (`with_message_ticks`):
+    asynchronous single-agent sampling with batches, where `runtime.message_ticks` is not set."""
     runtime = config.runtime
-    if (runtime.message_ticks is not None or runtime.sampling != "async" or config.multiagent is not None
-            or getattr(config.algorithm, "batch_size", None) is None):
-        return config
+    return (runtime.message_ticks is None and runtime.sampling == "async" and config.multiagent is None
+            and getattr(config.algorithm, "batch_size", None) is not None)
+
+
+@dataclass(frozen=True)
+class EnvironmentProbe:
+    """What a run learns from the one environment it makes before it starts: the spaces and, where
+    it sizes messages by the environment's speed, the seconds of a step, or why it has none."""
+
+    observation_space: gym.Space
+    action_space: gym.Space
+    step_seconds: float | None = None
+    step_error: str | None = None
+
+    @property
+    def spaces(self) -> tuple[gym.Space, gym.Space]:
+        return self.observation_space, self.action_space
+
+
+def probe_environment(config: RunConfig) -> EnvironmentProbe:
+    """The configured environment's spaces, and its step timed (`env_step_seconds`) when the run
+    sizes its messages by it: one environment made for both, since some take seconds to make. A
+    step that raises is kept as `step_error` (the actors meet it too, and report it)."""
+    env = make_gym_env(config.env.id, config.env.kwargs, config.env.max_episode_steps)
     try:
-        step_seconds = env_step_seconds(config)
-    except Exception as error:  # the actors meet the same environment and report it; the run goes on
-        log.warning("could not time the environment's step (%s: %s); messages stay an actor's share of a batch",
-                    type(error).__name__, error)
+        spaces = env.observation_space, env.action_space
+        if not sizes_messages_by_speed(config):
+            return EnvironmentProbe(*spaces)
+        try:
+            return EnvironmentProbe(*spaces, step_seconds=_time_steps(env, config))
+        except Exception as error:  # noqa: BLE001 - an environment may raise anything from its step
+            return EnvironmentProbe(*spaces, step_error=f"{type(error).__name__}: {error}")
+    finally:
+        env.close()
+
+
+def with_message_ticks(config: RunConfig, num_actors: int, probe: EnvironmentProbe | None = None) -> RunConfig:
+    """The run's config with `runtime.message_ticks` decided, so that the learner's credit budget
+    and every actor size messages alike: as set, or timed for asynchronous single-agent sampling
+    with batches (`timed_message_ticks`; the step from `probe` where it has one, else timed here);
+    left unset otherwise (the share rule)."""
+    if not sizes_messages_by_speed(config):
+        return config
+    runtime = config.runtime
+    step_seconds, error = (probe.step_seconds, probe.step_error) if probe is not None else (None, None)
+    if step_seconds is None and error is None:
+        try:
+            step_seconds = env_step_seconds(config)
+        except Exception as raised:  # noqa: BLE001 - an environment may raise anything from its step
+            error = f"{type(raised).__name__}: {raised}"
+    if step_seconds is None:  # the actors meet the same environment and report it; the run goes on
+        log.warning("could not time the environment's step (%s); messages stay an actor's share of a batch", error)
         return config
     ticks = timed_message_ticks(config, num_actors, step_seconds)
     log.info("messages of %d ticks (%d env steps): an env step takes %.0f us here; an actor's share of a batch "

@@ -25,7 +25,6 @@ import tempfile
 import time
 from typing import Any, Sequence
 
-import gymnasium as gym
 import ray
 import torch
 import zmq
@@ -47,7 +46,8 @@ from ..placement.process_stats import TreeCpuMeter
 from ..placement.ray_actors import init_ray, start_actors
 from ..placement.ray_setup import answers, ray_cpus, reachable_host, shutdown_ray
 from .recording import RecordedEpisodes
-from ..run_shape import POLICY_ID, credit_budget, message_steps, spaces_of, steps_per_update, with_message_ticks
+from ..run_shape import (POLICY_ID, EnvironmentProbe, credit_budget, message_steps, probe_environment, steps_per_update,
+                         with_message_ticks)
 from ..placement.relay_tree import RankRoutes, RelayTree, plan_nodes
 from ..learner.lockstep import agree, reduce_numbers
 from ..learner.ranks import (LearnerGroup, plan_shards, rank_config, serving_joins,
@@ -99,16 +99,18 @@ class _OutOfWallTime(Exception):
 
 class DistributedTrainer(ExperienceIntake):
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = (),
-                 spaces: tuple[gym.Space, gym.Space] | None = None) -> None:
-        """`spaces`: a single-agent run's observation and action spaces where the caller has made
-        the environment already (`training_run.make_trainer`); otherwise it is made here."""
+                 probe: EnvironmentProbe | None = None) -> None:
+        """`probe`: a single-agent run's spaces (and step time) where the caller has made the
+        environment already (`training_run.make_trainer`); otherwise it is made here."""
         self.config = config
         self.observers = list(observers)
         join_learner_cpu_group()
         torch.set_num_threads(config.runtime.torch_threads)
         self.learner: Any
         if config.multiagent is None:
-            self.spaces = message_spaces = spaces if spaces is not None else spaces_of(config)
+            if probe is None:
+                probe = probe_environment(config)
+            self.spaces = message_spaces = probe.spaces
             self.learner = make_learner(config, *self.spaces)
             #: The learner of each trained policy; a single-agent run has one, POLICY_ID's.
             self.policy_learners: dict[str, Any] = {POLICY_ID: self.learner}
@@ -128,7 +130,8 @@ class DistributedTrainer(ExperienceIntake):
         raise_open_file_limit(2 * self.num_actors)
         self.context = zmq.Context(io_threads=io_threads_for(2 * self.num_actors))
         config, self.keys, self.own_key_folder = job_keys(config)
-        config = with_message_limit(with_message_ticks(config, self.num_actors), self.learner.weights(), message_spaces)
+        config = with_message_limit(with_message_ticks(config, self.num_actors, probe), self.learner.weights(),
+                                    message_spaces)
         self.started_ray = init_ray(config, num_cpus=ray_cpus(config.runtime.num_actors))
         # Actors may run on any node of the Ray cluster: they are given addresses bound on this
         # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.

@@ -37,11 +37,12 @@ def make_trainer(config: RunConfig) -> Any:
 
         return SerialTrainer(config)
     from ..placement.ray_setup import ray_cpus, shutdown_unclaimed_ray, start_ray_while_importing
-    from ..run_shape import spaces_of
+    from ..run_shape import probe_environment
 
     # The environment is made once before Ray starts, so that an id or keyword it refuses is one
-    # line within a second, not after Ray's start-up (and its shutdown).
-    spaces = spaces_of(config) if config.multiagent is None else None
+    # line within a second, not after Ray's start-up (and its shutdown); the same one is timed for
+    # the size of the messages.
+    probe = probe_environment(config) if config.multiagent is None else None
     if config.runtime.device == "cuda":  # likewise a GPU that is not there (this imports torch first)
         from ...rl.device import choose_device
 
@@ -50,7 +51,7 @@ def make_trainer(config: RunConfig) -> Any:
     from .distributed import DistributedTrainer
 
     try:
-        return DistributedTrainer(config, spaces=spaces)
+        return DistributedTrainer(config, probe=probe)
     except BaseException:
         shutdown_unclaimed_ray()
         raise
