@@ -66,3 +66,22 @@ def test_learner_table_never_samples_above_linear(model: tuple) -> None:
     assert len(table["needed"]) == len(scale_model.SCALE_WORKLOADS) * len(scale_model.RANK_KINDS) * 4
     image = {row["ranks"]: row for row in table["rows"] if row["workload"] == "image pong" and row["learners"] == 1}
     assert image["gpu_projected"]["steps_per_s"] > image["cpu"]["steps_per_s"]
+
+
+def test_the_model_sizes_messages_as_the_runtime_does(model: tuple) -> None:
+    """The runtime's rule (`run_shape.timed_message_ticks`, from a config) and the model's (numbers
+    only) agree; a fast environment's messages are whole rollouts at 6000 actors, a slow one's stay
+    a share, and without a step time they are shares, as the calibration points ran."""
+    from lamarckian_hpc.config import load_config
+    from lamarckian_hpc.runtime.run_shape import timed_message_ticks
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml",
+                         ["algorithm.batch_size=4096", "env.num_envs=8", "runtime.rollout_steps=32"])
+    for actors in (1, 16, 6000):
+        for step in (10e-6, 376e-6, 5e-3):
+            assert scale_model.message_frames(4096, actors, 8, 32, step) == timed_message_ticks(config, actors, step) * 8
+    assert scale_model.message_frames(4096, 6000, 8, 32, 10e-6) == 256
+    assert scale_model.message_frames(4096, 6000, 8, 32, 5e-3) == scale_model.message_frames(4096, 6000, 8, 32) == 8
+    inputs, fit, fan, args = model
+    point = scale_model.learner_point(inputs, "image pong", "cpu", 1, 6000, fit, fan, args, 1)
+    assert point["message_frames"] == 56 and point["batch"] == 6000 * 56  # 7 ticks of 376 us x 8 envs: 20 ms

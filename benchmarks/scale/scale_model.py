@@ -20,24 +20,24 @@ link measurement of `sampling_hosts.py` (a 4 MB blob, the runtime's publisher, r
 Throughput: X(n) = min(n * x, L). x is a host's sampling rate (least squares through the origin
 over the 1-4 host points of each layout). L is the learner's ceiling: its CPU per second grows
 as f + v * X (fitted on the same points from the learner's measured cores), so L = (cores - f) / v
-on the learner's cores. At scale a message carries the runtime's share of a batch
-(`runtime.run_shape.message_steps`: 256 frames per message on a few hosts, 8 at 6000 actors; a run
-of a fast environment raises them to about 20 ms of sampling, `timed_message_ticks`, which the
-model leaves out, so its per-message cost is an upper bound there), and
+on the learner's cores. At scale a message carries what the runtime sends
+(`runtime.run_shape.steps_per_message`): an actor's share of a batch, raised to about 20 ms of
+sampling for an environment whose step is fast (`--env-step-us`: CartPole's 10 us make every
+message a 256-frame rollout; 0 sizes them as shares, as the calibration points ran), and
 `fan_in.py`'s learner CPU per message at that many connections (direct for flat, relayed for
 tree) is added per frame; the credits (`batches_in_flight` batches of messages) cap the actors
 sampling at once.
 
-Staleness, now bounded by credits: an actor samples one message (m frames, a rollout or its share
-of a batch, whichever is smaller) on the weights it holds, so a sample is older the longer the
-messages in flight take against the seconds per update U = batch / X: s = alpha + k * F + T / U,
+Staleness, now bounded by credits: an actor samples one message (m frames, as above) on the
+weights it holds, so a sample is older the longer the messages in flight take against the seconds
+per update U = batch / X: s = alpha + k * F + T / U,
 F = min(m * N / batch, batches_in_flight) the batches the N actors sample at once, which the
 credits cap (with more actors than credits, actors wait in turn), and T / U = X * T / batch the
 versions the weights spend on the way. alpha and k are fitted on the 1-4 host points (both
-layouts). On a few hosts F = 256 N / 4096 grows with the hosts; from 16 hosts on each message is
-the actor's share (m * N = batch) and F stays at the credits' 1, so the queueing part stays flat
-whatever the actor count. What the credits do not bound is a broadcast slower than an update,
-which `runtime.max_policy_lag` then drops.
+layouts). F = m N / batch grows with the actors until the messages in flight fill the credits'
+batch (16 actors with 256-frame messages and batches of 4096) and stays at 1 from there, so the
+queueing part stays flat whatever the actor count. What the credits do not bound is a broadcast
+slower than an update, which `runtime.max_policy_lag` then drops.
 
 Learner ranks (`--learner-table-cores`, 6000): CartPole, Football and image Pong (DQN's CNN) with
 1-64 data-parallel ranks of CPU cores (`learner_ceiling.json`, one thread), GPUs (one H200 measured)
@@ -45,7 +45,8 @@ and GPUs projected (targets). An update of the global batch B costs each of N ra
 compute, the host's cost per frame (fan_in.py's CPU per message over the frames of a message and the
 rollouts a relay message carries, plus `--receive-ns-per-byte` beyond fan_in.py's frame) and one
 allreduce per minibatch step of the config (`allreduce.py`'s ring fit, one rank a host behind
-`--network-gbit`), in series; the batch is the config's, or one message from every actor when larger.
+`--network-gbit`), in series; the batch is the config's, or one message from every actor when larger
+(each workload's message timed from its environment's step, `ScaleWorkload.env_step_seconds`).
 It also searches, per workload, kind of rank and case (a batch of one message or one whole rollout
 per actor; 1 or `--relay-batch-rollouts` rollouts a message), the fewest ranks (to `--max-learners`)
 within 90% of linear sampling. Written under `learners`, drawn in scale_model_learners.png.
@@ -78,6 +79,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lamarckian_hpc.comm.topology import build_tree
+from lamarckian_hpc.runtime.run_shape import steps_per_message
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
 import common  # noqa: E402
 
@@ -260,11 +262,13 @@ def message_cost(fan: dict[str, Any] | None, mode: str, actors: int) -> float:
     return float(np.interp(math.log(max(actors, 1)), x, [cost for _, cost in table]))
 
 
-def message_frames(batch: int, actors: int, num_envs: int, rollout_steps: int) -> int:
-    """`runtime.run_shape.message_steps` before a run decides its ticks: a rollout, or the actor's
-    share of a batch when smaller (what a slow environment's messages stay)."""
-    share = math.ceil(batch / actors)
-    return min(rollout_steps * num_envs, max(num_envs, math.ceil(share / num_envs) * num_envs))
+def message_frames(batch: int, actors: int, num_envs: int, rollout_steps: int,
+                   step_seconds: float | None = None) -> int:
+    """The runtime's message (`runtime.run_shape.steps_per_message`): an actor's share of a batch, or
+    where the environment's step is known (`step_seconds`), about 20 ms of sampling where that is
+    more, at most a rollout. The calibration points ran before runs timed their environment, so
+    they are sized without it."""
+    return steps_per_message(batch, actors, num_envs, rollout_steps, step_seconds)
 
 
 # ---------------------------------------------------------------- the table
@@ -275,7 +279,7 @@ def predict(fit: dict[str, Any], latency: dict[str, float], fan: dict[str, Any] 
     batch, rows = args.batch_size or fit["batch_size"], []
     for cores in CORES:
         nodes, per_node = math.ceil(cores / args.cores_per_node), min(cores, args.cores_per_node)
-        frames = message_frames(batch, cores, args.num_envs, args.rollout_steps)
+        frames = message_frames(batch, cores, args.num_envs, args.rollout_steps, args.env_step_us * 1e-6 or None)
         budget = max(1, math.ceil(fit["batches_in_flight"] * batch / frames))  # messages in flight at once
         row: dict[str, Any] = {"cores": cores, "nodes": nodes, "fanout": build_tree([str(i) for i in range(nodes)]).fanout,
                                "message_frames": frames, "credits": budget}
@@ -313,6 +317,10 @@ class ScaleWorkload:
     sampling_source: str
     gpu_today: float
     gpu_projected: float
+    #: Seconds of one step of the environment alone, which sizes the run's messages
+    #: (`runtime.run_shape.env_step_seconds`), and where the figure comes from.
+    env_step_seconds: float
+    step_source: str
 
 
 #: GPU figures: `learner_ceiling.py --device cuda` on one H200 (serial mode, each config's own
@@ -320,11 +328,13 @@ class ScaleWorkload:
 #: steps/s after the GPU work, and for the MLPs the CPU's 16 threads of the same machine (7,642 and
 #: 36,244), the least the GPU learner is to reach.
 SCALE_WORKLOADS = {
-    "cartpole": ScaleWorkload("cartpole", None, "the sampling fit: a 0.05-core host's rate x 20", 5_890, 7_642),
+    "cartpole": ScaleWorkload("cartpole", None, "the sampling fit: a 0.05-core host's rate x 20", 5_890, 7_642,
+                              10e-6, "env_step_seconds of configs/ppo_cartpole.yaml here: 9-11 us"),
     "football": ScaleWorkload("football", 350.0, "gfootball's engine, about 350 steps/s per core (Learning page)",
-                              26_707, 36_244),
+                              26_707, 36_244, 5e-3, "academy_empty_goal_close, about 200 steps/s (environment notes)"),
     "image pong": ScaleWorkload("pong-nature", 750.0, "an actor of ppo_pong_image.yaml, about 750 steps/s per core "
-                                "(Environments guide)", 37_217, 150_000),
+                                "(Environments guide)", 37_217, 150_000,
+                                376e-6, "env_step_seconds of lamarckian/PongImage-v0 here: 376-401 us"),
 }
 LEARNER_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 RANK_KINDS = ("cpu", "gpu_today", "gpu_projected")
@@ -378,6 +388,7 @@ def learner_inputs(args: argparse.Namespace, fit: dict[str, Any], fan: dict[str,
             "gpu_today_source": "learner_ceiling.json (cuda)" if cuda else "learner_ceiling.py --device cuda, one H200",
             "gpu_projected_steps_per_s": spec.gpu_projected, "gpu_projected_source": "projection (a target)",
             "steps_per_core": spec.steps_per_core or per_core_cartpole, "sampling_source": spec.sampling_source,
+            "env_step_seconds": spec.env_step_seconds, "step_source": spec.step_source,
         }
     fit_ring = (reduce_run or {}).get("fit") or allreduce.fit_ring()
     latency = fit_ring["latency_s"] if args.ring_latency_us is None else args.ring_latency_us * 1e-6
@@ -388,12 +399,15 @@ def learner_inputs(args: argparse.Namespace, fit: dict[str, Any], fan: dict[str,
 
 def scale_batch(work: dict[str, Any], cores: int, args: argparse.Namespace, policy: str = "message") -> int:
     """The global batch at `cores` actors: `--learner-batch`, else the config's or, when larger, one
-    message of `--num-envs` frames from every actor (`message`: the smallest batch whose credits let
-    every actor sample at once) or one whole rollout of `--rollout-steps` x `--num-envs` frames from
-    every actor (`rollout`)."""
+    message from every actor (`message`: the smallest batch whose credits let every actor sample at
+    once; a message of about 20 ms of sampling, a tick of `--num-envs` frames at least) or one whole
+    rollout of `--rollout-steps` x `--num-envs` frames from every actor (`rollout`)."""
     if args.learner_batch and policy == "message":
         return args.learner_batch
-    frames = args.num_envs * (args.rollout_steps if policy == "rollout" else 1)
+    if policy == "rollout":
+        frames = args.num_envs * args.rollout_steps
+    else:  # a batch of one tick from every actor, then each message as the runtime times it
+        frames = message_frames(cores * args.num_envs, cores, args.num_envs, args.rollout_steps, work["env_step_seconds"])
     return max(work["batch"], cores * frames)
 
 
@@ -413,7 +427,7 @@ def learner_point(inputs: dict[str, Any], name: str, kind: str, learners: int, c
 
     work = inputs["workloads"][name]
     batch = scale_batch(work, cores, args, batch_policy)
-    frames = message_frames(batch, cores, args.num_envs, args.rollout_steps)
+    frames = message_frames(batch, cores, args.num_envs, args.rollout_steps, work["env_step_seconds"])
     budget = max(1, math.ceil(fit["batches_in_flight"] * batch / frames))
     per_frame = {"compute": 1 / work[f"{kind}_steps_per_s"],
                  "messages": message_cost(fan, "relayed" if cores > args.cores_per_node else "direct",
@@ -452,7 +466,7 @@ def learner_table(inputs: dict[str, Any], fit: dict[str, Any], fan: dict[str, An
                 enough = next((p for p in curve if p["efficiency"] >= NEAR_LINEAR), None)
                 best = max(curve, key=lambda p: p["steps_per_s"])
                 chosen = enough or best
-                needed.append({"workload": name, "ranks": kind, "batch": chosen["batch"],
+                needed.append({"workload": name, "ranks": kind, "batch_policy": policy, "batch": chosen["batch"],
                                "rollouts_per_message": rollouts,
                                "learners_needed": enough["learners"] if enough else None,
                                "best_learners": best["learners"], "best_steps_per_s": best["steps_per_s"],
@@ -589,6 +603,10 @@ def main() -> None:
     parser.add_argument("--steps-per-core", type=float, default=None,
                         help="an actor core's env steps/s at scale (default: the measured host rate per core)")
     parser.add_argument("--rollout-steps", type=int, default=32, help="runtime.rollout_steps at scale")
+    parser.add_argument("--env-step-us", type=float, default=SCALE_WORKLOADS["cartpole"].env_step_seconds * 1e6,
+                        help="microseconds of one CartPole step, which size the messages of the one-learner table "
+                             "(runtime.run_shape.env_step_seconds; 0: an actor's share of a batch, as before runs "
+                             "timed their environment)")
     parser.add_argument("--max-policy-lag", type=int, default=4,
                         help="runtime.max_policy_lag: a mean staleness above it means most samples are dropped")
     parser.add_argument("--sampling-hosts", type=Path, default=RESULTS / "sampling_hosts.json")

@@ -38,6 +38,22 @@ def steps_per_update(config: RunConfig) -> int:
 MESSAGE_SAMPLING_SECONDS = 0.02
 
 
+def steps_per_message(batch_steps: int, num_actors: int, num_envs: int, rollout_steps: int,
+                      step_seconds: float | None = None) -> int:
+    """The message rule on numbers alone (the scale model sizes 6000-actor runs with it): an
+    actor's share of a batch in whole ticks of its `num_envs` environments, at most a rollout; and
+    where the environment's step is known to take `step_seconds`, as many ticks as sample for
+    `MESSAGE_SAMPLING_SECONDS` where that is more, at most a rollout and a batch."""
+    rollout = rollout_steps * num_envs
+    share = math.ceil(batch_steps / num_actors)
+    share_steps = min(rollout, max(num_envs, math.ceil(share / num_envs) * num_envs))
+    if step_seconds is None:
+        return share_steps
+    timed = math.ceil(MESSAGE_SAMPLING_SECONDS / (max(step_seconds, 1e-9) * num_envs))
+    batch_ticks = math.ceil(batch_steps / num_envs)  # never more than the learner needs
+    return max(share_steps // num_envs, min(rollout_steps, batch_ticks, timed)) * num_envs
+
+
 def message_steps(config: RunConfig, num_actors: int) -> int:
     """Steps an actor samples per message: `runtime.message_ticks` ticks where set (as
     `with_message_ticks` sets it at the start of a run), else a rollout, or its share of a batch
@@ -46,9 +62,7 @@ def message_steps(config: RunConfig, num_actors: int) -> int:
     num_envs = config.env.num_envs
     if config.runtime.message_ticks is not None:
         return min(config.runtime.rollout_steps, config.runtime.message_ticks) * num_envs
-    rollout = config.runtime.rollout_steps * num_envs
-    share = math.ceil(steps_per_update(config) / num_actors)
-    return min(rollout, max(num_envs, math.ceil(share / num_envs) * num_envs))
+    return steps_per_message(steps_per_update(config), num_actors, num_envs, config.runtime.rollout_steps)
 
 
 def timed_message_ticks(config: RunConfig, num_actors: int, step_seconds: float) -> int:
@@ -57,10 +71,8 @@ def timed_message_ticks(config: RunConfig, num_actors: int, step_seconds: float)
     and a batch. Fewer actors then sample at once (the credits are a batch's worth of messages); a
     fast environment's few still fill a batch in that time, and a slow one's messages stay shares."""
     num_envs = config.env.num_envs
-    share_ticks = message_steps(config, num_actors) // num_envs
-    timed = math.ceil(MESSAGE_SAMPLING_SECONDS / (max(step_seconds, 1e-9) * num_envs))
-    batch_ticks = math.ceil(steps_per_update(config) / num_envs)  # never more than the learner needs
-    return max(share_ticks, min(config.runtime.rollout_steps, batch_ticks, timed))
+    return steps_per_message(steps_per_update(config), num_actors, num_envs, config.runtime.rollout_steps,
+                             step_seconds) // num_envs
 
 
 def env_step_seconds(config: RunConfig, max_steps: int = 256, max_seconds: float = 0.5) -> float:
