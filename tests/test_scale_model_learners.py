@@ -78,10 +78,10 @@ def test_the_model_sizes_messages_as_the_runtime_does(model: tuple) -> None:
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole.yaml",
                          ["algorithm.batch_size=4096", "env.num_envs=8", "runtime.rollout_steps=32"])
     for actors in (1, 16, 6000):
-        for step in (10e-6, 376e-6, 5e-3):
+        for step in (10e-6, 376e-6, 1 / 350):
             assert scale_model.message_frames(4096, actors, 8, 32, step) == timed_message_ticks(config, actors, step) * 8
     assert scale_model.message_frames(4096, 6000, 8, 32, 10e-6) == 256
-    assert scale_model.message_frames(4096, 6000, 8, 32, 5e-3) == scale_model.message_frames(4096, 6000, 8, 32) == 8
+    assert scale_model.message_frames(4096, 6000, 8, 32, 1 / 350) == scale_model.message_frames(4096, 6000, 8, 32) == 8
     inputs, fit, fan, args = model
     point = scale_model.learner_point(inputs, "image pong", "cpu", 1, 6000, fit, fan, args, 1)
     assert point["message_frames"] == 56 and point["batch"] == 6000 * 56  # 7 ticks of 376 us x 8 envs: 20 ms

@@ -331,7 +331,7 @@ SCALE_WORKLOADS = {
     "cartpole": ScaleWorkload("cartpole", None, "the sampling fit: a 0.05-core host's rate x 20", 5_890, 7_642,
                               10e-6, "env_step_seconds of configs/ppo_cartpole.yaml here: 9-11 us"),
     "football": ScaleWorkload("football", 350.0, "gfootball's engine, about 350 steps/s per core (Learning page)",
-                              26_707, 36_244, 5e-3, "academy_empty_goal_close, about 200 steps/s (environment notes)"),
+                              26_707, 36_244, 1 / 350, "the engine, about 350 steps a second on one core (Learning page)"),
     "image pong": ScaleWorkload("pong-nature", 750.0, "an actor of ppo_pong_image.yaml, about 750 steps/s per core "
                                 "(Environments guide)", 37_217, 150_000,
                                 376e-6, "env_step_seconds of lamarckian/PongImage-v0 here: 376-401 us"),
