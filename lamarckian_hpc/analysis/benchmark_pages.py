@@ -148,11 +148,9 @@ def _scale_needed(data: dict[str, Any]) -> pd.DataFrame:
     for row in data["learners"]["needed"]:
         answer = (str(row["learners_needed"]) if row["learners_needed"] else
                   f"none: best {row['best_efficiency']:.1%} at {row['best_learners']} ({row['bound_there']})")
-        if "batch_policy" in row:  # each workload's batch differs: named in the cell, the case in the column
-            case = f"a {row['batch_policy']} per actor, {row['rollouts_per_message']} rollout(s)/message"
-            answer = f"batch {row['batch']:,}: {answer}"
-        else:
-            case = f"batch {row['batch']:,}, {row['rollouts_per_message']} rollout(s)/message"
+        # Each workload's batch differs: the case names the column, the batch goes in the cell.
+        case = f"a {row['batch_policy']} per actor, {row['rollouts_per_message']} rollout(s)/message"
+        answer = f"batch {row['batch']:,}: {answer}"
         cells.setdefault((row["workload"], RANK_NAMES[row["ranks"]]), {})[case] = answer
     return pd.DataFrame([{"workload": workload, "ranks": ranks, **answers}
                          for (workload, ranks), answers in cells.items()])

@@ -193,8 +193,8 @@ class RuntimeConfig(Section):
         description="Ticks an actor samples per message (at most runtime.rollout_steps). Default: its share of a "
                     "batch in asynchronous sampling, raised to about 20 ms of sampling where the environment is "
                     "fast (timed on the learner's node at start; the run file's /meta records message_steps): every "
-                    "message costs its actor, the "
-                    "relays and the learner the same work however few steps it carries.")
+                    "message costs its actor, the relays and the learner the same work however few steps it "
+                    "carries.")
     max_policy_lag: int | None = Field(
         4, ge=0, le=1_000_000,
         description="Drop samples more than this many policy versions older than the learner's, counted in the "

@@ -141,19 +141,16 @@ def probe_environment(config: RunConfig) -> EnvironmentProbe:
 def with_message_ticks(config: RunConfig, num_actors: int, probe: EnvironmentProbe | None = None) -> RunConfig:
     """The run's config with `runtime.message_ticks` decided, so that the learner's credit budget
     and every actor size messages alike: as set, or timed for asynchronous single-agent sampling
-    with batches (`timed_message_ticks`; the step from `probe` where it has one, else timed here);
-    left unset otherwise (the share rule)."""
+    with batches (`timed_message_ticks`, from `probe`'s step, or from a probe made here); left unset
+    otherwise (the share rule)."""
     if not sizes_messages_by_speed(config):
         return config
     runtime = config.runtime
-    step_seconds, error = (probe.step_seconds, probe.step_error) if probe is not None else (None, None)
-    if step_seconds is None and error is None:
-        try:
-            step_seconds = env_step_seconds(config)
-        except Exception as raised:  # noqa: BLE001 - an environment may raise anything from its step
-            error = f"{type(raised).__name__}: {raised}"
+    probe = probe if probe is not None else probe_environment(config)
+    step_seconds = probe.step_seconds
     if step_seconds is None:  # the actors meet the same environment and report it; the run goes on
-        log.warning("could not time the environment's step (%s); messages stay an actor's share of a batch", error)
+        log.warning("could not time the environment's step (%s); messages stay an actor's share of a batch",
+                    probe.step_error)
         return config
     ticks = timed_message_ticks(config, num_actors, step_seconds)
     log.info("messages of %d ticks (%d env steps): an env step takes %.0f us here; an actor's share of a batch "
