@@ -23,6 +23,14 @@ rank 0 spends in the group's collectives per update (`learner_collective_ms`: th
 all-reduce and the runtime's agreement, waiting for slower ranks included); the speed-up is against
 one rank of the same workload.
 
+By default every point trains the workload's global batch, split over the ranks (strong scaling:
+N ranks make the update one learner makes, with 1/N of each minibatch each). With
+`--batch-per-rank` the global batch grows with the ranks instead (weak scaling, as RLlib's
+`train_batch_size_per_learner` and DD-PPO's per-worker rollouts): N ranks train N times the
+workload's batch in the same number of minibatches, so each rank's minibatch step computes as many
+rows as one learner's, and the all-reduce, whose cost does not shrink with the rows, is paid once
+per as much compute at any rank count.
+
 Run it under the machine's test-cluster lock, on a cluster started with quotas, e.g.:
 
     flock -o /tmp/testcluster.lock -c 'TESTCLUSTER_NODE_CPUS=0.15 TESTCLUSTER_CPU_QUOTA_SCOPE=actors \\
@@ -70,15 +78,15 @@ RESULTS = HERE.parent / "results" / "learner_scaling.json"
 WORKLOADS: dict[str, tuple[Path, list[str]]] = {
     "cartpole": (ROOT / "configs" / "ppo_cartpole.yaml",
                  ["env.num_envs=8", "model.policy_hidden_sizes=[256,128]", "model.critic_hidden_sizes=[]",
-                  "model.share_trunk=true", "algorithm.batch_size=4096", "algorithm.num_minibatches=8",
+                  "model.share_trunk=true", "algorithm.num_minibatches=8",
                   "algorithm.num_epochs=4", "algorithm.learning_rate=0.00025"]),
     "pong-image": (ROOT / "configs" / "ppo_pong_image_cpu.yaml",
-                   ["algorithm.batch_size=1024", "algorithm.num_minibatches=8", "algorithm.num_epochs=2"]),
+                   ["algorithm.num_minibatches=8", "algorithm.num_epochs=2"]),
     # The project's CartPole config as it is, for learning curves (`--target-return 475`).
     "cartpole-default": (ROOT / "configs" / "ppo_cartpole.yaml", []),
 }
-#: The global batch of every workload (env steps per update).
-BATCH_STEPS: dict[str, float] = {"cartpole": 4096.0, "pong-image": 1024.0, "cartpole-default": 512.0}
+#: The global batch of every workload (env steps per update; per rank with --batch-per-rank).
+BATCH_STEPS: dict[str, int] = {"cartpole": 4096, "pong-image": 1024, "cartpole-default": 512}
 
 
 def _metric(file: h5py.File, name: str) -> np.ndarray:
@@ -204,14 +212,20 @@ class RankMover:
         return {group.path.name: read_stat(group.path) for group in self.groups if group.path.name in self.stats}
 
 
+def batch_of(workload: str, ranks: int, per_rank: bool) -> int:
+    """The global batch of a point: the workload's, or with `--batch-per-rank` that many per rank."""
+    return BATCH_STEPS[workload] * (ranks if per_rank else 1)
+
+
 def launch(workload: str, ranks: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     config, settings = WORKLOADS[workload]
+    batch = batch_of(workload, ranks, args.batch_per_rank)
     name = f"{workload}-{ranks}"
     where = (["train", str(config)] if args.local else
              ["launch", str(config), "--nodes", str(args.nodes), "--cpus-per-node", str(args.cpus_per_node),
               "--folder", str(folder / f"{name}-job")])
     command = [sys.executable, "-m", "lamarckian_hpc.cli", *where,
-               *settings, f"runtime.learners={ranks}", f"runtime.num_actors={args.actors}",
+               *settings, f"algorithm.batch_size={batch}", f"runtime.learners={ranks}", f"runtime.num_actors={args.actors}",
                f"stop.max_wall_seconds={args.seconds}",
                f"stop.target_return={'null' if args.target_return is None else args.target_return}",
                "stop.total_env_steps=1000000000",
@@ -234,10 +248,10 @@ def launch(workload: str, ranks: int, args: argparse.Namespace, folder: Path) ->
             group.remove()
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    row = {"workload": workload, "ranks": ranks, "seconds_wall": time.monotonic() - started,
+    row = {"workload": workload, "ranks": ranks, "batch_size": batch, "seconds_wall": time.monotonic() - started,
            "ranks_in_own_group": len(placed), "load_average": os.getloadavg(),
            "quota_use": quota_use(stats_before, stats_after),
-           **read_run(folder / f"{name}.h5", args.skip, BATCH_STEPS.get(workload, float("nan")), args.target_return)}
+           **read_run(folder / f"{name}.h5", args.skip, float(batch), args.target_return)}
     reached = (f", return {row['return_final']:.0f}" +
                (f" ({row['target_return']:.0f} at {row['frames_to_target']:,.0f} frames, {row['seconds_to_target']:.0f} s)"
                 if row.get("reached") else "")) if args.target_return is not None else ""
@@ -264,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-return", type=float,
                         help="stop each point once the recent episodes' mean return reaches this (e.g. 475 for "
                              "CartPole) and report the env frames and seconds it took; none: train --seconds")
+    parser.add_argument("--batch-per-rank", action="store_true",
+                        help="grow the global batch with the ranks (the workload's batch per rank, same number of "
+                             "minibatches: weak scaling); default: the workload's batch split over the ranks")
     parser.add_argument("--output", type=Path, default=RESULTS)
     common.add_common_args(parser)
     args = parser.parse_args(argv)
@@ -299,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "node_cpus": os.environ.get("TESTCLUSTER_NODE_CPUS"), "learner_cpus": os.environ.get("TESTCLUSTER_LEARNER_CPUS"),
         "cpu_quota_scope": os.environ.get("TESTCLUSTER_CPU_QUOTA_SCOPE"),
         "cpu_period_us": os.environ.get("TESTCLUSTER_CPU_PERIOD_US"), "cpu_shares": os.environ.get("TESTCLUSTER_CPU_SHARES"),
-        "target_return": args.target_return,
+        "target_return": args.target_return, "batch_per_rank": args.batch_per_rank,
         "seconds": args.seconds, "skip": args.skip, "settings": {name: WORKLOADS[name][1] for name in args.workloads},
         "machine": {"platform": platform.platform()},
         "rows": rows, "failures": failures}, args.label)

@@ -288,7 +288,10 @@ def _learner_scaling(data: dict[str, Any]) -> pd.DataFrame:
     def order(name: str) -> tuple[int, str]:
         return (0 if name.endswith("learner") else 1 if "rank" in name else 2, name)
 
-    frame = pd.DataFrame(data["rows"]).reindex(columns=LEARNER_SCALING_COLUMNS)
+    columns = LEARNER_SCALING_COLUMNS
+    if data.get("batch_per_rank"):  # the global batch grows with the ranks: say how large each point's was
+        columns = [*columns[:2], "batch_size", *columns[2:]]
+    frame = pd.DataFrame(data["rows"]).reindex(columns=columns)
     frame["throttled share: rank 0, ranks 1.., nodes"] = [
         " / ".join(f"{row['quota_use'][name]['throttled_share']:.2f}" for name in sorted(row.get("quota_use", {}), key=order))
         for row in data["rows"]]
@@ -342,7 +345,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "batched_update": lambda data: pd.DataFrame(data["rows"])[["members", "threads", "one_by_one_ms", "batched_ms",
                                                                "batched_stack_only_ms", "speed_up"]],
     "learner_scaling": _learner_scaling,
-    "learner_scaling:pong_image": _learner_scaling,
+    "learner_scaling:pong_image": _learner_scaling, "learner_scaling:pong_image_per_rank": _learner_scaling,
     "learner_scaling:curve": _learner_scaling_to_target, "learner_scaling:to_475": _learner_scaling_to_target,
     "allreduce_under_quota": _allreduce_under_quota, "allreduce_under_quota:cnn": _allreduce_under_quota,
     "learner_ranks_ceiling": lambda data: pd.DataFrame(data["rows"]).reindex(

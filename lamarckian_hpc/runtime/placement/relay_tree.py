@@ -166,9 +166,13 @@ class RelayTree:
             for index, node in enumerate(self.tree.nodes):
                 if index and self.tree.layer_of(node) == layer:
                     upstreams = dict(experience_addresses)
-                    rank = self.ranks.shards.node_ranks[self.plan.names.index(node)] if self.ranks else 0
+                    node_ranks = self.ranks.shards.node_ranks if self.ranks else (0,) * len(self.plan.names)
+                    rank = node_ranks[self.plan.names.index(node)]
                     if rank:  # the subtree's experience goes to its learner rank, in place of the root
                         upstreams[self.tree.root] = self.ranks.addresses[rank - 1]  # type: ignore[union-attr]
+                        if node_ranks[self.plan.names.index(self.tree.parent_of(node))] != rank:  # type: ignore[arg-type]
+                            # a leaf moved out of its parent's shard: straight to its rank, whatever its parent
+                            upstreams = dict.fromkeys(upstreams, upstreams[self.tree.root])
                     spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=weights[index],
                                      key_folder=self.key_folder, max_message_bytes=self.max_message_bytes,
                                      experience_upstreams=upstreams, experience_ipc_path=experience[index],
@@ -182,7 +186,8 @@ class RelayTree:
 
     def meta(self) -> dict[str, Any]:
         """What the run file's /meta records of the layout used: flat or tree, the tree over the
-        nodes (a tree run only), the actors planned per node, and the learner's TCP addresses for
+        nodes (a tree run only), the actors planned per node (and per learner rank, with several),
+        and the learner's TCP addresses for
         weights and experience (for an operator who needs to reach the learner of a running job:
         they admit only holders of the job's keys)."""
         counts = [self.plan.actor_nodes.count(node) for node in range(len(self.plan.names))]
@@ -196,6 +201,9 @@ class RelayTree:
                                 "learner_experience_address": self.receiver.address}
         if self.tree is not None:
             meta["broadcast_tree"] = self.tree.to_dict()
+        if self.ranks is not None:
+            shards = self.ranks.shards
+            meta["actors_per_learner_rank"] = [len(shards.actors_of(rank)) for rank in range(shards.world_size)]
         return meta
 
     def actor_scheduling(self, actor_index: int) -> NodeAffinitySchedulingStrategy | None:

@@ -8,7 +8,12 @@ run (SRL's static routing), so a rank's receiver, credits and sequence numbers n
   blocks, which on a cluster are the actors of whole nodes, since actors are placed node by node;
 - tree: a node's relay sends its experience (its own actors' and its subtree's) to one rank. Rank 0
   keeps its own node's actors, and the subtrees under the root go, largest first, to the rank that
-  holds the fewest actors so far.
+  holds the fewest actors so far. Whole subtrees keep the relays' aggregation, but a tree has only
+  about sqrt(n) of them (two under the root of a 4-node tree): where a rank 1.. would still hold
+  fewer actors than another by more than a leaf's, the leaf leaves its subtree for that rank, and
+  its relay sends its experience straight to the rank instead of through its parent. Without that,
+  4 ranks on 4 nodes hold 2, 0, 2 and 4 of 8 actors, and the lockstep runs at the pace of the
+  rank with half the batch.
 """
 
 from __future__ import annotations
@@ -69,4 +74,16 @@ def plan_tree(tree: BroadcastTree, names: Sequence[str], actor_nodes: Sequence[i
         held[rank] += sum(counts[node] for node in nodes)
         for node in nodes:
             node_ranks[node] = rank
+    # Leaves (nodes under a relay) move to the rank 1.. holding the fewest actors while that narrows
+    # the gap: each move lowers the sum of squares of the holdings, so this ends.
+    leaves = [index_of[name] for name in names if tree.layer_of(name) == 2]
+    while world_size > 1:
+        fewest = min(range(1, world_size), key=lambda r: (held[r], -r))
+        moves = [node for node in leaves if counts[node] and held[fewest] + counts[node] < held[node_ranks[node]]]
+        if not moves:
+            break
+        node = max(moves, key=lambda n: (held[node_ranks[n]], counts[n]))
+        held[node_ranks[node]] -= counts[node]
+        held[fewest] += counts[node]
+        node_ranks[node] = fewest
     return ShardPlan(world_size, tuple(node_ranks[node] for node in actor_nodes), tuple(node_ranks))
