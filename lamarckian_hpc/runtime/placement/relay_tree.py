@@ -161,16 +161,17 @@ class RelayTree:
         assert self.tree is not None
         addresses = {self.tree.root: self.publisher.address}
         experience_addresses = {self.tree.root: self.receiver.address}
+        shard_of_node = self.ranks.shards.node_ranks if self.ranks else [0] * len(self.plan.names)
+        node_ranks = dict(zip(self.plan.names, shard_of_node))
         for layer in (1, 2):
             started = {}
             for index, node in enumerate(self.tree.nodes):
                 if index and self.tree.layer_of(node) == layer:
                     upstreams = dict(experience_addresses)
-                    node_ranks = self.ranks.shards.node_ranks if self.ranks else (0,) * len(self.plan.names)
-                    rank = node_ranks[self.plan.names.index(node)]
+                    rank = node_ranks[node]
                     if rank:  # the subtree's experience goes to its learner rank, in place of the root
                         upstreams[self.tree.root] = self.ranks.addresses[rank - 1]  # type: ignore[union-attr]
-                        if node_ranks[self.plan.names.index(self.tree.parent_of(node))] != rank:  # type: ignore[arg-type]
+                        if node_ranks[self.tree.parent_of(node)] != rank:  # type: ignore[index]
                             # a leaf moved out of its parent's shard: straight to its rank, whatever its parent
                             upstreams = dict.fromkeys(upstreams, upstreams[self.tree.root])
                     spec = RelaySpec(node, self.tree.to_dict(), dict(addresses), host=host, ipc_path=weights[index],
@@ -187,9 +188,8 @@ class RelayTree:
     def meta(self) -> dict[str, Any]:
         """What the run file's /meta records of the layout used: flat or tree, the tree over the
         nodes (a tree run only), the actors planned per node (and per learner rank, with several),
-        and the learner's TCP addresses for
-        weights and experience (for an operator who needs to reach the learner of a running job:
-        they admit only holders of the job's keys)."""
+        and the learner's TCP addresses for weights and experience (for an operator who needs to
+        reach the learner of a running job: they admit only holders of the job's keys)."""
         counts = [self.plan.actor_nodes.count(node) for node in range(len(self.plan.names))]
         if self.tree is None:
             connections = len(self.plan.actor_nodes)
