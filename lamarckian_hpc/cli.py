@@ -119,6 +119,10 @@ def inspect_command(args: argparse.Namespace) -> int:
         console.print(f"{sum(per_node.values())} actors on {len(per_node)} node(s): {nodes}; "
                       f"{summary.meta.get('broadcast_layout', 'flat')} layout"
                       + (f", messages of {steps} env steps" if steps else ""), highlight=False)
+    per_rank = summary.meta.get("actors_per_learner_rank")
+    if isinstance(per_rank, list):  # whose experience each learner rank takes
+        console.print(f"{len(per_rank)} learner ranks, actors each: "
+                      + ", ".join(f"rank {rank} {count}" for rank, count in enumerate(per_rank)), highlight=False)
     for policy, index in recorded.items():  # what `replay --episode K [--member M]` can show
         numbers, members = index["episode"], sorted({int(member) for member in index["member"] if member >= 0})
         shown = ", ".join(str(number) for number in numbers[:8]) + (", ..." if len(numbers) > 8 else "")

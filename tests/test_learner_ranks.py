@@ -145,6 +145,9 @@ def test_four_ranks_on_a_four_node_tree_each_take_a_node(tmp_path):
         assert reader.metric("actors_connected").value[-1] == 4
         waits = reader.metric("learner_agree_ms").value
         assert len(waits) >= 4 and np.max(waits[1:]) < 75_000, waits  # no update waited for a starved rank
+    shown = subprocess.run([sys.executable, "-m", "lamarckian_hpc", "inspect", str(tmp_path / "four.h5")],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=_env()).stdout
+    assert "4 learner ranks, actors each: rank 0 1, rank 1 1, rank 2 1, rank 3 1" in shown
 
 
 def _env() -> dict[str, str]:
