@@ -79,6 +79,28 @@ def test_a_leaf_leaves_its_subtree_for_a_rank_that_would_starve():
     assert three.node_ranks[3] == three.node_ranks[1]
 
 
+def test_a_rank_takes_the_shard_of_the_node_it_runs_on():
+    """Ranks 1.. are interchangeable in a plan: told where each runs (`spread`: rank r on node r),
+    each takes the shard holding its node, so that node's experience stays on its host; the
+    holdings are those of the plan without it."""
+    names = tuple(f"n{i}" for i in range(9))
+    tree = build_tree(names)
+    actor_nodes = tuple(node for node in range(9) for _ in range(4))
+    for world_size in (2, 3, 4, 9):
+        placed = plan_tree(tree, names, actor_nodes, world_size, rank_nodes=list(range(world_size)))
+        unplaced = plan_tree(tree, names, actor_nodes, world_size)
+        assert all(placed.node_ranks[rank] == rank for rank in range(world_size))
+        assert (sorted(len(placed.actors_of(rank)) for rank in range(world_size))
+                == sorted(len(unplaced.actors_of(rank)) for rank in range(world_size)))
+        assert len(placed.actors_of(0)) == len(unplaced.actors_of(0))  # rank 0's shard stays rank 0's
+    four = plan_tree(build_tree(names[:4]), names[:4], actor_nodes[:16], 4, rank_nodes=[0, 1, 2, 3])
+    assert four.node_ranks == (0, 1, 2, 3)
+    # `pack`: every rank on rank 0's node, nothing to prefer; more ranks than nodes: round the nodes.
+    packed = plan_tree(tree, names, actor_nodes, 3, rank_nodes=[0, 0, 0])
+    assert packed.node_ranks == plan_tree(tree, names, actor_nodes, 3).node_ranks
+    assert plan_tree(build_tree(names[:2]), names[:2], (0, 1), 4, rank_nodes=[0, 1, 0, 1]).node_ranks == (0, 1)
+
+
 def test_ranks_agree_on_what_they_hold_and_rank_0s_metrics_are_global():
     context = mp.get_context("spawn")
     results = context.Queue()

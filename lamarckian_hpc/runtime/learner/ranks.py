@@ -195,7 +195,10 @@ def plan_shards(config: RunConfig, plan: Any, num_actors: int) -> ShardPlan:
     """The actors' shards for the run's layout: subtrees in a tree, blocks of actors when flat."""
     learners = config.runtime.learners
     if choose_layout(config.runtime.broadcast, plan) == "tree":
-        return plan_tree(build_tree(plan.names), plan.names, plan.actor_nodes, learners)
+        # where `placement` puts each rank, by node index
+        spread = config.runtime.learner_placement == "spread"
+        rank_nodes = [rank % len(plan.names) if spread else 0 for rank in range(learners)]
+        return plan_tree(build_tree(plan.names), plan.names, plan.actor_nodes, learners, rank_nodes)
     return plan_flat(num_actors, learners)
 
 

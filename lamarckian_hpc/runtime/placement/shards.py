@@ -13,7 +13,8 @@ run (SRL's static routing), so a rank's receiver, credits and sequence numbers n
   fewer actors than another by more than a leaf's, the leaf leaves its subtree for that rank, and
   its relay sends its experience straight to the rank instead of through its parent. Without that,
   4 ranks on 4 nodes hold 2, 0, 2 and 4 of 8 actors, and the lockstep runs at the pace of the
-  rank with half the batch.
+  rank with half the batch. Ranks 1.. are interchangeable in the plan, so each then takes, where it
+  can, the shard that holds its own node: that node's experience stays on its host.
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ def plan_flat(num_actors: int, world_size: int) -> ShardPlan:
     return ShardPlan(world_size, tuple(index * world_size // num_actors for index in range(num_actors)))
 
 
-def plan_tree(tree: BroadcastTree, names: Sequence[str], actor_nodes: Sequence[int], world_size: int) -> ShardPlan:
+def plan_tree(tree: BroadcastTree, names: Sequence[str], actor_nodes: Sequence[int], world_size: int,
+              rank_nodes: Sequence[int] | None = None) -> ShardPlan:
     """Whole subtrees under the root to ranks (see the module's docstring); `names`: the node of
-    each index, the root first; `actor_nodes`: the node index of every actor."""
+    each index, the root first; `actor_nodes`: the node index of every actor; `rank_nodes`: the
+    node index each rank runs on, where known."""
     index_of = {name: index for index, name in enumerate(names)}
     counts = [list(actor_nodes).count(node) for node in range(len(names))]
 
@@ -86,4 +89,21 @@ def plan_tree(tree: BroadcastTree, names: Sequence[str], actor_nodes: Sequence[i
         held[node_ranks[node]] -= counts[node]
         held[fewest] += counts[node]
         node_ranks[node] = fewest
+    if rank_nodes is not None:
+        node_ranks = near_their_nodes(node_ranks, rank_nodes, world_size)
     return ShardPlan(world_size, tuple(node_ranks[node] for node in actor_nodes), tuple(node_ranks))
+
+
+def near_their_nodes(node_ranks: Sequence[int], rank_nodes: Sequence[int], world_size: int) -> list[int]:
+    """`node_ranks` with ranks 1.. relabelled so that a rank takes, where it can, the shard holding
+    the node it runs on (`rank_nodes[rank]`); rank 0's shard stays rank 0's."""
+    label: dict[int, int] = {}  # a shard, named by its rank in `node_ranks` -> the rank that takes it
+    for rank in range(1, world_size):
+        shard = node_ranks[rank_nodes[rank]]
+        if shard and shard not in label:
+            label[shard] = rank
+    free = iter(sorted(set(range(1, world_size)) - set(label.values())))
+    for shard in range(1, world_size):
+        if shard not in label:
+            label[shard] = next(free)
+    return [label[shard] if shard else 0 for shard in node_ranks]
