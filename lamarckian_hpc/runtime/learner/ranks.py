@@ -195,9 +195,7 @@ def plan_shards(config: RunConfig, plan: Any, num_actors: int) -> ShardPlan:
     """The actors' shards for the run's layout: subtrees in a tree, blocks of actors when flat."""
     learners = config.runtime.learners
     if choose_layout(config.runtime.broadcast, plan) == "tree":
-        # where `placement` puts each rank, by node index
-        spread = config.runtime.learner_placement == "spread"
-        rank_nodes = [rank % len(plan.names) if spread else 0 for rank in range(learners)]
+        rank_nodes = [rank_node(rank, len(plan.names), config.runtime.learner_placement) for rank in range(learners)]
         return plan_tree(build_tree(plan.names), plan.names, plan.actor_nodes, learners, rank_nodes)
     return plan_flat(num_actors, learners)
 
@@ -211,10 +209,15 @@ def rank_config(config: RunConfig, keys: JobKeys | None) -> RunConfig:
     return config.model_copy(update={"runtime": runtime})
 
 
+def rank_node(rank: int, num_nodes: int, setting: str) -> int:
+    """The index of the node rank `rank` runs on: spread, the rank-th node (round the nodes when
+    ranks outnumber them); pack, rank 0's node."""
+    return rank % num_nodes if setting == "spread" else 0
+
+
 def placement(node_ids: Sequence[str | None], rank: int, setting: str) -> NodeAffinitySchedulingStrategy | None:
-    """Where rank `rank` runs: spread, the rank-th node (round the nodes when ranks outnumber
-    them); pack, rank 0's node; anywhere on a local (single-node) Ray."""
-    node_id = node_ids[rank % len(node_ids)] if setting == "spread" else node_ids[0]
+    """Where rank `rank` runs (`rank_node`); anywhere on a local (single-node) Ray."""
+    node_id = node_ids[rank_node(rank, len(node_ids), setting)]
     return None if node_id is None else NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
