@@ -96,8 +96,9 @@ class RelaySpec:
     #: part (0: message by message) and this many bytes.
     bundle_wait_ms: float = DEFAULT_BUNDLE_WAIT_MS
     bundle_bytes: int = DEFAULT_BUNDLE_BYTES
-    #: The learner rank this relay's experience goes to, when its parent is the root: rank 0 serves
-    #: with the learner's key, ranks 1.. (which never hold it) with the broadcast pair.
+    #: The learner rank this relay's experience goes to, where it goes to a rank directly (its parent
+    #: is the root, or it is a leaf moved out of its parent's shard): rank 0 serves with the learner's
+    #: key, ranks 1.. (which never hold it) with the broadcast pair.
     experience_rank: int = 0
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,9 +55,10 @@ def plan_flat(num_actors: int, world_size: int) -> ShardPlan:
 
 def plan_tree(tree: BroadcastTree, names: Sequence[str], actor_nodes: Sequence[int], world_size: int,
               rank_nodes: Sequence[int] | None = None) -> ShardPlan:
-    """Whole subtrees under the root to ranks (see the module's docstring); `names`: the node of
-    each index, the root first; `actor_nodes`: the node index of every actor; `rank_nodes`: the
-    node index each rank runs on, where known."""
+    """Whole subtrees under the root to ranks, then leaves to starved ranks, then ranks near their
+    nodes (see the module's docstring); `names`: the node of each index, the root first;
+    `actor_nodes`: the node index of every actor; `rank_nodes`: the node index each rank runs on,
+    where known."""
     index_of = {name: index for index, name in enumerate(names)}
     counts = [list(actor_nodes).count(node) for node in range(len(names))]
 
