@@ -5,11 +5,13 @@ the curve read back from its run file.
 Per run: the mean return of the last `stop.return_window` episodes against env frames and wall
 time (from the run file's `episode_return_mean`, `env_frames_per_second` and `entropy`), the
 untrained policy's score (the first full window), the best window, and when the score first
-stood `--points` above the untrained policy's (the issue's "+5 points"), in env frames and in
+stood `--points` above the untrained policy's (5 by default), in env frames and in
 seconds of training. The run stops at `--max-seconds` of training, or at the config's target.
 
     python benchmarks/learning/pong_image_learning.py [--seed 0] [--max-seconds 2160] [--points 5] [overrides ...]
     python benchmarks/learning/pong_image_learning.py --run runs/pong.h5    # read a run made before
+    python benchmarks/learning/pong_image_learning.py runtime.learners=4 runtime.learner_placement=pack \
+        runtime.num_actors=4 --keep runs/ranks4     # 4 learner ranks on this machine
     python benchmarks/learning/pong_image_learning.py model.cnn_precision=bfloat16 \
         --label bfloat16
 
@@ -43,6 +45,7 @@ def summarize(path: Path, points: float) -> dict:
         returns = reader.metric("episode_return_mean")
         episodes = reader.metric("episodes")
         entropy = reader.metric("entropy")
+        staleness = reader.metric("staleness_mean") if "staleness_mean" in reader.metric_names() else None
         config = reader.config
     # From the first update whose window is full: before it, the mean is over fewer episodes.
     window = config["stop"]["return_window"]
@@ -57,7 +60,8 @@ def summarize(path: Path, points: float) -> dict:
     return {
         "run": str(path), "env": config["env"]["id"], "cnn_layers": config["model"].get("cnn_layers", "table3"),
         "cnn_precision": config["model"].get("cnn_precision", "float32"),
-        "seed": config["seed"], "return_window": config["stop"]["return_window"],
+        "seed": config["seed"], "learners": config["runtime"].get("learners", 1),
+        "actors": config["runtime"].get("num_actors"), "return_window": config["stop"]["return_window"],
         "untrained_return": round(start, 2), "best_return": round(float(values.max()), 2),
         "final_return": round(float(values[-1]), 2), "points": points,
         "frames_to_points": int(frames[first]) if first is not None else None,
@@ -65,6 +69,8 @@ def summarize(path: Path, points: float) -> dict:
         "env_frames": int(returns.env_frames.max()), "wall_seconds": round(float(returns.wall_time.max()), 1),
         "frames_per_second": round(float(returns.env_frames.max() / max(returns.wall_time.max(), 1e-9)), 1),
         "final_entropy": round(float(entropy.value[-1]), 3) if len(entropy.value) else None,
+        "staleness_mean": round(float(np.nanmean(staleness.value)), 2) if staleness is not None and len(staleness.value)
+        else None,
         "return_at_frames": {str(mark): round(float(values[frames <= mark][-1]), 2)
                              for mark in MARKS if (frames <= mark).any() and frames.max() >= mark},
         "curve": [[int(f), round(float(s), 1), round(float(v), 2)] for f, s, v in zip(frames, seconds, values)][::5],
@@ -85,27 +91,30 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-seconds", type=float, default=2160.0, help="training budget in seconds")
     parser.add_argument("--points", type=float, default=5.0, help="the rise over the untrained policy to time")
-    parser.add_argument("--run", type=Path, help="read this run file instead of training")
+    parser.add_argument("--run", type=Path, nargs="+", help="read these run files (one entry) instead of training")
+    parser.add_argument("--keep", type=Path, help="write the run file into this folder (default: a temporary one)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("overrides", nargs="*", help="config overrides (key.path=value)")
     common.add_common_args(parser)
     args = parser.parse_args()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pong-learning-") as folder:
-        path = args.run or run(args.seed, args.max_seconds, args.overrides, Path(folder))
-        summary = summarize(path, args.points)
+        paths = args.run or [run(args.seed, args.max_seconds, args.overrides, args.keep or Path(folder))]
+        summaries = [summarize(path, args.points) for path in paths]
     if args.run is None:
-        summary["command_seconds"] = round(time.monotonic() - started, 1)
-    rise = "not reached" if summary.get("frames_to_points") is None else \
-        f"{summary['frames_to_points']:,} frames, {summary['seconds_to_points']:.0f} s"
-    print("| CNN | seed | untrained | best | final | +{:g} points at | frames | training (s) | frames/s | entropy |"
-          .format(args.points))
-    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
-    print(f"| {summary.get('cnn_layers')} | {summary.get('seed')} | {summary.get('untrained_return')} | "
-          f"{summary.get('best_return')} | {summary.get('final_return')} | {rise} | {summary.get('env_frames', 0):,} | "
-          f"{summary.get('wall_seconds')} | {summary.get('frames_per_second')} | {summary.get('final_entropy')} |")
+        summaries[0]["command_seconds"] = round(time.monotonic() - started, 1)
+    print("| CNN | learners | seed | untrained | best | final | +{:g} points at | frames | training (s) | frames/s "
+          "| entropy |".format(args.points))
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    for summary in summaries:
+        rise = "not reached" if summary.get("frames_to_points") is None else \
+            f"{summary['frames_to_points']:,} frames, {summary['seconds_to_points']:.0f} s"
+        print(f"| {summary.get('cnn_layers')} | {summary.get('learners')} | {summary.get('seed')} | "
+              f"{summary.get('untrained_return')} | {summary.get('best_return')} | {summary.get('final_return')} | "
+              f"{rise} | {summary.get('env_frames', 0):,} | {summary.get('wall_seconds')} | "
+              f"{summary.get('frames_per_second')} | {summary.get('final_entropy')} |")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    common.write_results(args.output, {"runs": [summary]}, args.label)
+    common.write_results(args.output, {"runs": summaries}, args.label)
     print(f"written: {args.output}", file=sys.stderr)
 
 

@@ -305,6 +305,17 @@ def _learner_scaling_to_target(data: dict[str, Any]) -> pd.DataFrame:
                  "trained_steps_per_second", "staleness_mean", "staleness_max", "collective_ms", "updates"])
 
 
+def _pong_learning_by_ranks(data: dict[str, Any]) -> pd.DataFrame:
+    """Runs side by side that differ in their learner ranks: the score at the same env frames."""
+    marks = {"500000": "return at 500k", "750000": "return at 750k", "1000000": "return at 1M",
+             "1500000": "return at 1.5M"}
+    frame = pd.DataFrame([{**run, **{label: run.get("return_at_frames", {}).get(mark) for mark, label in marks.items()}}
+                          for run in data["runs"]])
+    return frame.reindex(columns=["learners", "actors", "seed", "untrained_return", *marks.values(), "best_return",
+                                  "frames_to_points", "env_frames", "wall_seconds", "frames_per_second",
+                                  "staleness_mean"])
+
+
 def _allreduce_under_quota(data: dict[str, Any]) -> pd.DataFrame:
     """One row per setting; the model's size and the compute per step where the entry records them
     per row (entries before `--parameters` kept them for the whole run)."""
@@ -359,6 +370,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
                  "frames_to_points", "seconds_to_points", "env_frames", "wall_seconds", "frames_per_second",
                  "final_entropy"]).fillna({"cnn_precision": "float32"})
        for stem in ("pong_image_learning", "pong_image_learning:bfloat16")},
+    "pong_image_learning:learner_ranks": _pong_learning_by_ranks,
     "gpu_learner_check": _gpu_learner_ladder, "gpu_learner_check.summary": _gpu_learner_summary,
     "gpu_learner_check.transfers": lambda data: pd.DataFrame(data["transfers"]),
     "gpu_learner_check.extra": lambda data: pd.DataFrame(
