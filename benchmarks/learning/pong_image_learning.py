@@ -45,7 +45,7 @@ def summarize(path: Path, points: float) -> dict:
         returns = reader.metric("episode_return_mean")
         episodes = reader.metric("episodes")
         entropy = reader.metric("entropy")
-        staleness = reader.metric("staleness_mean") if "staleness_mean" in reader.metric_names() else None
+        staleness = reader.metric("staleness_mean")
         config = reader.config
     # From the first update whose window is full: before it, the mean is over fewer episodes.
     window = config["stop"]["return_window"]
@@ -69,8 +69,7 @@ def summarize(path: Path, points: float) -> dict:
         "env_frames": int(returns.env_frames.max()), "wall_seconds": round(float(returns.wall_time.max()), 1),
         "frames_per_second": round(float(returns.env_frames.max() / max(returns.wall_time.max(), 1e-9)), 1),
         "final_entropy": round(float(entropy.value[-1]), 3) if len(entropy.value) else None,
-        "staleness_mean": round(float(np.nanmean(staleness.value)), 2) if staleness is not None and len(staleness.value)
-        else None,
+        "staleness_mean": round(float(np.nanmean(staleness.value)), 2) if np.isfinite(staleness.value).any() else None,
         "return_at_frames": {str(mark): round(float(values[frames <= mark][-1]), 2)
                              for mark in MARKS if (frames <= mark).any() and frames.max() >= mark},
         "curve": [[int(f), round(float(s), 1), round(float(v), 2)] for f, s, v in zip(frames, seconds, values)][::5],
