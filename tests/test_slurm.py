@@ -9,6 +9,7 @@ import importlib.util
 import os
 import queue
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config.launch import slurm_time_minutes
 
-from optional_parts import require_slurm
+from optional_parts import require_slurm, skip_unless_required
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"
@@ -219,6 +220,60 @@ def test_job_states_come_from_the_controller_without_accounting(tmp_path):
     state = job_state(job_id)
     assert (state.state, state.exit_code, state.source) == ("FAILED", "3:0", "scontrol")
     assert job_state("999999").state == GONE
+
+
+def _partition_nodes(partition: str) -> set[str]:
+    done = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N"], capture_output=True, text=True,
+                          timeout=30, check=True)
+    return set(done.stdout.split())
+
+
+def test_learner_and_cpu_jobs_go_to_their_own_partitions(tmp_path):
+    """The test cluster's two partitions, as a site's: a job asking for a GPU in `learner` runs on a
+    learner node (whose GPU is a GRES without a real device) and is given that GPU; a job in `cpu`
+    runs on a cpu node without one. `debug`, the default, still holds every node."""
+    require_slurm(1)
+    learner, cpu = os.environ.get("TESTCLUSTER_LEARNER_PARTITION"), os.environ.get("TESTCLUSTER_CPU_PARTITION")
+    if not learner or not cpu:
+        skip_unless_required("slurm", "not the test cluster's partitions: source $TESTCLUSTER_DIR/env "
+                                      "(slurm/testcluster/start.sh writes TESTCLUSTER_LEARNER_PARTITION)")
+    learner_nodes = set(subprocess.run(["scontrol", "show", "hostnames", os.environ["TESTCLUSTER_LEARNER_NODES"]],
+                                       capture_output=True, text=True, timeout=30, check=True).stdout.split())
+    assert _partition_nodes(learner) == learner_nodes
+    cpu_nodes = _partition_nodes(cpu)
+    all_nodes = set(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=30,
+                                   check=True).stdout.split())
+    assert cpu_nodes and learner_nodes | cpu_nodes == all_nodes == _partition_nodes("debug")
+    from lamarckian_hpc.cluster.scheduler import job_state
+
+    report = ('echo "host=$(hostname) partition=$SLURM_JOB_PARTITION job_gpus=$SLURM_JOB_GPUS '
+              'cuda=$CUDA_VISIBLE_DEVICES"')
+    gpu_request = shlex.split(os.environ["TESTCLUSTER_GPU_REQUEST"])
+    jobs = {}
+    for partition, extra in ((learner, gpu_request), (cpu, [])):
+        out = tmp_path / f"{partition}.out"
+        submitted = subprocess.run(["sbatch", "--parsable", "-p", partition, *extra, "-t", "5", "-o", str(out),
+                                    "--wrap", report], capture_output=True, text=True, timeout=30)
+        assert submitted.returncode == 0, submitted.stderr
+        jobs[partition] = (submitted.stdout.strip().split(";")[0], out)
+    try:
+        for job_id, _ in jobs.values():
+            _wait_until(lambda: job_state(job_id).final, 120, f"job {job_id} to end")
+    finally:
+        subprocess.run(["scancel", *(job_id for job_id, _ in jobs.values())], capture_output=True, timeout=30)
+    seen = {}
+    for partition, (job_id, out) in jobs.items():
+        assert job_state(job_id).state == "COMPLETED", (partition, job_state(job_id))
+        seen[partition] = dict(word.split("=", 1) for word in out.read_text().split())
+    assert seen[learner]["host"] in learner_nodes and seen[learner]["partition"] == learner, seen
+    assert seen[learner]["job_gpus"] and seen[learner]["cuda"], f"the learner job was given no GPU: {seen}"
+    assert seen[cpu]["host"] in cpu_nodes and seen[cpu]["partition"] == cpu, seen
+    assert not seen[cpu]["job_gpus"], seen
+    if not cpu_nodes & learner_nodes:  # with more than one node: no GPU to be had in the cpu partition
+        refused = subprocess.run(["sbatch", "--parsable", "-p", cpu, *gpu_request, "--wrap", "true"],
+                                 capture_output=True, text=True, timeout=30)
+        assert refused.returncode != 0 and "Requested node configuration is not available" in refused.stderr, \
+            refused.stdout + refused.stderr
 
 
 DRIVER_THAT_FAILS = """

@@ -7,6 +7,13 @@
 # loopback, address 10.217.0.K on eth0, a link to a bridge in this namespace) and its own UTS
 # namespace (`hostname` is nodeK). slurmctld stays here, on the bridge's address 10.217.0.254.
 # The file system stays shared, as a cluster's home and scratch are. See README.md.
+# Three partitions: `debug` (the default) holds every node; `learner` holds the first
+# TESTCLUSTER_LEARNER_NODES nodes, each declaring one GPU in Slurm's GRES (Gres=gpu:1, no device:
+# gres.conf beside slurm.conf has no File=), so a job with --gpus-per-node=1 runs there; `cpu` holds
+# the others (the last node when there are none, so that both exist at every size). The env file
+# names them (TESTCLUSTER_LEARNER_PARTITION, TESTCLUSTER_CPU_PARTITION, TESTCLUSTER_LEARNER_NODES,
+# TESTCLUSTER_GPU_REQUEST).
+#   TESTCLUSTER_LEARNER_NODES=1        how many nodes (node1..) form the learner partition, 1..N
 #   TESTCLUSTER_SUBNET=10.217.0.0/24   the nodes' /24 (.1..N nodes, .254 the bridge)
 #   TESTCLUSTER_LINK_RATE=1gbit        limit every node's link in both directions (tc tbf)
 #   TESTCLUSTER_NODE_CPUS=0.5          every node's own cores (a CFS quota, cgroup lhtc-nodeK); unset: none
@@ -32,6 +39,7 @@ LEARNER_CPUS=${TESTCLUSTER_LEARNER_CPUS:-}
 CPU_PERIOD=${TESTCLUSTER_CPU_PERIOD_US:-100000}
 CPU_SHARES=${TESTCLUSTER_CPU_SHARES:-}
 CPU_CGROUP_ROOT=${TESTCLUSTER_CPU_CGROUP_ROOT:-/sys/fs/cgroup/cpu}
+LEARNER_NODES=${TESTCLUSTER_LEARNER_NODES:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 # Interface names in this namespace; stop.sh removes every link with this prefix.
@@ -44,6 +52,8 @@ if ! [[ "$NUM_NODES" =~ ^[1-9][0-9]?$ ]]; then
     echo "start.sh: number of nodes must be 1..99, got '$NUM_NODES'" >&2
     exit 2
 fi
+[[ "$LEARNER_NODES" =~ ^[1-9][0-9]?$ ]] && [ "$LEARNER_NODES" -le "$NUM_NODES" ] \
+    || fail "TESTCLUSTER_LEARNER_NODES must be a count of nodes from 1 to $NUM_NODES, got '$LEARNER_NODES'"
 [ "$(id -u)" = 0 ] || fail "run as root (network namespaces, slurmd and /etc/hosts need it)"
 [[ "$SUBNET" =~ ^([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})\.0/24$ ]] \
     || fail "TESTCLUSTER_SUBNET must be a /24 written A.B.C.0/24, got '$SUBNET'"
@@ -160,9 +170,42 @@ hosts=$(sed "/# $MARK begin/,/# $MARK end/d" /etc/hosts)
 cat "$DIR/hosts" > /etc/hosts
 
 join() { local IFS=,; echo "$*"; }
+# Slurm's host list of nodes first..last: node3, node[1-4].
+hostlist() { if [ "$1" = "$2" ]; then echo "node$1"; else echo "node[$1-$2]"; fi; }
+# The NodeName line of nodes first..last (their addresses in order), with extra options.
+node_line() {
+    local names
+    names=$(hostlist "$1" "$2")
+    echo "NodeName=$names NodeHostname=$names NodeAddr=$(join "${addrs[@]:$(($1 - 1)):$(($2 - $1 + 1))}")${3:+ $3}"
+}
+# The learner nodes declare one GPU each: Gres=gpu:1 in slurm.conf, and in gres.conf (which Slurm
+# reads from slurm.conf's directory) a GPU whose File= is a stand-in device node, $DIR/gpu/nvidia0,
+# a character device 1,3 as /dev/null is. Slurm 22.05 drops a GPU without File= ("Removing file-less
+# GPU gpu:(null) from final GRES list"; the node is then INVAL with "gres/gpu count reported lower
+# than configured (0 < 1)"), and names a regular file "not a valid character or block device" (it
+# still counts it: the fallback where mknod is not allowed). Nothing opens the file: TaskPlugin is
+# task/none, so no cgroup restricts devices. AutoDetect=off: no NVIDIA library is asked. The cpu
+# partition is the other nodes, or the last node when every node is a learner node.
+LEARNER_LIST=$(hostlist 1 "$LEARNER_NODES")
+node_lines=$(node_line 1 "$LEARNER_NODES" Gres=gpu:1)
+if [ "$LEARNER_NODES" -lt "$NUM_NODES" ]; then
+    node_lines="$node_lines\n$(node_line $((LEARNER_NODES + 1)) "$NUM_NODES")"
+    CPU_LIST=$(hostlist $((LEARNER_NODES + 1)) "$NUM_NODES")
+else
+    CPU_LIST=$(hostlist "$NUM_NODES" "$NUM_NODES")
+fi
+GPU_REQUEST=--gpus-per-node=1
+mkdir -p "$DIR/gpu"
+mknod -m 666 "$DIR/gpu/nvidia0" c 1 3 2>/dev/null || : > "$DIR/gpu/nvidia0"
+{
+    echo "# Written by start.sh: the learner nodes' GPU, for Slurm's bookkeeping only (there is no GPU)."
+    echo "AutoDetect=off"
+    echo "NodeName=$LEARNER_LIST Name=gpu File=$DIR/gpu/nvidia0"
+} > "$DIR/gres.conf"
 sed -e "s|@HOST@|$(hostname -s)|g" -e "s|@BRIDGE_ADDR@|$BRIDGE_ADDR|g" -e "s|@CTLD_PORT@|$CTLD_PORT|g" \
-    -e "s|@DIR@|$DIR|g" -e "s|@NUM_NODES@|$NUM_NODES|g" -e "s|@NODE_ADDRS@|$(join "${addrs[@]}")|g" \
-    -e "s|@NODE_PORT@|$NODE_PORT|g" -e "s|@CPUS@|$CPUS|g" -e "s|@TASK_PROLOG@|$DIR/task-prolog|g" \
+    -e "s|@DIR@|$DIR|g" -e "s|@NUM_NODES@|$NUM_NODES|g" -e "s|@NODE_LINES@|$node_lines|" \
+    -e "s|@LEARNER_NODES@|$LEARNER_LIST|g" -e "s|@CPU_NODES@|$CPU_LIST|g" -e "s|@NODE_PORT@|$NODE_PORT|g" \
+    -e "s|@CPUS@|$CPUS|g" -e "s|@TASK_PROLOG@|$DIR/task-prolog|g" \
     "$HERE/slurm.conf.in" > "$DIR/slurm.conf"
 export SLURM_CONF="$DIR/slurm.conf"
 {
@@ -173,6 +216,7 @@ export SLURM_CONF="$DIR/slurm.conf"
     # netmod's TCP addresses are about 100 bytes.
     echo "export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp"
     echo "export TESTCLUSTER_NODE_ADDRS=$(join "${addrs[@]}") TESTCLUSTER_BRIDGE_ADDR=$BRIDGE_ADDR"
+    echo "export TESTCLUSTER_LEARNER_PARTITION=learner TESTCLUSTER_CPU_PARTITION=cpu TESTCLUSTER_LEARNER_NODES='$LEARNER_LIST' TESTCLUSTER_GPU_REQUEST=$GPU_REQUEST"
     echo "export TESTCLUSTER_NODE_CPUS=$NODE_CPUS TESTCLUSTER_CPU_QUOTA_SCOPE=$QUOTA_SCOPE TESTCLUSTER_LEARNER_CPUS=$LEARNER_CPUS TESTCLUSTER_CPU_PERIOD_US=$CPU_PERIOD TESTCLUSTER_CPU_SHARES=$CPU_SHARES"
 } > "$DIR/env"
 
