@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from .config.base import ConfigError
-from .config.launch import LaunchConfig
+from .config.launch import ActorJobConfig, LaunchConfig
 from .config.loading import apply_overrides
 from .config.multiagent import LeagueConfig
 from .config.programs import EVOLUTION, POPULATION_PROGRAMS
@@ -77,9 +77,13 @@ EXAMPLES: dict[str, Any] = {
     "EMOGIAlgorithmConfig.weight_bounds": [0.0, 2.0], "MultiAgentConfig.policies": ("left", "right"),
     "MultiAgentConfig.policies_to_train": ("left",), "MultiAgentConfig.shared_layers": 1,
     "MultiAgentConfig.mapping": {"agent_0": "left", "agent_1": "right", "agent_2": "right"},
-    "LaunchConfig.partition": "cpu", "LaunchConfig.account": "my-project", "LaunchConfig.time": "02:00:00",
+    "LaunchConfig.account": "my-project", "LaunchConfig.time": "02:00:00",
     "LaunchConfig.exclude": "node[07-09]", "LaunchConfig.constraint": "avx512", "LaunchConfig.job_name": "cartpole",
     "LaunchConfig.folder": "/scratch/slurm-jobs", "LaunchConfig.wait_timeout_seconds": 86400,
+    "LaunchConfig.partition": "gpu", "LaunchConfig.actor_jobs": 4,
+    "ActorJobConfig.partition": "cpu", "ActorJobConfig.account": "my-project", "ActorJobConfig.time": "04:00:00",
+    "ActorJobConfig.nodes": 16, "ActorJobConfig.cpus_per_node": 64, "ActorJobConfig.folder": "/scratch/slurm-jobs",
+    "RuntimeConfig.join_folder": "runs/cartpole.join", "RuntimeConfig.planned_actors": 1024,
 }
 for _section in ("RuntimeConfig", "EvolveRuntimeConfig", "PBTRuntimeConfig", "EMOGIRuntimeConfig"):
     EXAMPLES[f"{_section}.ray_address"], EXAMPLES[f"{_section}.num_workers"] = "10.0.0.1:6379", 4
@@ -222,10 +226,11 @@ def validates(root: Root, text: str) -> bool:
         if root.style == "override":
             apply_overrides({}, shlex.split(text), "example", root.model)
         elif root.style == "option":
-            from .cluster.command import LAUNCH_FLAGS  # each flag's type, as argparse converts it
+            from .cluster.command import ACTOR_JOB_FLAGS, LAUNCH_FLAGS  # each flag's type, as argparse converts it
 
+            kinds = {flag: kind for flag, (_, kind, _) in {**LAUNCH_FLAGS, **ACTOR_JOB_FLAGS}.items()}
             words, flags = shlex.split(text), {flag: field for field, flag in (root.options or {}).items()}
-            root.model.model_validate({flags[flag]: LAUNCH_FLAGS[flag][1](value)
+            root.model.model_validate({flags[flag]: kinds[flag](value)
                                        for flag, value in zip(words[::2], words[1::2])})
         else:
             call = ast.parse(text, mode="eval").body
@@ -376,9 +381,10 @@ give the whole entry.
 def roots() -> tuple[tuple[str, tuple[Root, ...]], ...]:
     """The page's groups and configs, in order. `launch`'s flags live with the command
     (cluster/command.py, which imports nothing heavy), so they are read only here."""
-    from .cluster.command import LAUNCH_FLAGS
+    from .cluster.command import ACTOR_JOB_FLAGS, LAUNCH_FLAGS
 
     flags = {field: flag for flag, (field, _, _) in LAUNCH_FLAGS.items()}
+    join_flags = {field: flag for flag, (field, _, _) in ACTOR_JOB_FLAGS.items()}
     evolve = "`evolve` configuration for `algorithm.name: {}`"
     return (
         ("Training runs", (Root(
@@ -398,7 +404,12 @@ def roots() -> tuple[tuple[str, tuple[Root, ...]], ...]:
             "`launch` options", LaunchConfig,
             "`lamarckian-hpc launch CONFIG [key.path=value ...] [options]`: the config and overrides are those "
             "of `train`; the options fill `LaunchConfig` (`lamarckian_hpc/config/launch.py`) and are checked "
-            "the same way.", style="option", prefix="launch", options=flags),)),
+            "the same way.", style="option", prefix="launch", options=flags),
+            Root("`join` options", ActorJobConfig,
+                 "`lamarckian-hpc join RUN [options]`: an actor job whose nodes join the running run of the file RUN "
+                 "(`ActorJobConfig`, `lamarckian_hpc/config/launch.py`). `launch --actor-jobs N` submits N such jobs "
+                 "beside the learner job, each with these options written `--actor-nodes`, `--actor-cpus-per-node`, "
+                 "and so on.", style="option", prefix="join", options=join_flags))),
     )
 
 

@@ -15,8 +15,10 @@ resuming is decided).
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
+import time
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +29,7 @@ import submitit
 from .ray_cluster import RayClusterInfo, RaySettings, run_on_ray_cluster
 from ..config import RunConfig
 from .slurm_env import SlurmJob
+from ..storage.join_folder import JoinFolder, RunContact, join_folder_of
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class RunJobSpec:
     log_dir: str                 # submitit's folder of this job
     ray_object_store_mb: int = 200
     command: str = "train"       # "train" or "evolve": which command's config this is
+    actor_job_cpus: int = 0      # CPUs of the actor jobs launched with the run (its messages are sized for them)
 
 
 class EvolveJobError(RuntimeError):
@@ -72,8 +76,12 @@ def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     if runtime.get("num_actors") is None:  # every CPU of the allocation but the learners' (one core a rank)
         learners = int(runtime.get("learners", 1) or 1)
         runtime["num_actors"] = max(1, sum(node.cores for node in info.layout.nodes) - learners)
+    if spec.actor_job_cpus and runtime.get("planned_actors") is None:
+        runtime["planned_actors"] = runtime["num_actors"] + spec.actor_job_cpus
     if runtime.get("key_folder") is None:  # beside the run file, which every node of the job can read
         runtime["key_folder"] = str(Path(spec.run_path).with_suffix(".keys"))
+    join = JoinFolder(runtime.get("join_folder") or join_folder_of(spec.run_path))
+    runtime["join_folder"] = str(join.path)
     config = build_config({**spec.config, "runtime": runtime}, f"{spec.config_file} (launched)")
     slurm = SlurmJob.from_environ()
     run_path = Path(spec.run_path)
@@ -90,7 +98,14 @@ def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
           f"(head {info.head_address})", flush=True)
     # Every node but the head (the driver runs there and is lost with it) is watched.
     watch = NodeWatch(info.node_ids, config.runtime.on_node_loss, head=info.labels[0])
+    # Open to actor jobs (`lamarckian-hpc join`, a launch's actor jobs): where the cluster is, and its token.
+    join.publish(RunContact(head_address=info.head_address, ray_token=os.environ["RAY_AUTH_TOKEN"],
+                            generation=f"{slurm.job_id if slurm else 'local'}.{slurm.restart_count if slurm else 0}."
+                                       f"{secrets.token_hex(4)}",
+                            learner_job_id=slurm.job_id if slurm else "", run_path=str(run_path),
+                            written_at=time.time()))
     result = run_training(config, run_path, resume=resume, meta=meta, observers=(watch,))
+    join.finish()  # not after a failure or a requeue: actor jobs wait for the learner's next start
     return {
         "run_path": str(run_path),
         "command": "train",

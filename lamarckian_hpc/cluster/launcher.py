@@ -19,7 +19,9 @@ from typing import Any, Callable
 import submitit
 
 from ..config import RootSection, RunConfig
-from ..config.launch import LaunchConfig
+from ..config.launch import ActorJobConfig, LaunchConfig
+from ..storage.join_folder import join_folder_of
+from .actor_job import ActorJob, ActorJobSpec
 from .job import RunJob, RunJobSpec
 from .scheduler import JobState, job_state
 
@@ -75,12 +77,50 @@ def executor_parameters(launch: LaunchConfig, survive_node_loss: bool = False) -
     return parameters
 
 
-def submit(config: RootSection, config_file: str, run_path: Path, launch: LaunchConfig) -> submitit.Job:
-    """Submit a train config (RunConfig) or any evolve config; the job's driver runs the matching command."""
+def actor_executor_parameters(actors: ActorJobConfig) -> dict[str, Any]:
+    """An actor job's submitit parameters: one task per node, no MPI (its tasks never talk to each
+    other), warned `signal_delay_seconds` before its time limit so that its nodes leave cleanly, and
+    never requeued: the run goes on without it, and `join` adds others."""
+    parameters: dict[str, Any] = {
+        "nodes": actors.nodes, "ntasks_per_node": 1, "cpus_per_task": actors.cpus_per_node,
+        "time": actors.time_minutes, "job_name": actors.job_name, "signal_delay_s": actors.signal_delay_seconds,
+        # One node that fails leaves the run by itself; the job's other nodes stay in it.
+        "srun_args": ["--no-kill"], "additional_parameters": {"no_kill": True, "no_requeue": True},
+    }
+    optional = {"partition": actors.partition, "account": actors.account, "constraint": actors.constraint}
+    parameters.update({key: value for key, value in optional.items() if value is not None})
+    return parameters
+
+
+def submit_actor_job(run_path: Path, actors: ActorJobConfig) -> submitit.Job:
+    """An actor job for the run whose file is (or will be) at `run_path`: its nodes join the run
+    through the run's join folder, whenever Slurm starts them."""
+    actors.folder.mkdir(parents=True, exist_ok=True)
+    executor = submitit.SlurmExecutor(folder=actors.folder / "%j", max_num_timeout=0)
+    executor.update_parameters(**actor_executor_parameters(actors))
+    spec = ActorJobSpec(join_folder=str(join_folder_of(run_path.resolve())), log_dir=str((actors.folder / "%j").resolve()),
+                        ray_object_store_mb=actors.ray_object_store_mb, reconnect_seconds=actors.reconnect_seconds)
+    return executor.submit(ActorJob(), spec)
+
+
+def cancel_jobs(jobs: list[submitit.Job]) -> None:
+    """scancel for jobs that may still run (their nodes then leave the run); errors are ignored."""
+    for job in jobs:
+        try:
+            job.cancel(check=False)
+        except Exception:  # noqa: BLE001 - best effort at the end of a launch
+            pass
+
+
+def submit(config: RootSection, config_file: str, run_path: Path, launch: LaunchConfig,
+           actor_cpus: int = 0) -> submitit.Job:
+    """Submit a train config (RunConfig) or any evolve config; the job's driver runs the matching
+    command. `actor_cpus`: the CPUs of the actor jobs launched beside it (a train run sizes its
+    messages and credits for their actors too)."""
     command = "train" if isinstance(config, RunConfig) else "evolve"
     spec = RunJobSpec(config=config.to_json_dict(), config_file=str(config_file),
                       run_path=str(run_path.resolve()), log_dir=str((launch.folder / "%j").resolve()),
-                      ray_object_store_mb=launch.ray_object_store_mb, command=command)
+                      ray_object_store_mb=launch.ray_object_store_mb, command=command, actor_job_cpus=actor_cpus)
     run_path.parent.mkdir(parents=True, exist_ok=True)
     survive = isinstance(config, RunConfig) and config.runtime.on_node_loss == "continue"
     executor = make_executor(launch, survive_node_loss=survive)
@@ -88,7 +128,8 @@ def submit(config: RootSection, config_file: str, run_path: Path, launch: Launch
 
 
 def _progress_line(run_path: Path) -> str | None:
-    """Frames, policy version and recent return as the run file holds them now (None before it exists)."""
+    """Frames, policy version, recent return, and actors and their hosts as they come and go, as the
+    run file holds them now (None before it exists)."""
     if not run_path.is_file():
         return None
     from ..storage import open_run
@@ -96,12 +137,14 @@ def _progress_line(run_path: Path) -> str | None:
     try:
         with open_run(run_path) as run:
             curve = run.metric("episode_return_mean")
+            actors, hosts = run.metric("actors_connected").value, run.metric("hosts_connected").value
     except (OSError, KeyError, ValueError):
         return None
     if len(curve.env_frames) == 0:
         return None
     return (f"{int(curve.env_frames[-1]):,} frames, policy version {int(curve.policy_version[-1])}, "
-            f"mean return {float(curve.value[-1]):.1f}")
+            f"mean return {float(curve.value[-1]):.1f}"
+            + (f", {int(actors[-1])} actors on {int(hosts[-1])} hosts" if len(actors) else ""))
 
 
 def _log_tail(job: submitit.Job, lines: int = 20) -> str:
@@ -119,12 +162,19 @@ def wait_timeout(launch: LaunchConfig) -> float:
 
 
 def follow(job: submitit.Job, run_path: Path, launch: LaunchConfig,
-           say: Callable[[str], None] = print) -> LaunchResult:
-    """Report state changes and progress until the job ends; its result, or LaunchError."""
+           say: Callable[[str], None] = print, actor_jobs: tuple[submitit.Job, ...] = ()) -> LaunchResult:
+    """Report state changes and progress until the job ends, and the states of its `actor_jobs`;
+    its result, or LaunchError."""
     deadline = time.monotonic() + wait_timeout(launch)
     last_state, last_progress = "", ""
+    actor_states: dict[str, str] = {}
     final_since: float | None = None
     while True:
+        for actor_job in actor_jobs:
+            actor_state = job_state(actor_job.job_id).state
+            if actor_states.get(actor_job.job_id) != actor_state:
+                say(f"actor job {actor_job.job_id}: {actor_state}")
+                actor_states[actor_job.job_id] = actor_state
         state = job_state(job.job_id)
         shown = state.state + (f" (restart {state.restarts})" if state.restarts else "")
         if shown != last_state:

@@ -33,6 +33,7 @@ its own watches the head meanwhile and ends it the same way once the head is gon
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -103,13 +104,14 @@ def ray_executable() -> str:
 
 
 def ray_start_command(node: NodeInfo, label: str, head_address: str | None, temp_dir: str,
-                      settings: RaySettings) -> list[str]:
-    """`ray start --block` for one node; the head when `head_address` is None."""
+                      settings: RaySettings, resources: dict[str, float] | None = None) -> list[str]:
+    """`ray start --block` for one node; the head when `head_address` is None. The node offers
+    `node:<label>` and `resources`."""
     ports = dict(zip(RAY_PORT_OPTIONS, node.free_ports))
+    offered = json.dumps({f"{NODE_RESOURCE_PREFIX}{label}": 1, **(resources or {})})
     command = [ray_executable(), "start", "--block", "--disable-usage-stats", f"--node-ip-address={node.address}",
                f"--temp-dir={temp_dir}", f"--num-cpus={node.cores}", f"--num-gpus={node.gpus}",
-               f"--object-store-memory={settings.object_store_bytes}",
-               f'--resources={{"{NODE_RESOURCE_PREFIX}{label}": 1}}']
+               f"--object-store-memory={settings.object_store_bytes}", f"--resources={offered}"]
     if head_address is None:
         command += ["--head", "--include-dashboard=false", "--no-monitor"]  # nothing autoscales an allocation
     else:

@@ -423,8 +423,10 @@ class ExperienceSender:
             if stopping or left == 0:
                 return False
 
-    def close(self) -> None:
-        self.socket.close()
+    def close(self, linger_ms: int = 0) -> None:
+        """Close; `linger_ms` gives the messages still queued that long to reach the peer (an actor
+        that was asked to stop hands in what it sampled)."""
+        self.socket.close(linger=linger_ms)
 
 
 class ExperienceReceiver:

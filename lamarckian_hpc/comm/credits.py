@@ -173,6 +173,14 @@ class CreditLedger:
         self._queue(route, account)
         return lost
 
+    def close(self, route: Route) -> int:
+        """The sender of `route` is gone for good (its node left the run): its account closes, the
+        credits it held return to the pool at once, counted as written off, and it is never granted
+        again (a message it sent that turns up after all is `uncredited`). How many."""
+        lost = self._retire(route)
+        self.written_off += lost
+        return lost
+
     def grants(self) -> list[tuple[Route, int, int]]:
         """Grants to send now, (route, new credits, limit) per sender: new credits in turn while the
         budget has room, and the limit again (perhaps with none new) to senders that asked without

@@ -236,6 +236,16 @@ class RuntimeConfig(Section):
         description="Largest frame a socket of the run accepts from a peer, in MiB (ZeroMQ's ZMQ_MAXMSGSIZE, "
                     "checked before any key is presented: a peer declaring more is dropped). Default 4 times the "
                     "run's largest message (its weights or one rollout), at least 4 MiB.")
+    join_folder: Path | None = Field(
+        None, description="The run's join folder, where actor jobs find a running run (the Ray head's address "
+                          "and the cluster's token, in private files) and say when they leave; a Slurm launch "
+                          "sets it beside the run file. With it, the learner places actors on every node that "
+                          "joins the run's cluster and lets them go when they leave; null: the nodes are fixed.")
+    planned_actors: int | None = Field(
+        None, ge=1, le=1_000_000,
+        description="Actors the run's messages and credits are sized for (their share of a batch, the credit "
+                    "budget) where actor jobs will join it: a launch with actor jobs sets it to the actors of "
+                    "all its jobs. Default runtime.num_actors.")
     on_node_loss: Literal["fail", "continue"] = Field(
         "fail", description="When a node of a multi-node run is lost: fail stops with an error naming it, "
                             "checkpoint saved for a resume; continue trains on with the actors of the nodes left.")

@@ -34,6 +34,8 @@ from .sides import make_sampling_side
 
 log = logging.getLogger(__name__)
 WAIT_POLL_MS = 50
+#: How long a stopped actor's last messages have to leave its process.
+STOP_LINGER_MS = 2000
 
 
 class ActorLoop:
@@ -123,7 +125,8 @@ class ActorLoop:
         finally:
             side.close()
             subscriber.close()
-            sender.close()
+            # Asked to stop (its node leaves the run): the last messages still go out.
+            sender.close(linger_ms=STOP_LINGER_MS if self.stop_event.is_set() else 0)
             context.term()
 
     def _recordings(self, completed: list) -> tuple[Recorded, ...]:

@@ -41,6 +41,11 @@ class ActorWatch:
         if self.all_connected_at is None and len(self.missing()) == 0:
             self.all_connected_at = time.monotonic()
 
+    def forget(self, actor_index: int) -> None:
+        """The actor is gone with its node, which left the run: it no longer counts as connected."""
+        self.hosts.pop(actor_index, None)
+        self.failing.pop(actor_index, None)
+
     def on_experience(self) -> None:
         """Experience that can be trained on arrived (not just a message)."""
         self.last_experience_at = time.monotonic()

@@ -100,10 +100,13 @@ def start_relay(spec: RelaySpec, scheduling: Any = None) -> Any:
 
 def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequence[str],
                  experience_address: str | Sequence[str], scheduling: Callable[[int], Any] | None = None,
-                 experience_servers: Sequence[str] | None = None) -> list[Any]:
-    """Actor processes; each address is one for all or one per actor, `experience_servers[i]` the
-    key role of whoever listens at actor i's experience address (the learner by default),
-    `scheduling(i)` pins actor i."""
+                 experience_servers: Sequence[str] | None = None, first_index: int = 0,
+                 shape_actors: int | None = None) -> list[Any]:
+    """`num_actors` actor processes, indexed from `first_index`; each address is one for all or one
+    per actor, `experience_servers[i]` the key role of whoever listens at actor i's experience
+    address (the learner by default), `scheduling(i)` pins actor i. Each sizes its messages and
+    credits for `shape_actors` actors in the run (default `num_actors`): actors that join a running
+    run size them as the run's own do."""
     remote = ray.remote(ActorProcess)
     options: dict[str, Any] = {
         "num_cpus": min(1.0, ray.cluster_resources().get("CPU", 1.0) / num_actors),  # oversubscribe if asked to
@@ -117,11 +120,12 @@ def start_actors(config: RunConfig, num_actors: int, weights_address: str | Sequ
                   else list(experience_address))
     servers = list(experience_servers) if experience_servers is not None else [LEARNER] * num_actors
     actors = []
-    for index in range(num_actors):
-        strategy = scheduling(index) if scheduling is not None else None
+    for offset in range(num_actors):
+        strategy = scheduling(offset) if scheduling is not None else None
         # Without a node to pin it to, SPREAD: on a multi-node cluster the actors sample on every node.
         placed = remote.options(**options, scheduling_strategy=strategy if strategy is not None else "SPREAD")
-        actors.append(placed.remote(tree, index, num_actors, addresses[index], experience[index], servers[index]))
+        actors.append(placed.remote(tree, first_index + offset, shape_actors or num_actors, addresses[offset],
+                                    experience[offset], servers[offset]))
     return actors
 
 

@@ -35,6 +35,7 @@ from ...comm import BROADCAST, LEARNER, ExperienceReceiver, JobKeys, WeightPubli
 from ...comm.relay import RelaySpec
 from ...comm.topology import BroadcastTree, build_tree
 from ...config import RunConfig
+from ...storage.join_folder import JOINED_NODE_RESOURCE
 from .shards import ShardPlan
 from .ray_actors import start_relay
 from .ray_setup import answers
@@ -73,13 +74,17 @@ def plan_nodes(config: RunConfig, num_actors: int) -> NodePlan:
         ids: tuple[str | None, ...] = (None,) * simulated
     else:
         here = ray.get_runtime_context().get_node_id()
-        alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        # Nodes of actor jobs are placed on as they join (`joined_nodes`), never in the run's own plan.
+        alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
+                 and not n.get("Resources", {}).get(JOINED_NODE_RESOURCE)]
         labels = [_node_label(n) for n in alive]
         if len(set(labels)) < len(labels):  # several Ray nodes on one host: tell them apart
             labels = [f"{label}:{n['NodeID'][:8]}" for label, n in zip(labels, alive)]
         order = sorted(range(len(alive)), key=lambda i: (alive[i]["NodeID"] != here, _natural(labels[i])))
         names = tuple(labels[i] for i in order) or ("local",)
-        ids = tuple(alive[i]["NodeID"] for i in order) if len(alive) > 1 else (None,)
+        # Pinned where there is more than one node, or may be (joined nodes must not take the run's own actors).
+        pinned = len(alive) > 1 or (config.runtime.join_folder is not None and len(alive) == 1)
+        ids = tuple(alive[i]["NodeID"] for i in order) if pinned else (None,)
     count = len(names)
     return NodePlan(names, ids, tuple(i * count // num_actors for i in range(num_actors)))
 

@@ -17,6 +17,7 @@ names one is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -48,7 +49,9 @@ from ..placement.ray_setup import answers, ray_cpus, reachable_host, shutdown_ra
 from .recording import RecordedEpisodes
 from ..run_shape import (POLICY_ID, EnvironmentProbe, credit_budget, message_steps, probe_environment, steps_per_update,
                          with_message_ticks)
+from ..placement.joined_nodes import JoinedNodes, JoinRoutes
 from ..placement.relay_tree import RankRoutes, RelayTree, plan_nodes
+from ...storage.join_folder import JoinFolder
 from ..learner.lockstep import agree, reduce_numbers
 from ..learner.ranks import (LearnerGroup, plan_shards, rank_config, serving_joins,
                             starve_seconds, start_ranks)
@@ -63,7 +66,7 @@ RUNTIME_METRICS: tuple[str, ...] = (
     "actor_restarts", "cpu_utilization", "dropped_stale_steps", "malformed_messages",
     "lost_messages", "actors_connected", "hosts_connected", "credits_in_flight", "credits_written_off",
     "credits_late", "credits_reclaimed", "incomplete_batches", "learner_collective_ms",
-    "learner_agree_ms", "learner_update_ms",
+    "learner_agree_ms", "learner_update_ms", "joined_nodes", "joined_actors",
 )
 WAIT_CHECK_SECONDS = 1.0
 
@@ -126,19 +129,21 @@ class DistributedTrainer(ExperienceIntake):
             self.policy_learners = dict(self.learner.learners)
         cores = os.cpu_count() or 1
         self.num_actors = config.runtime.num_actors or cores
+        #: Actors the messages and credits are sized for: more than the run's own where actor jobs join.
+        self.shape_actors = max(self.num_actors, config.runtime.planned_actors or 0)
         # Fan-in: descriptors for every connection (a flat run's two per actor), and ZeroMQ I/O threads for them.
         raise_open_file_limit(2 * self.num_actors)
         self.context = zmq.Context(io_threads=io_threads_for(2 * self.num_actors))
         config, self.keys, self.own_key_folder = job_keys(config)
-        config = with_message_limit(with_message_ticks(config, self.num_actors, probe), self.learner.weights(),
+        config = with_message_limit(with_message_ticks(config, self.shape_actors, probe), self.learner.weights(),
                                     message_spaces)
         self.started_ray = init_ray(config, num_cpus=ray_cpus(config.runtime.num_actors))
         # Actors may run on any node of the Ray cluster: they are given addresses bound on this
         # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.
         host = config.runtime.bind_address or reachable_host(self.started_ray)
         self.host = host
-        budget = credit_budget(config, self.num_actors)
-        self.message_steps = message_steps(config, self.num_actors)  # in the run file's /meta
+        budget = credit_budget(config, self.shape_actors)
+        self.message_steps = message_steps(config, self.shape_actors)  # in the run file's /meta
         #: Learner ranks 1.. (Ray actors), the actors' shards, and the group once formed (`train`).
         self.rank_actors: list[Any] = []
         self.shards: ShardPlan | None = None
@@ -162,7 +167,15 @@ class DistributedTrainer(ExperienceIntake):
         self.cpu_meter = TreeCpuMeter(cores)
         self._publish(env_frames=0)
         self.actors = start_actors(config, self.num_actors, self.tree.actor_addresses, self.tree.experience_addresses,
-                                   self.tree.actor_scheduling, self.tree.experience_servers)
+                                   self.tree.actor_scheduling, self.tree.experience_servers,
+                                   shape_actors=self.shape_actors)
+        self.joined: JoinedNodes | None = None
+        if config.runtime.join_folder is not None:
+            routes = JoinRoutes(config, self.shape_actors, self.tree.plan.names[0], self.publisher.address,
+                                self.receiver.address, self._relay_key_folder,
+                                limit_bytes(config.runtime.max_message_megabytes), config.runtime.relay_bundle_ms)
+            self.joined = JoinedNodes(JoinFolder(config.runtime.join_folder), routes, self.num_actors,
+                                      self._admit_actors, self._release_actors)
         self.watch = ActorWatch(self.num_actors, config.runtime.connect_timeout_seconds,
                                 config.runtime.stall_timeout_seconds, self._describe_actors,
                                 expected=self.shards.actors_of(0) if self.shards is not None else None)
@@ -199,6 +212,27 @@ class DistributedTrainer(ExperienceIntake):
 
     def _serve(self) -> None:
         self.publisher.serve_joins()
+        if self.joined is not None:
+            self.joined.poll()
+
+    def _relay_key_folder(self) -> str | None:
+        return None if self.keys is None else str(self.keys.write_relay_folder())
+
+    def _admit_actors(self, indices: list[int]) -> None:
+        """Actors of a joined node are about to start: their messages fit the run's from now on."""
+        self.spec = dataclasses.replace(self.spec, num_actors=max(self.spec.num_actors, indices[-1] + 1))
+
+    def _release_actors(self, indices: list[int], how: str) -> None:
+        """A joined node left or was lost: its actors' credits return to the pool and they no longer count."""
+        for index in indices:
+            route = self.actor_routes.pop(index, None)
+            if route is not None:
+                self.receiver.ledger.close(route)
+            self.watch.forget(index)
+
+    def _live_actors(self) -> list[int]:
+        joined = [] if self.joined is None else [i for node in self.joined.nodes.values() for i in node.indices]
+        return [*range(self.num_actors), *joined]
 
     def _while_waiting(self) -> None:
         """Nothing arrived: at most once a second, end a run out of wall time or one that cannot
@@ -279,8 +313,8 @@ class DistributedTrainer(ExperienceIntake):
     def _complete_sync_batch(self, contributed: dict[int, int], waited: float) -> None:
         """Say whose share is missing and give those actors their credits back (what they spent on
         it is not coming), so that they sample the next version at once."""
-        share = math.ceil(self.batch_steps / self.num_actors)
-        missing = [index for index in range(self.num_actors) if contributed.get(index, 0) < share]
+        share = math.ceil(self.batch_steps / self.shape_actors)
+        missing = [index for index in self._live_actors() if contributed.get(index, 0) < share]
         for index in missing:
             if index in self.actor_routes:
                 self.receiver.ledger.write_off(self.actor_routes[index])
@@ -407,6 +441,8 @@ class DistributedTrainer(ExperienceIntake):
                 learner_collective_ms=0.0,
                 learner_agree_ms=0.0,
                 learner_update_ms=self.update_ms,
+                joined_nodes=float(len(self.joined.nodes) if self.joined else 0),
+                joined_actors=float(self.joined.actors if self.joined else 0),
             )
             metrics.update(self.group_counters)  # the learner group's: every rank's shard
             wall_time = progress.wall_time
@@ -443,6 +479,8 @@ class DistributedTrainer(ExperienceIntake):
             ray.kill(rank, no_restart=True)
         self.rank_actors = []
         self.tree.close()  # closes the publisher, then kills the relays, so Ray must still be up
+        if self.joined is not None:
+            self.joined.close()
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []
