@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,7 @@ def join_run(spec: ActorJobSpec, leave: threading.Event) -> dict[str, Any]:
     the learner job."""
     folder = JoinFolder(spec.join_folder)
     slurm = SlurmJob.from_environ()
+    spec = replace(spec, log_dir=spec.log_dir.replace("%j", slurm.job_id if slurm else "local"))
     label = node_label(slurm)
     settings = RaySettings(object_store_bytes=spec.ray_object_store_mb * 1024 * 1024)
     outcome: dict[str, Any] = {"node": label, "joins": 0, "ended": "no run"}
@@ -135,7 +136,9 @@ def _start_node(contact: RunContact, label: str, spec: ActorJobSpec, settings: R
                 attempt: int) -> RayNodeJoin:
     with ExitStack() as stack:  # the free ports are released just before Ray takes them
         me = describe_this_node(0, stack, len(RAY_PORT_OPTIONS))
-    temp_dir = os.path.join(tempfile.gettempdir(), f"lhj-{label}-{attempt}")
+    slurm = SlurmJob.from_environ()  # named as a job's Ray temp dirs are, per job and node (short: socket paths)
+    temp_dir = os.path.join(tempfile.gettempdir(), f"lhr-{slurm.job_id if slurm else 'local'}-"
+                                                   f"{slurm.node_name if slurm else os.getpid()}-{attempt}")
     log_path = os.path.join(spec.log_dir, f"ray-{label}.log")
     Path(spec.log_dir).mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": contact.ray_token,

@@ -138,7 +138,9 @@ def launch_command(args: argparse.Namespace) -> int:
         given = {field: getattr(args, field) for field, _, _ in LAUNCH_FLAGS.values()
                  if getattr(args, field) is not None}
         launch = build_config(given, "launch options", LaunchConfig)
-        actors = build_config(_given(args, "actor_"), "launch options (--actor-*)", ActorJobConfig)
+        # The actor jobs' logs go beside the learner job's unless --actor-folder says otherwise.
+        actors = build_config({"folder": launch.folder, **_given(args, "actor_")}, "launch options (--actor-*)",
+                              ActorJobConfig)
     except ConfigError as error:
         return _fail(str(error))
     problem = _slurm_missing()

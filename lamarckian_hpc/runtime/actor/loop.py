@@ -73,7 +73,7 @@ class ActorLoop:
 
             torch.set_num_threads(1)
         rollout = message_steps(config, self.num_actors)
-        share = math.ceil(steps_per_update(config) / self.num_actors)
+        self.share = math.ceil(steps_per_update(config) / self.num_actors)
         synchronous = config.runtime.sampling == "sync"
         try:
             sender.announce(hello_message(self.actor_index, os.getpid(), socket.gethostname()))
@@ -81,7 +81,7 @@ class ActorLoop:
             sent_with_version = 0
             frames_before, errors_before = side.sampler.env_frames, side.sampler.env_errors
             while not self.stop_event.is_set():
-                if synchronous and sent_with_version >= share:
+                if synchronous and sent_with_version >= self.share:
                     version = self._wait_for_weights(subscriber, side, newer_than=version)
                     sent_with_version = 0
                 if not sender.take_credit(WAIT_POLL_MS):
@@ -90,7 +90,7 @@ class ActorLoop:
                 if message is not None:
                     version = self._load(message, side)
                     sent_with_version = 0
-                steps = min(rollout, share - sent_with_version) if synchronous else rollout
+                steps = min(rollout, self.share - sent_with_version) if synchronous else rollout
                 try:
                     side.sample(steps)
                 except EnvironmentFailingError as error:
@@ -154,6 +154,9 @@ class ActorLoop:
         version = side.load_broadcast(message)  # every policy's weights and version
         if "epsilon" in message.meta:
             side.set_epsilon(float(message.meta["epsilon"]))
+        share = message.meta.get("sync_share")  # among the actors sampling now (nodes join and leave)
+        if type(share) is int and share > 0:
+            self.share = share
         return version
 
     def _wait_for_weights(self, subscriber: WeightSubscriber, side: SamplingSide, newer_than: int) -> int:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -187,9 +188,15 @@ class JoinedNodes:
             ray.wait(stops, num_returns=len(stops), timeout=3.0)
         node.state, node.drain_from = "draining", time.monotonic()
 
-    def _remove(self, node: JoinedNode, how: str) -> None:
+    def _end(self, node: JoinedNode) -> None:
         for handle in [*node.actors, node.relay]:
             ray.kill(handle, no_restart=True)
+        # The relay's sockets' folder: a killed relay leaves it (a node's own /tmp goes with the node;
+        # where the file system is shared, it would stay).
+        shutil.rmtree(node.ipc_dir, ignore_errors=True)
+
+    def _remove(self, node: JoinedNode, how: str) -> None:
+        self._end(node)
         del self.nodes[node.node_id]
         self.gone.add(node.node_id)
         if node.indices:
@@ -203,7 +210,6 @@ class JoinedNodes:
                     "left" if how == "left" else "was lost to", len(node.indices), len(self.nodes))
 
     def close(self) -> None:
-        for node in list(self.nodes.values()):
-            for handle in [*node.actors, node.relay]:
-                ray.kill(handle, no_restart=True)
+        for node in self.nodes.values():
+            self._end(node)
         self.nodes = {}

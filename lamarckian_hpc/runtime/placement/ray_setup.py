@@ -152,19 +152,19 @@ def _start_lean_head(num_cpus: int) -> None:
     _local_node = HeadWithoutApiServer(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
 
 
-def reachable_host(started_local_ray: bool) -> str:
+def reachable_host(started_local_ray: bool, nodes_may_join: bool = False) -> str:
     """The address to bind what processes on other hosts connect to: this node's address in the
     Ray cluster, which every other node reaches (Ray itself talks to it there); loopback when no
     other host can take part, because the run's Ray is its own or every node of the joined cluster
-    is on this host (loopback is the fast path there). Never 0.0.0.0, which would listen on every
-    interface of a shared node."""
+    is on this host and none may join later (loopback is the fast path there). Never 0.0.0.0, which
+    would listen on every interface of a shared node."""
     if started_local_ray:
         return "127.0.0.1"
     import ray
 
     here = ray.util.get_node_ip_address()
     addresses = {node.get("NodeManagerAddress") for node in ray.nodes() if node.get("Alive")}
-    return "127.0.0.1" if addresses <= {here} else here
+    return "127.0.0.1" if addresses <= {here} and not nodes_may_join else here
 
 
 def shutdown_ray() -> None:

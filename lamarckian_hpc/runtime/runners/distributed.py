@@ -140,7 +140,7 @@ class DistributedTrainer(ExperienceIntake):
         self.started_ray = init_ray(config, num_cpus=ray_cpus(config.runtime.num_actors))
         # Actors may run on any node of the Ray cluster: they are given addresses bound on this
         # node's cluster address, which they reach, and never loopback unless the Ray is ours alone.
-        host = config.runtime.bind_address or reachable_host(self.started_ray)
+        host = config.runtime.bind_address or reachable_host(self.started_ray, config.runtime.join_folder is not None)
         self.host = host
         budget = credit_budget(config, self.shape_actors)
         self.message_steps = message_steps(config, self.shape_actors)  # in the run file's /meta
@@ -159,17 +159,18 @@ class DistributedTrainer(ExperienceIntake):
             routes = RankRoutes(self.shards, tuple(answers([rank.address.remote() for rank in self.rank_actors],
                                                              "the learner ranks")))
             budget = self.shards.credit_budget(budget, 0)
+        self.credit_budget = budget  # this learner's (rank 0's); in the run file's /meta
         self.receiver = ExperienceReceiver(self.context, KINDS, host=host, keys=self.keys,
                                            max_message_bytes=limit_bytes(config.runtime.max_message_megabytes),
                                            credit_budget=budget)
         self.tree = RelayTree(config, self.context, self.num_actors, host, self.receiver, self.keys, plan, routes)
         self.publisher = self.tree.publisher
         self.cpu_meter = TreeCpuMeter(cores)
+        self.joined: JoinedNodes | None = None  # nodes of actor jobs, once the run's own actors are placed
         self._publish(env_frames=0)
         self.actors = start_actors(config, self.num_actors, self.tree.actor_addresses, self.tree.experience_addresses,
                                    self.tree.actor_scheduling, self.tree.experience_servers,
                                    shape_actors=self.shape_actors)
-        self.joined: JoinedNodes | None = None
         if config.runtime.join_folder is not None:
             routes = JoinRoutes(config, self.shape_actors, self.tree.plan.names[0], self.publisher.address,
                                 self.receiver.address, self._relay_key_folder,
@@ -208,7 +209,12 @@ class DistributedTrainer(ExperienceIntake):
         return sum(max(0, count - 1) for count in self.hellos.values())
 
     def _publish(self, env_frames: int) -> None:
-        self.publisher.publish(self.learner.version, self.learner.weights(), self.learner.broadcast_meta(env_frames))
+        meta = self.learner.broadcast_meta(env_frames)
+        if self.config.runtime.sampling == "sync" and self.joined is not None:
+            # Each actor's share of a batch among the actors sampling now: a batch completes from
+            # the actors there are, as nodes join and leave.
+            meta["sync_share"] = math.ceil(self.batch_steps / len(self._live_actors()))
+        self.publisher.publish(self.learner.version, self.learner.weights(), meta)
 
     def _serve(self) -> None:
         self.publisher.serve_joins()
@@ -313,8 +319,9 @@ class DistributedTrainer(ExperienceIntake):
     def _complete_sync_batch(self, contributed: dict[int, int], waited: float) -> None:
         """Say whose share is missing and give those actors their credits back (what they spent on
         it is not coming), so that they sample the next version at once."""
-        share = math.ceil(self.batch_steps / self.shape_actors)
-        missing = [index for index in self._live_actors() if contributed.get(index, 0) < share]
+        live = self._live_actors()
+        share = math.ceil(self.batch_steps / len(live))
+        missing = [index for index in live if contributed.get(index, 0) < share]
         for index in missing:
             if index in self.actor_routes:
                 self.receiver.ledger.write_off(self.actor_routes[index])

@@ -116,6 +116,7 @@ def run_training(config: RunConfig, run_path: str | Path, *, resume: bool = Fals
         meta = {**(meta or {}), **(layout.meta() if layout is not None else {"broadcast_layout": "serial"})}
         if getattr(trainer, "message_steps", None) is not None:  # what the run decided (`run_shape.with_message_ticks`)
             meta["message_steps"] = trainer.message_steps
+            meta["credit_budget"] = trainer.credit_budget
         learner = getattr(trainer, "learner", None)
         if getattr(learner, "device_reason", None) is not None:  # runtime.device, as the learner chose it
             meta["learner_device"] = f"{learner.device}: {learner.device_reason}"
