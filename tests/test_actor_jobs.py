@@ -104,7 +104,7 @@ def test_actor_jobs_join_a_running_run_and_leave_by_scancel_and_by_a_killed_node
     # Synchronous sampling: every batch is of the current version, and completes from the actors there are.
     launch = Launch(tmp_path, [*METRICS, "runtime.sampling=sync", "runtime.sync_fill_seconds=10",
                                "stop.target_return=null", "stop.total_env_steps=100000000",
-                               "stop.max_wall_seconds=240"], LEARNER,
+                               "stop.max_wall_seconds=150"], LEARNER,
                     base=["storage.checkpoint_interval_seconds=30", "algorithm.batch_size=1024"])
     jobs: list[str] = []
     killed_node = "node3"

@@ -18,9 +18,11 @@ from the learner. Nothing that runs is restarted.
 Leaving is an accounting event, in one of two ways:
 
 - clean (time limit, scancel, preemption): the actor job writes `leaving/<label>` and waits; the
-  learner stops the node's actors (each finishes the message it is sending, nothing more), lets
-  what they sent come up for `drain_seconds`, closes their credit accounts (the credits they held
-  return to the pool at once, never granted to them again), and answers `left/<label>`;
+  learner stops the node's actors (each finishes the message it is sampling and sends it; Slurm's
+  signal, which reaches every process of the job, does the same, and the relay forwards for as
+  long), lets what they sent come up for DRAIN_SECONDS, closes their credit accounts (the credits
+  they held return to the pool, never granted to them again), and answers `left/<label>`. A node
+  that announced its leaving and is gone before then (Slurm's KillWait) has left the same way;
 - lost (a node that died, or a job killed without its signal): Ray marks the node dead after its
   health checks fail, and the learner does the same without the wait.
 
@@ -47,12 +49,13 @@ from ...comm.relay import RelaySpec
 from ...comm.topology import build_tree
 from ...config import RunConfig
 from ...storage.join_folder import JOINED_NODE_RESOURCE, JoinFolder
-from .ray_actors import start_actors, start_relay
+from .ray_actors import LEAVE_GRACE_SECONDS, start_actors, start_relay
 
 log = logging.getLogger(__name__)
 
-#: After a leaving node's actors stopped, how long the messages they sent have to come up.
-DRAIN_SECONDS = 0.5
+#: After a leaving node's actors were told to stop, how long they have to hand in their last
+#: messages (as long as they have after their node's signal, `ray_actors.LEAVE_GRACE_SECONDS`).
+DRAIN_SECONDS = LEAVE_GRACE_SECONDS
 
 
 @dataclass
@@ -127,13 +130,13 @@ class JoinedNodes:
         self.last_poll = now
         alive = {node["NodeID"]: node for node in ray.nodes()
                  if node.get("Alive") and node.get("Resources", {}).get(JOINED_NODE_RESOURCE)}
+        leaving = set(self.folder.leaving())
         for node_id, node in self.nodes.copy().items():
-            if node_id not in alive:
-                self._remove(node, "lost")
+            if node_id not in alive:  # gone: after it said so (its processes handed in what they held), or lost
+                self._remove(node, "left" if node.label in leaving else "lost")
         for node_id, node in alive.items():
             if node_id not in self.nodes and node_id not in self.gone:
                 self._admit(node_id, node)
-        leaving = set(self.folder.leaving())
         for node in list(self.nodes.values()):
             if node.state == "starting" and node.label not in leaving:
                 self._start_actors(node)
@@ -152,7 +155,7 @@ class JoinedNodes:
                          max_message_bytes=routes.max_message_bytes,
                          experience_upstreams={routes.root: routes.experience_address},
                          experience_ipc_path=os.path.join(ipc_dir, "e.ipc"), bundle_wait_ms=routes.bundle_wait_ms)
-        relay = start_relay(spec, NodeAffinitySchedulingStrategy(node_id, soft=False))
+        relay = start_relay(spec, NodeAffinitySchedulingStrategy(node_id, soft=False), graceful_leave=True)
         self.nodes[node_id] = JoinedNode(label, node_id, cores, relay, ipc_dir, relay.addresses.remote(),
                                          time.monotonic())
         self.joined += 1
@@ -176,16 +179,16 @@ class JoinedNodes:
         node.actors = start_actors(routes.config, node.cores, weights, experience,
                                    lambda _: NodeAffinitySchedulingStrategy(node.node_id, soft=False),
                                    [BROADCAST] * node.cores, first_index=node.indices[0],
-                                   shape_actors=routes.shape_actors)
+                                   shape_actors=routes.shape_actors, graceful_leave=True)
         node.state = "running"
         log.info("node %s: %d actors (%d to %d) started after %.1f s", node.label, node.cores, node.indices[0],
                  node.indices[-1], time.monotonic() - node.seen_at)
 
     def _stop_actors(self, node: JoinedNode) -> None:
-        """Each actor finishes the message it is sending and stops; the node drains meanwhile."""
-        if node.actors:
-            stops = [actor.stop.remote() for actor in node.actors]
-            ray.wait(stops, num_returns=len(stops), timeout=3.0)
+        """Each actor finishes the message it is sampling, sends it and stops (the learner does not
+        wait for it: the node drains meanwhile). Their own signal may have stopped them already."""
+        for actor in node.actors:
+            actor.stop.remote()
         node.state, node.drain_from = "draining", time.monotonic()
 
     def _end(self, node: JoinedNode) -> None:

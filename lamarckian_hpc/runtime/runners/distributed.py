@@ -213,7 +213,7 @@ class DistributedTrainer(ExperienceIntake):
         if self.config.runtime.sampling == "sync" and self.joined is not None:
             # Each actor's share of a batch among the actors sampling now: a batch completes from
             # the actors there are, as nodes join and leave.
-            meta["sync_share"] = math.ceil(self.batch_steps / len(self._live_actors()))
+            meta["sync_share"] = math.ceil(self.batch_steps / len(self._sampling_actors()))
         self.publisher.publish(self.learner.version, self.learner.weights(), meta)
 
     def _serve(self) -> None:
@@ -236,9 +236,9 @@ class DistributedTrainer(ExperienceIntake):
                 self.receiver.ledger.close(route)
             self.watch.forget(index)
 
-    def _live_actors(self) -> list[int]:
-        joined = [] if self.joined is None else [i for node in self.joined.nodes.values() for i in node.indices]
-        return [*range(self.num_actors), *joined]
+    def _sampling_actors(self) -> list[int]:
+        """The actors sampling now: those that said hello and have not left (before any has, the run's own)."""
+        return sorted(self.watch.hosts) or list(range(self.num_actors))
 
     def _while_waiting(self) -> None:
         """Nothing arrived: at most once a second, end a run out of wall time or one that cannot
@@ -319,7 +319,7 @@ class DistributedTrainer(ExperienceIntake):
     def _complete_sync_batch(self, contributed: dict[int, int], waited: float) -> None:
         """Say whose share is missing and give those actors their credits back (what they spent on
         it is not coming), so that they sample the next version at once."""
-        live = self._live_actors()
+        live = self._sampling_actors()
         share = math.ceil(self.batch_steps / len(live))
         missing = [index for index in live if contributed.get(index, 0) < share]
         for index in missing:
