@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm" / "testclus
 from optional_parts import require_slurm  # noqa: E402
 from test_slurm import Launch, _wait_until  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 LEARNER = ["--partition", os.environ.get("TESTCLUSTER_LEARNER_PARTITION", "learner"), "--nodes", "1",
            "--cpus-per-node", "2", "--gpus-per-node", "1", "--time", "10", "--object-store-mb", "100"]
 CPU_PARTITION = os.environ.get("TESTCLUSTER_CPU_PARTITION", "cpu")
@@ -150,24 +151,31 @@ def test_actor_jobs_join_a_running_run_and_leave_by_scancel_and_by_a_killed_node
     assert staleness.max() <= 1  # synchronous: only the current version is trained on
 
 
-def test_actor_jobs_wait_for_a_requeued_learner_job_and_join_it_again(tmp_path):
+def test_an_actor_job_of_plain_sbatch_waits_for_a_requeued_learner_job_and_joins_it_again(tmp_path):
     require_slurm(2)
     from lamarckian_hpc.storage import open_run
 
     launch = Launch(tmp_path, [*METRICS, "stop.target_return=null", "stop.total_env_steps=100000000",
-                               "stop.max_wall_seconds=60", "storage.checkpoint_interval_seconds=2"],
-                    [*LEARNER, "--actor-jobs", "1", "--actor-partition", CPU_PARTITION,
-                     *[f"--actor-{flag[2:]}" if flag.startswith("--") else flag for flag in ACTOR_JOB]])
-    actor_job = launch.wait_for(r"submitted actor job (\d+)", 60).group(1)
+                               "stop.max_wall_seconds=60", "storage.checkpoint_interval_seconds=2"], LEARNER)
+    submitted = subprocess.run(["sbatch", "--parsable", f"--partition={CPU_PARTITION}", "--nodes=1",
+                                "--cpus-per-task=2", "--time=10", f"--output={tmp_path / 'actors-%j.out'}",
+                                str(ROOT / "slurm" / "actors.sbatch")],
+                               env={**os.environ, "RUN_FILE": str(launch.run_path), "PYTHON": sys.executable,
+                                    "LOG_DIR": str(tmp_path / "actor-logs")},
+                               capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    actor_job = submitted.stdout.strip().split(";")[0]
     try:
-        _wait_until(lambda: _hosts_now(launch.run_path) == 2, 150, "the actor job's node in the run")
+        _wait_until(lambda: _hosts_now(launch.run_path) == 2, 180, "the actor job's node in the run")
         launch.requeue_at_time_limit()
         assert launch.finish(300) == 0, "".join(launch.output)
+        log_path = tmp_path / f"actors-{actor_job}.out"
+        _wait_until(lambda: "joins, run finished" in log_path.read_text(), 60, "the actor job to end with the run")
     finally:
         subprocess.run(["scancel", launch.job_id, actor_job], timeout=30)
     assert "requeued 1 times" in "".join(launch.output)
-    log = next((tmp_path / "jobs" / actor_job).glob("*_0_log.out")).read_text()
-    assert log.count("joined the run") == 2, log  # before the requeue and after it, the same actor job
+    log = log_path.read_text()
+    assert log.count("joined the run") == 2 and "2 joins, run finished" in log, log  # before and after the requeue
     with open_run(launch.run_path) as run:
         hosts = run.metric("hosts_connected")
         meta = run.meta

@@ -360,3 +360,28 @@ def test_reproduce_says_which_module_an_experiment_lacks(tmp_path: Path, monkeyp
     row = reproduce.run_experiment(lacking, "small", tmp_path, timeout_seconds=60)
     assert row["how"].startswith("not run: needs lamarckian_hpc_no_such_extra (") and "ModuleNotFoundError" in row["how"]
     assert row["measured"] == "-" and not (tmp_path / "logs").exists()
+
+
+def test_throughput_and_hosts_over_a_run_that_nodes_joined_and_left(ppo_path: Path, tmp_path: Path) -> None:
+    from lamarckian_hpc.analysis.loader import load_run
+    from lamarckian_hpc.analysis.membership import membership_analysis
+    from lamarckian_hpc.storage import RunWriter
+
+    # As a run that two actor jobs joined and one left records it: hosts and actors at every update.
+    hosts = [1, 1, 2, 2, 2, 3, 3, 2, 2]
+    path = tmp_path / "grown.h5"
+    names = ["env_frames_per_second", "hosts_connected", "actors_connected"]
+    with RunWriter(path, {"algorithm": {"name": "ppo"}, "runtime": {"mode": "ray"}}, names) as writer:
+        for update, count in enumerate(hosts):
+            writer.append_many({"env_frames_per_second": 1000.0 * count + update, "hosts_connected": float(count),
+                                "actors_connected": float(2 * count)},
+                               env_frames=512 * (update + 1), policy_version=update + 1, wall_time=10.0 * (update + 1))
+    analysis = membership_analysis([load_run(path), load_run(ppo_path)], tmp_path / "figures")
+    assert [figure.path.name for figure in analysis.figures] == ["throughput_and_hosts.png"]
+    assert analysis.figures[0].path.is_file()
+    assert set(analysis.figures[0].data["run"]) == {"grown"}  # the serial run's hosts never changed
+    table = analysis.table
+    assert table["hosts"].tolist() == [1, 2, 3, 2] and table["updates"].tolist() == [2, 3, 2, 2]
+    assert table["from_s"].tolist() == [10.0, 30.0, 60.0, 80.0]
+    assert table["env_frames_per_second"].tolist() == [1000.5, 2003.0, 3005.5, 2007.5]
+    assert table["per_host"].tolist() == [1000.5, 1001.5, 1001.8, 1003.8]

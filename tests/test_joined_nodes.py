@@ -34,8 +34,8 @@ class Enough(Exception):
 
 
 class LeaveAfterJoined:
-    """Records every update; once the joined actors have trained for `serve_seconds`, tells the
-    joined node to leave, and ends the run `after_seconds` after that."""
+    """Records every update; once the joined node's actors have all said hello and sampled for
+    `serve_seconds`, tells the node to leave, and ends the run `after_seconds` after that."""
 
     def __init__(self, leave: threading.Event, serve_seconds: float, after_seconds: float) -> None:
         self.leave, self.serve_seconds, self.after_seconds = leave, serve_seconds, after_seconds
@@ -46,7 +46,7 @@ class LeaveAfterJoined:
     def on_update_end(self, report: UpdateReport) -> None:
         self.reports.append(report)
         now = time.monotonic()
-        if report.metrics["joined_actors"] > 0 and self.joined_at is None:
+        if report.metrics["actors_connected"] == 3 and self.joined_at is None:  # the run's own and the node's 2
             self.joined_at = now
         if self.joined_at is not None and self.leave_at is None and now - self.joined_at > self.serve_seconds:
             self.leave_at = now

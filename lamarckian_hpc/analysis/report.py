@@ -2,7 +2,8 @@
 results found under a path, in one Markdown file (`report.md`) that links its PNGs.
 
 What is drawn depends only on what the files hold: learning curves for runs with a progress
-metric, staleness histograms (and staleness against hosts across runs) for training runs, scaling
+metric, staleness histograms (and staleness against hosts across runs) for training runs,
+throughput and hosts over the run for runs that nodes joined or left while they trained, scaling
 figures when runs or the sampling benchmark cover more than one core count, the tree comparison
 when the broadcast or staleness results (or runs differing in `runtime.broadcast`) are there,
 Pareto fronts and hypervolume for multi-objective populations, lineage for any population,
@@ -24,6 +25,7 @@ from . import benchmarks as bench
 from .curves import PROGRESS_METRICS, learning_curve_analysis, progress_metric
 from .league import league_analysis
 from .lineage import lineage_analysis
+from .membership import membership_analysis
 from .loader import RunData, RunFileError, find_run_files, load_run
 from .pareto import pareto_analysis
 from .plotting import Analysis, FigureResult
@@ -94,6 +96,7 @@ def _draw(runs: list[RunData], results: dict[str, Any], figures_dir: Path) -> di
 
     add("Learning curves", learning_curve_analysis(runs, figures_dir))
     add("Staleness", staleness_analysis(runs, figures_dir))
+    add("Throughput and hosts over a run", membership_analysis(runs, figures_dir))
     sampling = bench.sampling_frame(results["sampling"]) if "sampling" in results else None
     hosts = bench.sampling_hosts_frame(results["sampling_hosts"]) if "sampling_hosts" in results else None
     add("Scaling with cores", scaling_analysis(runs, figures_dir, sampling, min_core_counts=2, hosts=hosts))

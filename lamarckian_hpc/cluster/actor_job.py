@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..storage.join_folder import JOINED_NODE_RESOURCE, JoinFolder, RunContact
+from ..storage.join_folder import JOINED_NODE_RESOURCE, JoinFolder, RunContact, join_folder_of
 from .discovery import describe_this_node
 from .ray_cluster import RAY_PORT_OPTIONS, HeadGone, ray_start_command
 from .ray_node import RayClusterError, RayNodeJoin, RaySettings
@@ -167,17 +167,18 @@ def _announce_leaving(folder: JoinFolder, label: str, seconds: float, head_gone:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """One task of a plain `sbatch` actor job (slurm/actors.sbatch): join the run whose join folder
-    is given, leave on the job's end."""
+    """One task of a plain `sbatch` actor job (slurm/actors.sbatch): join the run of the given run
+    file, leave on the job's end."""
     import argparse
 
     parser = argparse.ArgumentParser(description="One node of an actor job joining a running run.")
-    parser.add_argument("join_folder", help="the run's join folder (<run file>.join)")
+    parser.add_argument("run_file", help="the run's file; its join folder (RUN.join) is beside it")
     parser.add_argument("--log-dir", default=".", help="where the Ray node's log goes")
-    parser.add_argument("--reconnect-seconds", type=float, default=600.0)
+    parser.add_argument("--reconnect-seconds", type=float, default=600.0,
+                        help="how long to wait for the run's learner (queued or requeued)")
     args = parser.parse_args(argv)
-    spec = ActorJobSpec(join_folder=str(Path(args.join_folder).resolve()), log_dir=str(Path(args.log_dir).resolve()),
-                        reconnect_seconds=args.reconnect_seconds)
+    spec = ActorJobSpec(join_folder=str(join_folder_of(Path(args.run_file).resolve())),
+                        log_dir=str(Path(args.log_dir).resolve()), reconnect_seconds=args.reconnect_seconds)
     outcome = ActorJob()(spec)
     print(f"{outcome['node']}: {outcome['joins']} joins, {outcome['ended']}", flush=True)
     return 0
