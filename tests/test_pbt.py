@@ -230,3 +230,38 @@ def test_a_hung_or_dead_forked_worker_ends_the_wait_with_its_name(fault):
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)
         pool.close()
+
+
+def test_members_of_a_lost_worker_resume_on_a_fresh_one_and_the_run_goes_on(tmp_path):
+    """A worker killed between intervals (its node left the run, or died): the pool puts a fresh
+    worker in its place, its members resume there from the end of the last interval, and the run
+    finishes every interval with every member, none lost or started afresh."""
+    import os
+    import signal
+
+    from lamarckian_hpc.population.workflow import member_states, run_population
+
+    config = load_config("configs/pbt_ppo_cartpole.yaml", TINY + ["runtime.mode=fork", "runtime.num_workers=2"],
+                         PBTConfig)
+    program, pool = _fork_pool(config)
+    killed, lines, states = [], [], {}
+
+    class KillAWorker:
+        def on_generation_end(self, report) -> None:
+            states[report.generation] = member_states(pool, 4)
+            if report.generation == 0:
+                killed.append(pool.processes[1].pid)
+                os.kill(killed[0], signal.SIGKILL)
+
+    try:
+        run_population(program, config.runtime, report=lines.append, pool=pool, observers=[KillAWorker()])
+        assert pool.replacements == 1 and pool.processes[1].pid != killed[0]
+    finally:
+        pool.close()
+    assert program.interval == 3 and all(frames >= 1536 for frames in program.member_frames)
+    assert any(f"worker 1 (slots [1, 3]) was lost" in line for line in lines), lines
+    # The lost worker's members went on from where the first interval left them, not from scratch:
+    # their frames and versions continued across the loss.
+    for slot in (1, 3):
+        assert states[1][slot]["env_frames"] > states[0][slot]["env_frames"] >= 512
+        assert states[1][slot]["version"] > states[0][slot]["version"] > 0

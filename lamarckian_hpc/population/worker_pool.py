@@ -68,6 +68,9 @@ def assign_slots(num_slots: int, num_workers: int) -> list[list[int]]:
 class WorkerPool:
     """The dispatch every backend shares; backends start calls, report answers and replace workers."""
 
+    #: Whether a worker can be lost (its process dies or hangs, its node leaves) and replaced.
+    loses_workers = True
+
     def __init__(self, slots: list[list[int]], timeout_seconds: float | None) -> None:
         self.slots, self.timeout_seconds = slots, timeout_seconds
         self.pids: list[int] = [os.getpid()] * len(slots)
@@ -160,6 +163,8 @@ def _close_host(host: Any) -> None:
 class InProcessPool(WorkerPool):
     """One host in this process, answering each request when it is started: debuggable, and the
     reference the other backends reproduce. It cannot outlive a hung call."""
+
+    loses_workers = False
 
     def __init__(self, factory: HostFactory, num_slots: int) -> None:
         super().__init__([list(range(num_slots))], None)

@@ -17,6 +17,8 @@ generation once `storage.checkpoint_interval_seconds` passed (sooner where savin
 
 from __future__ import annotations
 
+import logging
+
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +30,10 @@ from ..runtime.learner.checkpoint import save_run_state
 from ..runtime.observers import GenerationObserver, GenerationReport
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
-from .worker_pool import HostFactory, Request, WorkerPool, make_pool
+from .worker_pool import HostFactory, Request, WorkerFailure, WorkerPool, make_pool
 
+
+log = logging.getLogger(__name__)
 
 @dataclass
 class GenerationRecord:
@@ -176,9 +180,38 @@ def member_states(pool: WorkerPool, num_slots: int) -> list[Any]:
     return states
 
 
-def restore_members(pool: WorkerPool, states: list[Any]) -> None:
-    pool.gather([Request("restore_all", ([states[slot] for slot in slots],), worker)
-                 for worker, slots in enumerate(pool.slots)])
+def restore_members(pool: WorkerPool, states: list[Any], workers: Sequence[int] | None = None) -> None:
+    """Give the members of `workers` (default every worker) the states of their slots in `states`."""
+    pool.gather([Request("restore_all", ([states[slot] for slot in pool.slots[worker]],), worker)
+                 for worker in (range(pool.num_workers) if workers is None else workers)])
+
+
+def lost_workers(answers: Sequence[Any]) -> list[int]:
+    """Workers whose request failed because they died or hung (a fresh host has taken their place)."""
+    return sorted({answer.worker for answer in answers if isinstance(answer, WorkerFailure) and answer.replaced})
+
+
+def resume_lost_members(pool: WorkerPool, requests: Sequence[Request], answers: list[Any], kept: list[Any],
+                        report: Callable[[str], None] | None) -> list[int]:
+    """The members of workers that died or hung during a generation (a node that left or failed)
+    resume on the fresh workers in their place from `kept`, their states at the end of the last
+    generation, and run the generation's requests again; nothing of the lost part of the
+    generation counts. Answers that fail again stay failures, for the program to decide on. The
+    indices of the requests run again."""
+    lost = lost_workers(answers)
+    if not lost:
+        return []
+    for worker in lost:
+        line = (f"worker {worker} (slots {pool.slots[worker]}) was lost: its members resume from the end of the "
+                f"last generation on a fresh worker ({pool.host_names[worker]})")
+        log.warning("%s", line)
+        if report is not None:
+            report(line)
+    restore_members(pool, kept, lost)
+    again = [index for index, answer in enumerate(answers) if isinstance(answer, WorkerFailure) and answer.worker in lost]
+    for position, answer in pool.run([requests[index] for index in again]):
+        answers[again[position]] = answer
+    return again
 
 
 def run_population(program: PopulationProgram, runtime: PopulationRuntime, writer: RunWriter | None = None,
@@ -202,14 +235,25 @@ def run_population(program: PopulationProgram, runtime: PopulationRuntime, write
             if program.num_slots:
                 restore_members(pool, list(resume["members"]))
         program.start(pool)
+        # Members live in workers that may be lost (forked or Ray workers): their last states are
+        # kept here, so that a lost worker's members resume elsewhere (`resume_lost_members`).
+        keeps_members = program.num_slots > 0 and pool.loses_workers
+        kept = member_states(pool, program.num_slots) if keeps_members else []
         start = time.monotonic() - wall_before
         while program.finished_reason() is None:
             requests = program.ask()
             answers: list[Any] = [None] * len(requests)
             for index, answer in pool.run(requests):
                 answers[index] = answer
-                program.on_answer(index, answer)
+                if not (keeps_members and lost_workers([answer])):  # run again below
+                    program.on_answer(index, answer)
+            if keeps_members:
+                retried = resume_lost_members(pool, requests, answers, kept, report)
+                for index in retried:
+                    program.on_answer(index, answers[index])
             record = program.tell(answers, pool, time.monotonic() - start)
+            if keeps_members:
+                kept = member_states(pool, program.num_slots)
             wall_time = time.monotonic() - start
             if writer is not None:
                 if record.rows is not None:
