@@ -182,3 +182,21 @@ def test_an_actor_job_of_plain_sbatch_waits_for_a_requeued_learner_job_and_joins
     resumed_at = meta["resumed_through_version"]
     after = hosts.value[hosts.policy_version > resumed_at]
     assert meta["resumes"] == 1 and after.max() == 2  # the actor job's node trained the resumed run too
+
+
+def test_join_says_why_it_cannot_join_before_anything_is_submitted(tmp_path, capsys):
+    from lamarckian_hpc.cli import main
+    from lamarckian_hpc.storage.join_folder import JoinFolder, RunContact, join_folder_of
+
+    run_path = tmp_path / "run.h5"
+    assert main(["join", str(run_path), "--nodes", "0"]) == 2
+    assert "join options: nodes: Input should be greater than or equal to 1" in capsys.readouterr().err
+    assert main(["join", str(run_path), "--time", "soon"]) == 2
+    assert "time: expected minutes" in capsys.readouterr().err
+    assert main(["join", str(run_path)]) == 2
+    assert f"there is no {join_folder_of(run_path)} (actor jobs join train runs launched on Slurm)" in capsys.readouterr().err
+    folder = JoinFolder(join_folder_of(run_path))
+    folder.publish(RunContact("10.0.0.1:6379", "token", "g", "1", str(run_path), 0.0))
+    folder.finish()
+    assert main(["join", str(run_path)]) == 2
+    assert "it has finished" in capsys.readouterr().err

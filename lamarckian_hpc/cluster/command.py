@@ -111,7 +111,7 @@ def join_command(args: argparse.Namespace) -> int:
         return _fail(f"error: {error}")
     if contact is None:
         if not folder.path.is_dir():
-            return _fail(f"error: cannot join {run_path}: there is no {folder.path} (not a run launched on Slurm)")
+            return _fail(f"error: cannot join {run_path}: there is no {folder.path} (actor jobs join train runs launched on Slurm)")
         if folder.finished():
             return _fail(f"error: cannot join {run_path}: it has finished")
         print(f"{run_path}: its learner job has not started yet (or is requeued); the actor job waits up to "
