@@ -15,7 +15,7 @@ It reports, from the run file (`hosts_connected`, `env_frames`, `staleness_mean`
 mtimes) and Slurm (`squeue -o %T`, polled):
 
 - env steps/s in every `--window` seconds, with the hosts in the run, and a figure of both
-  (benchmarks/results/elastic.png, copied to docs/benchmarks/figures/elastic.png);
+  (docs/benchmarks/figures/elastic.png);
 - join: from the actor job's RUNNING state to the first update that counts one of its nodes
   (`hosts_connected` up), and all of them (goal 30 s or less);
 - clean leave: from `scancel` to the learner's `left/<label>` marker (its actors stopped, their
@@ -491,7 +491,7 @@ def analyse(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 
 def figure(result: dict[str, Any], width: float, label: str) -> Path:
-    """elastic.png (elastic_LABEL.png for an entry other than main), copied beside the pages."""
+    """docs/benchmarks/figures/elastic.png (elastic_LABEL.png for an entry other than main)."""
     from lamarckian_hpc.analysis.plotting import new_figure, save
     import pandas as pd
 
@@ -518,10 +518,8 @@ def figure(result: dict[str, Any], width: float, label: str) -> Path:
     steps.legend(fontsize=8, loc="lower right")
     nodes.legend(fontsize=8, loc="lower right")
     name = "elastic" if label == common.DEFAULT_LABEL else f"elastic_{label}"
-    path = RESULTS.with_name(f"{name}.png")
+    path = DOCS_FIGURE.with_name(f"{name}.png")  # one copy, beside the page that shows it
     save(fig, path, "Actor jobs join (green: RUNNING), leave (red: scancel) and die (black: killed)", frame)
-    DOCS_FIGURE.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, DOCS_FIGURE.with_name(path.name))
     return path
 
 
