@@ -371,6 +371,9 @@ def test_launch_on_four_nodes_is_requeued_at_its_time_limit_and_continues(tmp_pa
                     ["--nodes", "4", "--cpus-per-node", "2", "--time", "10", "--object-store-mb", "100"])
     checkpoint = launch.run_path.with_suffix(".ckpt")
     _wait_until(checkpoint.is_file, 180, "the first checkpoint")
+    # The first process's sink makes its event file at its first report, which may come after the
+    # first checkpoint on a busy machine.
+    _wait_until(lambda: any((board / "run").glob("events.out.tfevents.*")), 60, "the first process's event file")
     launch.requeue_at_time_limit()
     assert launch.finish(240) == 0, "".join(launch.output)
     assert "requeued 1 times" in "".join(launch.output)
