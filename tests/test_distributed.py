@@ -279,3 +279,67 @@ def test_bad_messages_from_a_holder_of_the_keys_are_counted_and_training_goes_on
     assert bad.reports[-1].metrics["malformed_messages"] == bad.count
     assert all(np.isfinite(array).all() for array in trainer.learner.weights().values())
     assert all(np.isfinite(report.metrics["loss_policy"]) for report in bad.reports)
+
+
+class EndLikeACrowdedHost(Collect):
+    """Makes each run end the way that aborted the learner's process (`comm.channels.CLOSE_LINGER_MS`):
+    after the last update the actors stop reading (SIGSTOP, as on a host whose cores are all taken),
+    the learner sends its last weights twice more, so that every connection of its publisher is
+    part way through a message when it closes, and the actors die (SIGKILL) the moment its socket
+    has closed, while the connections are being torn down."""
+
+    def __init__(self, trainer_ref: list, total_env_steps: int) -> None:
+        super().__init__()
+        self.trainer_ref, self.total_env_steps = trainer_ref, total_env_steps
+        self.stopped: list[int] = []
+
+    def on_update_end(self, report) -> None:
+        super().on_update_end(report)
+        if report.env_frames >= self.total_env_steps and not self.stopped:
+            self.stopped = sorted(set(self.trainer_ref[0].actor_pids.values()))
+            for pid in self.stopped:
+                os.kill(pid, signal.SIGSTOP)
+
+    def on_train_end(self, result) -> None:
+        trainer = self.trainer_ref[0]
+        publisher = trainer.publisher
+        for _ in range(2):
+            publisher.publish(trainer.learner.version, trainer.learner.weights())
+        close = publisher.close
+
+        def close_then_kill() -> None:
+            close()
+            for pid in self.stopped:
+                os.kill(pid, signal.SIGKILL)
+
+        publisher.close = close_then_kill
+
+
+#: Runs in one process, flat and tree in turn, with weights of 4 MB (two 1024-unit layers, as in
+#: benchmarks/scale/staleness.py) and a frame budget of two updates.
+RUNS_IN_ONE_PROCESS = 20
+RUN_FRAMES = 512
+
+
+@pytest.mark.second_pass
+def test_twenty_runs_start_and_end_in_one_process():
+    """One process runs trainer after trainer, as benchmarks/scale/staleness.py does, and lives
+    through every end, each made as likely as can be to abort it in libzmq (`EndLikeACrowdedHost`)."""
+    for index in range(RUNS_IN_ONE_PROCESS):
+        layout = ("flat", "tree")[index % 2]
+        config = load_config(CARTPOLE, [
+            "runtime.mode=ray", "runtime.num_actors=2", "runtime.sampling=async", f"runtime.broadcast={layout}",
+            *(["runtime.simulated_nodes=2"] if layout == "tree" else []),
+            "model.policy_hidden_sizes=[1024,1024]", "model.share_trunk=true", "algorithm.batch_size=256",
+            "algorithm.num_epochs=1", "algorithm.num_minibatches=1", f"stop.total_env_steps={RUN_FRAMES}",
+            "stop.target_return=null"])
+        trainer_ref: list = []
+        ends = EndLikeACrowdedHost(trainer_ref, RUN_FRAMES)
+        trainer = DistributedTrainer(config, [ends])
+        trainer_ref.append(trainer)
+        try:
+            result = trainer.train()
+        finally:
+            trainer.close()
+        assert result.env_frames >= RUN_FRAMES, (index, layout)
+        assert ends.stopped, (index, layout)  # the run ended the way this test makes it end

@@ -18,8 +18,9 @@ on that route with credits (`comm.credits`): an actor sends experience only whil
 which bounds the experience in flight, and so the policy lag, whatever the number of actors. A
 malformed message is logged, counted and dropped; the receiver keeps serving.
 
-Every socket has linger 0, so closing never hangs on a dead peer, and a ZMQ_MAXMSGSIZE set before
-it binds or connects (`comm.limits`): sockets that receive data accept frames up to the run's
+Every socket has linger 0, so closing never hangs on a dead peer (weights publishers and experience
+receivers close with CLOSE_LINGER_MS, which says why), and a ZMQ_MAXMSGSIZE set before it binds or
+connects (`comm.limits`): sockets that receive data accept frames up to the run's
 limit, sockets that only send accept only small control frames. Given the job's keys
 (`comm.security.JobKeys`), every channel is CURVE-encrypted and admits only the job's processes:
 experience goes to the learner's own key, weights come from the key every weights publisher (the
@@ -65,6 +66,18 @@ MALFORMED_LOGGED = 10
 #: learner that falls behind slows the actors instead of aging the data. The queue's length is the
 #: sender's high-water mark: an actor's share of one batch (`runtime.run_shape.credit_window`).
 SOCKET_BUFFER_BYTES = 8 * 1024
+#: Linger of a weights publisher and an experience receiver when they close. With linger 0, libzmq
+#: (4.3.5) aborts the process (`Resource temporarily unavailable (src/session_base.cpp:233)`) when a
+#: connection drops while its socket is being torn down and it is part way through a multipart
+#: message (a weights message is, for as long as its large array frames take to go out): closing
+#: stops the connection's session from reading its queue at once, and when the connection then
+#: drops, the session asserts that it can read the rest of that message to throw it away
+#: (`session_base_t::clean_pipes`). The end of a run does just that: it closes these sockets, then
+#: kills the actors and relays at the other end. With a linger, the session goes on reading its
+#: queue, so a connection that drops meanwhile ends as any other does; only `Context.term` waits,
+#: at most this long, for a peer that neither reads nor goes (past it, the session is stopped as
+#: with linger 0: this is much longer than killing a run's actors takes).
+CLOSE_LINGER_MS = 1000
 
 
 def make_socket(context: zmq.Context, kind: int, max_message_bytes: int, keys: JobKeys | None = None, *,
@@ -175,7 +188,7 @@ class WeightPublisher:
         return served
 
     def close(self) -> None:
-        self.socket.close()
+        self.socket.close(linger=CLOSE_LINGER_MS)  # never 0: see CLOSE_LINGER_MS
 
 
 class WeightSubscriber:
@@ -547,4 +560,4 @@ class ExperienceReceiver:
             self.grant_messages += 1
 
     def close(self) -> None:
-        self.socket.close()
+        self.socket.close(linger=CLOSE_LINGER_MS)  # grants are multipart too: see CLOSE_LINGER_MS

@@ -478,9 +478,9 @@ class DistributedTrainer(ExperienceIntake):
         return result
 
     def close(self) -> None:
-        # The learner's sockets close before the actors die. The other way round, libzmq (4.3.5)
-        # aborts the process when a peer's connection drops while a multipart message to or from
-        # it is half through a pipe that is being torn down (session_base.cpp, clean_pipes).
+        # The learner's sockets close first, with a linger: libzmq (4.3.5) aborts the process when a
+        # connection drops while its socket is torn down part way through a multipart message,
+        # which killing the actors and relays at the other end does (comm.channels.CLOSE_LINGER_MS).
         self.receiver.close()
         for rank in self.rank_actors:
             ray.kill(rank, no_restart=True)
