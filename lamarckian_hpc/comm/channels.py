@@ -436,9 +436,9 @@ class ExperienceSender:
             if stopping or left == 0:
                 return False
 
-    def close(self, linger_ms: int = 0) -> None:
+    def close(self, linger_ms: int | None = None) -> None:
         """Close; `linger_ms` gives the messages still queued that long to reach the peer (an actor
-        that was asked to stop hands in what it sampled)."""
+        that was asked to stop hands in what it sampled); None keeps the socket's own linger."""
         self.socket.close(linger=linger_ms)
 
 

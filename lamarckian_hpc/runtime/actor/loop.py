@@ -126,7 +126,7 @@ class ActorLoop:
             side.close()
             subscriber.close()
             # Asked to stop (its node leaves the run): the last messages still go out.
-            sender.close(linger_ms=STOP_LINGER_MS if self.stop_event.is_set() else 0)
+            sender.close(linger_ms=STOP_LINGER_MS if self.stop_event.is_set() else None)
             context.term()
 
     def _recordings(self, completed: list) -> tuple[Recorded, ...]:
