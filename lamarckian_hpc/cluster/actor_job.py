@@ -115,7 +115,7 @@ def join_run(spec: ActorJobSpec, leave: threading.Event) -> dict[str, Any]:
                                 else f"no learner within {spec.reconnect_seconds:.0f} s")
             return outcome
         generation = contact.generation
-        node = _start_node(contact, label, spec, settings, outcome["joins"])
+        node = _start_node(contact, label, slurm, spec, settings, outcome["joins"])
         outcome["joins"] += 1
         print(f"{label}: joined the run {contact.run_path} (head {contact.head_address}, learner job "
               f"{contact.learner_job_id})", flush=True)
@@ -132,11 +132,11 @@ def join_run(spec: ActorJobSpec, leave: threading.Event) -> dict[str, Any]:
         node.stop(settings.stop_timeout_seconds)
 
 
-def _start_node(contact: RunContact, label: str, spec: ActorJobSpec, settings: RaySettings,
-                attempt: int) -> RayNodeJoin:
+def _start_node(contact: RunContact, label: str, slurm: SlurmJob | None, spec: ActorJobSpec,
+                settings: RaySettings, attempt: int) -> RayNodeJoin:
     with ExitStack() as stack:  # the free ports are released just before Ray takes them
         me = describe_this_node(0, stack, len(RAY_PORT_OPTIONS))
-    slurm = SlurmJob.from_environ()  # named as a job's Ray temp dirs are, per job and node (short: socket paths)
+    # Named as a job's Ray temp dirs are, per job and node (short: Ray's socket paths live below it).
     temp_dir = os.path.join(tempfile.gettempdir(), f"lhr-{slurm.job_id if slurm else 'local'}-"
                                                    f"{slurm.node_name if slurm else os.getpid()}-{attempt}")
     log_path = os.path.join(spec.log_dir, f"ray-{label}.log")

@@ -50,6 +50,7 @@ from ...comm.topology import build_tree
 from ...config import RunConfig
 from ...storage.join_folder import JOINED_NODE_RESOURCE, JoinFolder
 from .ray_actors import LEAVE_GRACE_SECONDS, start_actors, start_relay
+from .relay_tree import node_label
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +90,6 @@ class JoinRoutes:
     relay_key_folder: Callable[[], str | None]
     max_message_bytes: int
     bundle_wait_ms: float
-
-
-def _label(node: dict[str, Any]) -> str:
-    for resource in node.get("Resources", {}):
-        if resource.startswith("node:") and not resource.startswith("node:__"):
-            name = resource.removeprefix("node:")
-            if not name.replace(".", "").isdigit():  # Ray's own node:<ip>
-                return name
-    return str(node["NodeManagerHostname"])
 
 
 class JoinedNodes:
@@ -147,7 +139,7 @@ class JoinedNodes:
 
     def _admit(self, node_id: str, node: dict[str, Any]) -> None:
         routes = self.routes
-        label = _label(node)
+        label = node_label(node)
         cores = max(1, int(node["Resources"].get("CPU", 1)))
         ipc_dir = os.path.join(tempfile.gettempdir(), f"lhpc-j{uuid.uuid4().hex[:10]}")
         spec = RelaySpec(label, build_tree([routes.root, label]).to_dict(), {routes.root: routes.weights_address},

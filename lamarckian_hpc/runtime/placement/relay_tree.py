@@ -77,7 +77,7 @@ def plan_nodes(config: RunConfig, num_actors: int) -> NodePlan:
         # Nodes of actor jobs are placed on as they join (`joined_nodes`), never in the run's own plan.
         alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
                  and not n.get("Resources", {}).get(JOINED_NODE_RESOURCE)]
-        labels = [_node_label(n) for n in alive]
+        labels = [node_label(n) for n in alive]
         if len(set(labels)) < len(labels):  # several Ray nodes on one host: tell them apart
             labels = [f"{label}:{n['NodeID'][:8]}" for label, n in zip(labels, alive)]
         order = sorted(range(len(alive)), key=lambda i: (alive[i]["NodeID"] != here, _natural(labels[i])))
@@ -89,7 +89,7 @@ def plan_nodes(config: RunConfig, num_actors: int) -> NodePlan:
     return NodePlan(names, ids, tuple(i * count // num_actors for i in range(num_actors)))
 
 
-def _node_label(node: dict[str, Any]) -> str:
+def node_label(node: dict[str, Any]) -> str:
     """The node's name: the `node:<name>` resource a cluster launch gives each Ray node (the Slurm
     node name), else its host name. Ray's own `node:<ip>` resources are not names."""
     for resource in node.get("Resources", {}):
