@@ -9,5 +9,8 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+# A machine whose image was cut during an earlier install refuses every apt-get until dpkg finishes
+# configuring what it had unpacked; on a sound machine this does nothing.
+dpkg --configure -a
 apt-get update -q
 apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge iproute2 util-linux
