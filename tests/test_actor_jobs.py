@@ -194,9 +194,68 @@ def test_join_says_why_it_cannot_join_before_anything_is_submitted(tmp_path, cap
     assert main(["join", str(run_path), "--time", "soon"]) == 2
     assert "time: expected minutes" in capsys.readouterr().err
     assert main(["join", str(run_path)]) == 2
-    assert f"there is no {join_folder_of(run_path)} (actor jobs join train runs launched on Slurm)" in capsys.readouterr().err
+    assert f"there is no {join_folder_of(run_path)} (actor jobs join runs launched on Slurm)" in capsys.readouterr().err
     folder = JoinFolder(join_folder_of(run_path))
     folder.publish(RunContact("10.0.0.1:6379", "token", "g", "1", str(run_path), 0.0))
     folder.finish()
     assert main(["join", str(run_path)]) == 2
     assert "it has finished" in capsys.readouterr().err
+
+
+def _population_hosts(run_path: Path) -> list[set[str]]:
+    """The hosts whose workers trained each finished PBT interval's members, as the run file holds them."""
+    from lamarckian_hpc.storage import open_run
+
+    try:
+        with open_run(run_path) as run:
+            rows = run.population()
+    except (OSError, KeyError, ValueError):
+        return []
+    if not len(rows.get("generation", ())):
+        return []
+    return [{str(host) for host in rows["host"][rows["generation"] == generation]}
+            for generation in range(int(rows["generation"].max()) + 1)]
+
+
+def test_a_pbt_pool_grows_from_two_nodes_to_four_and_back_with_no_member_lost(tmp_path):
+    require_slurm(4)
+    from lamarckian_hpc.storage import open_run
+
+    # Two workers on the job's two nodes; an actor job of two 1-CPU nodes adds one worker on each.
+    launch = Launch(tmp_path, ["runtime.num_workers=2", "algorithm.population_size=4", "env.num_envs=4",
+                               "ppo.num_epochs=2", "model.policy_hidden_sizes=[16]",
+                               "algorithm.interval_env_frames=1024", "stop.target_return=null",
+                               "stop.total_env_frames=100000000", "stop.max_wall_seconds=200"],
+                    ["--partition", "debug", "--nodes", "2", "--cpus-per-node", "2", "--time", "10",
+                     "--object-store-mb", "100"],
+                    config=ROOT / "configs" / "pbt_ppo_cartpole.yaml", base=["storage.checkpoint_interval_seconds=30"])
+    actor_job = ""
+    try:
+        _wait_until(lambda: len(_population_hosts(launch.run_path)) >= 1, 180, "the first interval")
+        actor_job = subprocess.run(
+            [sys.executable, "-m", "lamarckian_hpc", "join", str(launch.run_path), "--partition", CPU_PARTITION,
+             "--nodes", "2", "--cpus-per-node", "1", "--time", "10", "--object-store-mb", "100",
+             "--folder", str(tmp_path / "jobs")], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        ).stdout.split("submitted actor job ")[1].split(":")[0]
+        _wait_until(lambda: any(len(hosts) == 4 for hosts in _population_hosts(launch.run_path)), 180,
+                    "an interval on four nodes")
+        grown = len(_population_hosts(launch.run_path))
+        subprocess.run(["scancel", actor_job], check=True, timeout=30)
+        _wait_until(lambda: len(_population_hosts(launch.run_path)) > grown + 1
+                    and len(_population_hosts(launch.run_path)[-1]) == 2, 120, "intervals on two nodes again")
+        assert launch.finish(240) == 0, "".join(launch.output)
+    finally:
+        subprocess.run(["scancel", launch.job_id, *([actor_job] if actor_job else [])], timeout=30)
+    hosts = _population_hosts(launch.run_path)
+    assert [len(h) for h in hosts][0] == 2 and max(len(h) for h in hosts) == 4 and len(hosts[-1]) == 2, hosts
+    assert hosts[-1] == hosts[0]  # back on the job's own nodes
+    with open_run(launch.run_path) as run:
+        rows = run.population()
+        summary = run.summary()
+    assert summary.closed_cleanly
+    # No member lost: four members every interval, each with more frames than at the one before
+    # (it went on from its state wherever it moved, never from scratch).
+    frames = np.stack([rows["env_frames"][rows["generation"] == g] for g in range(len(hosts))])
+    assert frames.shape[1] == 4 and np.all(np.diff(frames, axis=0) > 0), frames
+    log = next((tmp_path / "jobs" / launch.job_id).glob("*_0_log.err")).read_text()
+    assert "pool: 4 workers on 4 hosts (joined: " in log and "pool: 2 workers on 2 hosts (left: " in log, log

@@ -111,7 +111,7 @@ def join_command(args: argparse.Namespace) -> int:
         return _fail(f"error: {error}")
     if contact is None:
         if not folder.path.is_dir():
-            return _fail(f"error: cannot join {run_path}: there is no {folder.path} (actor jobs join train runs launched on Slurm)")
+            return _fail(f"error: cannot join {run_path}: there is no {folder.path} (actor jobs join runs launched on Slurm)")
         if folder.finished():
             return _fail(f"error: cannot join {run_path}: it has finished")
         print(f"{run_path}: its learner job has not started yet (or is requeued); the actor job waits up to "
@@ -129,7 +129,7 @@ def join_command(args: argparse.Namespace) -> int:
 
 def launch_command(args: argparse.Namespace) -> int:
     from ..library import run_path_for
-    from ..config import ConfigError, RunConfig, build_config, load_config
+    from ..config import ConfigError, build_config, load_config
     from ..config.evorl import config_model
     from ..config.launch import ActorJobConfig, LaunchConfig
 
@@ -150,8 +150,6 @@ def launch_command(args: argparse.Namespace) -> int:
     from .launcher import LaunchError, cancel_jobs, follow, submit, submit_actor_job
 
     run_path = run_path_for(config, args.config)
-    if launch.actor_jobs and not isinstance(config, RunConfig):
-        return _fail("error: --actor-jobs: actor jobs join train runs; an evolve run's workers are its job's nodes")
     job = submit(config, args.config, run_path, launch, launch.actor_jobs * actors.nodes * actors.cpus_per_node)
     print(f"submitted job {job.job_id}: {launch.nodes} nodes x {launch.cpus_per_node} CPUs"
           + (f", {launch.gpus_per_node} GPUs" if launch.gpus_per_node else "")

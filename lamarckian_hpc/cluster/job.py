@@ -64,6 +64,15 @@ def cluster_meta(info: RayClusterInfo, slurm: SlurmJob | None) -> dict[str, Any]
     }
 
 
+def _open_to_actor_jobs(join: JoinFolder, info: RayClusterInfo, slurm: SlurmJob | None, run_path: Path) -> None:
+    """Tell actor jobs (`lamarckian-hpc join`, a launch's actor jobs) where the cluster is, and its token."""
+    join.publish(RunContact(head_address=info.head_address, ray_token=os.environ["RAY_AUTH_TOKEN"],
+                            generation=f"{slurm.job_id if slurm else 'local'}.{slurm.restart_count if slurm else 0}."
+                                       f"{secrets.token_hex(4)}",
+                            learner_job_id=slurm.job_id if slurm else "", run_path=str(run_path),
+                            written_at=time.time()))
+
+
 def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     """Rank 0's driver: resume when a checkpoint exists, else start the run."""
     from ..config import build_config
@@ -98,12 +107,7 @@ def _train(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
           f"(head {info.head_address})", flush=True)
     # Every node but the head (the driver runs there and is lost with it) is watched.
     watch = NodeWatch(info.node_ids, config.runtime.on_node_loss, head=info.labels[0])
-    # Open to actor jobs (`lamarckian-hpc join`, a launch's actor jobs): where the cluster is, and its token.
-    join.publish(RunContact(head_address=info.head_address, ray_token=os.environ["RAY_AUTH_TOKEN"],
-                            generation=f"{slurm.job_id if slurm else 'local'}.{slurm.restart_count if slurm else 0}."
-                                       f"{secrets.token_hex(4)}",
-                            learner_job_id=slurm.job_id if slurm else "", run_path=str(run_path),
-                            written_at=time.time()))
+    _open_to_actor_jobs(join, info, slurm, run_path)
     result = run_training(config, run_path, resume=resume, meta=meta, observers=(watch,))
     join.finish()  # not after a failure or a requeue: actor jobs wait for the learner's next start
     return {
@@ -142,7 +146,8 @@ def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
 
     slurm = SlurmJob.from_environ()
     run_path = Path(spec.run_path)
-    overrides = [f"runtime.ray_address={info.head_address}", "runtime.mode=ray"]
+    join = JoinFolder(dict(spec.config.get("runtime", {})).get("join_folder") or join_folder_of(run_path))
+    overrides = [f"runtime.ray_address={info.head_address}", "runtime.mode=ray", f"runtime.join_folder={join.path}"]
     if dict(spec.config.get("runtime", {})).get("num_workers") is None:
         overrides.append(f"runtime.num_workers={max(1, sum(node.cores for node in info.layout.nodes) - 1)}")
     resume = _has_checkpoint(run_path)
@@ -157,11 +162,13 @@ def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
     hosts = list(slurm.nodes) if slurm is not None else list(info.labels)
     print(f"{'resuming' if resume else 'starting'} {run_path} on {len(info.labels)} Ray nodes "
           f"(head {info.head_address}) with {' '.join(overrides)}", flush=True)
+    _open_to_actor_jobs(join, info, slurm, run_path)
     try:
         result = run(config_file, overrides, run_path, resume=run_path if resume else None)
     except (ConfigError, RunFailed) as error:
         print(error, file=sys.stderr, flush=True)
         raise EvolveJobError(f"the evolve run failed: {error}") from None
+    join.finish()  # not after a failure or a requeue: actor jobs wait for the driver's next start
     print(f"{result.algorithm} run {'resumed and ' if resume else ''}finished: {result.path}", flush=True)
     return {"run_path": str(run_path), "command": "evolve", "resumed": resume,
             "restart_count": slurm.restart_count if slurm else 0, "ray_nodes": len(info.node_ids), "hosts": hosts}

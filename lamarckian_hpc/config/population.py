@@ -4,6 +4,7 @@ and how long an answer may take. Algorithms that train networks add their torch 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -23,6 +24,11 @@ class PopulationRuntimeConfig(Section):
         description="A request (an evaluation, a member's interval) unanswered this long fails and its worker is "
                     "replaced: an evaluation gets the worst objectives, a run whose members lived there ends naming "
                     "the worker.")
+    join_folder: Path | None = Field(
+        None, description="The run's join folder, where actor jobs find a running run and say when they leave (a "
+                          "Slurm launch sets it beside the run file). With it and mode ray, the pool takes one "
+                          "worker per CPU of every node that joins, and gives them up when it leaves, at the next "
+                          "generation's start; members move with their states. null: the workers are fixed.")
 
 
 class TrainingPopulationRuntimeConfig(PopulationRuntimeConfig):

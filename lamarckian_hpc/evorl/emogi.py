@@ -323,10 +323,10 @@ class EMOGIProgram(GenerationalProgram):
         self.behaviours: dict[int, np.ndarray] = {}
         self.genomes = np.zeros((0, 2))
         self.groups: list[list[int]] = []  # the generation's policies of each request
-        self._workers = 1
+        self._pool: WorkerPool | None = None  # its workers may change between generations (`pool_growth`)
 
     def start(self, pool: WorkerPool) -> None:
-        self._workers = pool.num_workers
+        self._pool = pool
 
     def host_factory(self) -> Callable[[list[int]], PolicyTrainer]:
         return functools.partial(PolicyTrainer, self.config)
@@ -342,7 +342,8 @@ class EMOGIProgram(GenerationalProgram):
             frames = spec.initial_env_frames if inherited is None else spec.offspring_env_frames
             jobs.append([genome, individual_seed(self.config.seed, self.generation, index), frames, inherited])
         # Batched: one request per worker, whose policies train in lockstep; else one per policy.
-        share = self._workers if self.config.runtime.batched_updates else len(jobs)
+        assert self._pool is not None, "start() is given the pool"
+        share = self._pool.num_workers if self.config.runtime.batched_updates else len(jobs)
         self.groups = [group for group in (list(range(k, len(jobs), share)) for k in range(share)) if group]
         return [Request("train_and_evaluate_all", ([jobs[k] for k in group],)) for group in self.groups]
 

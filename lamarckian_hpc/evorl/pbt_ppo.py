@@ -155,13 +155,13 @@ class PBTProgram:
         self.last: IntervalReport | None = None
         self._clock = time.monotonic()
         self._round_start = 0.0
-        self._workers = 1
+        self._pool: WorkerPool | None = None  # its workers may change between intervals (`pool_growth`)
 
     def host_factory(self) -> Callable[[list[int]], WorkerMembers]:
         return functools.partial(WorkerMembers, self.config)
 
     def start(self, pool: WorkerPool) -> None:
-        self._workers = pool.num_workers
+        self._pool = pool
         if not self.told:  # the saved interval ended the run before its exploit: a longer run does it now
             self._exploit(pool, self.pbt.tell(self.scores, self.samples))
             self.told = True
@@ -186,7 +186,8 @@ class PBTProgram:
         self._round_start = time.monotonic() - self._clock
         remaining = None if stop.max_wall_seconds is None else max(0.0, stop.max_wall_seconds - self._round_start)
         arguments = (self.config.algorithm.interval_env_frames, stop.until == "best", remaining)
-        return [Request("train_interval", arguments, worker) for worker in range(self._workers)]
+        assert self._pool is not None, "start() is given the pool"
+        return [Request("train_interval", arguments, worker) for worker in range(self._pool.num_workers)]
 
     def on_answer(self, index: int, answer: Any) -> None:
         pass

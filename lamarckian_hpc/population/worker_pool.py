@@ -338,7 +338,8 @@ class RemoteHost:
 
 
 class RayPool(WorkerPool):
-    """Ray actors spread over the cluster's nodes, one per worker."""
+    """Ray actors spread over the cluster's nodes, one per worker; `regroup` moves them onto other
+    nodes (nodes that joined the run, or fewer once some left) between two generations."""
 
     def __init__(self, factory: HostFactory, slots: list[list[int]], timeout_seconds: float | None,
                  ray_address: str | None) -> None:
@@ -349,17 +350,54 @@ class RayPool(WorkerPool):
         super().__init__(slots, timeout_seconds)
         self.ray = ray
         self.started_ray = ensure_ray(ray_address, os.cpu_count() or 1)
-        per_worker = min(1.0, ray.cluster_resources().get("CPU", 1.0) / len(slots))
-        # SPREAD: on a multi-node cluster the workers run on every node, not first on the driver's.
-        self.remote = ray.remote(num_cpus=per_worker, scheduling_strategy="SPREAD", max_restarts=0)(RemoteHost)
+        self.num_slots = sum(len(worker_slots) for worker_slots in slots)
+        self.cpus_per_worker = min(1.0, ray.cluster_resources().get("CPU", 1.0) / len(slots))
+        self.remote = ray.remote(max_restarts=0)(RemoteHost)
         self.factory_ref = ray.put(factory)  # shipped once, not with every replacement
-        self.actors: list[Any] = [self.remote.remote(self.factory_ref, worker_slots) for worker_slots in slots]
+        #: Where each worker runs: None (anywhere), or (Ray node id, soft: whether elsewhere when it is full).
+        self.placements: list[tuple[str, bool] | None] = [None] * len(slots)
+        self.actors: list[Any] = [self._new_actor(worker_slots, None) for worker_slots in slots]
         self.pending: dict[Any, int] = {}
         try:
             self._identify(range(len(slots)))
         except BaseException:
             self.close()
             raise
+
+    def _new_actor(self, slots: list[int], placement: tuple[str, bool] | None) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # SPREAD: on a multi-node cluster the workers run on every node, not first on the driver's.
+        strategy = "SPREAD" if placement is None else NodeAffinitySchedulingStrategy(*placement)
+        return self.remote.options(num_cpus=self.cpus_per_worker, scheduling_strategy=strategy).remote(
+            self.factory_ref, slots)
+
+    def regroup(self, placements: list[tuple[str, bool]]) -> list[int]:
+        """One worker per placement (at most one per member where members live in the workers), their
+        slots shared round robin; between two generations only. A worker whose slots and placement
+        stay is kept; the others are closed and started anew, and the workers returned need their
+        members' states restored (`workflow.restore_members`)."""
+        count = min(len(placements), self.num_slots) if self.num_slots else len(placements)
+        placements = placements[:count]
+        slots = assign_slots(self.num_slots, count) if self.num_slots else [[] for _ in range(count)]
+        kept = [worker < self.num_workers and self.slots[worker] == slots[worker]
+                and self.placements[worker] == placements[worker] for worker in range(count)]
+        ended = [actor for worker, actor in enumerate(self.actors) if worker >= count or not kept[worker]]
+        try:
+            self.ray.get([actor.close.remote() for actor in ended], timeout=30)
+        except Exception:  # a worker whose node went has nothing to close
+            pass
+        for actor in ended:
+            self.ray.kill(actor)
+        renewed = [worker for worker in range(count) if not kept[worker]]
+        self.actors = [self.actors[worker] if kept[worker] else self._new_actor(slots[worker], placements[worker])
+                       for worker in range(count)]
+        self.pids, self.host_names = self.pids[:count], self.host_names[:count]
+        self.pids += [0] * (count - len(self.pids))
+        self.host_names += [""] * (count - len(self.host_names))
+        self.slots, self.placements = slots, list(placements)
+        self._identify(renewed)
+        return renewed
 
     def _identify(self, workers: Any) -> None:
         workers = list(workers)
@@ -399,7 +437,9 @@ class RayPool(WorkerPool):
         for reference in [reference for reference, owner in self.pending.items() if owner == worker]:
             del self.pending[reference]
         self.ray.kill(self.actors[worker])
-        self.actors[worker] = self.remote.remote(self.factory_ref, self.slots[worker])
+        # Anywhere: the node it had to run on may be the one that went.
+        self.placements[worker] = None
+        self.actors[worker] = self._new_actor(self.slots[worker], None)
         self._identify([worker])
 
     def close(self) -> None:

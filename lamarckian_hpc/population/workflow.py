@@ -30,7 +30,7 @@ from ..runtime.learner.checkpoint import save_run_state
 from ..runtime.observers import GenerationObserver, GenerationReport
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
-from .worker_pool import HostFactory, Request, WorkerFailure, WorkerPool, make_pool
+from .worker_pool import HostFactory, RayPool, Request, WorkerFailure, WorkerPool, make_pool
 
 
 log = logging.getLogger(__name__)
@@ -113,11 +113,13 @@ class PopulationRuntime:
     num_workers: int | None = None
     timeout_seconds: float | None = None
     ray_address: str | None = None
+    join_folder: Path | None = None  # where nodes join the run: the Ray pool grows onto them
 
     @classmethod
     def of(cls, section: Any) -> PopulationRuntime:
         """From a config's `runtime:` section (`config.population.PopulationRuntimeConfig`)."""
-        return cls(section.mode, section.num_workers, section.timeout_seconds, section.ray_address)
+        return cls(section.mode, section.num_workers, section.timeout_seconds, section.ray_address,
+                   section.join_folder)
 
 
 #: A checkpoint is saved once the time since the last one is this many times what saving took.
@@ -214,6 +216,16 @@ def resume_lost_members(pool: WorkerPool, requests: Sequence[Request], answers: 
     return again
 
 
+def _pool_growth(runtime: PopulationRuntime, pool: WorkerPool) -> Any:
+    """The pool's growth onto joined nodes, where the run has a join folder and a Ray pool."""
+    if runtime.join_folder is None or not isinstance(pool, RayPool):
+        return None
+    from ..storage.join_folder import JoinFolder
+    from .pool_growth import PoolGrowth
+
+    return PoolGrowth(JoinFolder(runtime.join_folder), pool)
+
+
 def run_population(program: PopulationProgram, runtime: PopulationRuntime, writer: RunWriter | None = None,
                    checkpointing: Checkpointing | None = None, resume: dict[str, Any] | None = None,
                    report: Callable[[str], None] | None = None, pool: WorkerPool | None = None,
@@ -239,8 +251,15 @@ def run_population(program: PopulationProgram, runtime: PopulationRuntime, write
         # kept here, so that a lost worker's members resume elsewhere (`resume_lost_members`).
         keeps_members = program.num_slots > 0 and pool.loses_workers
         kept = member_states(pool, program.num_slots) if keeps_members else []
+        growth = _pool_growth(runtime, pool)
         start = time.monotonic() - wall_before
         while program.finished_reason() is None:
+            if growth is not None:  # nodes joined or leave: the members move, with their states
+                renewed, line = growth.follow()
+                if renewed and keeps_members:
+                    restore_members(pool, kept, renewed)
+                if line is not None and report is not None:
+                    report(line)
             requests = program.ask()
             answers: list[Any] = [None] * len(requests)
             for index, answer in pool.run(requests):
