@@ -4,7 +4,8 @@ sum with (`rl.data_parallel`).
 Why each choice:
 - gloo on CPUs, NCCL only when every rank has a GPU (`choose_backend`): NCCL cannot reduce CPU
   tensors, and one CPU rank would stall the rest; an NCCL group still routes CPU tensors (the counts
-  the ranks agree on first) through gloo.
+  the ranks agree on first) through gloo. A group of GPU and CPU ranks is refused. NCCL waits
+  blocking (`nccl_environment`), so its failures raise where gloo's do.
 - The rendezvous is a TCP store at rank 0's `address:port`, an address the other hosts reach (from
   discovery), and gloo's sockets are bound on the interface that routes to it (`GLOO_SOCKET_IFNAME`):
   left alone, gloo binds the interface of the host name, often the loopback, and the ranks on other
@@ -72,9 +73,29 @@ class LearnerGroupSpec:
 
 
 def choose_backend(ranks_have_gpu: Iterable[bool]) -> Literal["gloo", "nccl"]:
-    """NCCL when every rank has a GPU (and this torch has NCCL), else gloo."""
-    every = all(ranks_have_gpu)
-    return "nccl" if every and dist.is_nccl_available() else "gloo"
+    """NCCL when every rank has a GPU (and this torch has NCCL), gloo when none has. A group of
+    both is refused: its GPU ranks would step the fused Adam and its CPU ranks the plain one, whose
+    weights part in the last bits after one step, and nothing would bring them together again."""
+    gpus = list(ranks_have_gpu)
+    if any(gpus) and not all(gpus):
+        on_gpu = [rank for rank, gpu in enumerate(gpus) if gpu]
+        on_cpu = [rank for rank, gpu in enumerate(gpus) if not gpu]
+        raise LearnerGroupError(
+            f"runtime.device: learner ranks {on_gpu} learn on a GPU and ranks {on_cpu} on CPUs; a learner group "
+            "learns on one kind of device: set runtime.device=cpu (allowed: auto, cpu, cuda), or place every "
+            "rank on a node with a GPU (runtime.learner_placement: spread or pack)", on_cpu)
+    return "nccl" if gpus and all(gpus) and dist.is_nccl_available() else "gloo"
+
+
+def nccl_environment(interface: str) -> dict[str, str]:
+    """The NCCL settings of a rank, set before its group is formed. Blocking wait: a collective
+    that fails or outlives the group's timeout raises in the thread that called it, so the rank
+    names the rank lost and rank 0 saves its checkpoint, where NCCL's default (its watchdog tears
+    the process down, TORCH_NCCL_ASYNC_ERROR_HANDLING=3) ends rank 0 with neither. NCCL's sockets
+    on the interface that routes to the rendezvous, as gloo's. A value the user set is kept."""
+    wanted = {"TORCH_NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+              "NCCL_SOCKET_IFNAME": interface}
+    return {name: os.environ.get(name, value) for name, value in wanted.items()}
 
 
 def free_port(host: str) -> int:
@@ -117,6 +138,8 @@ def form_group(spec: LearnerGroupSpec) -> TorchDistributedReducer:
         raise LearnerGroupError(f"{where}: no interface of this host holds {local}, its address toward the "
                                 f"rendezvous {spec.rendezvous}", (), spec.rendezvous)
     os.environ["GLOO_SOCKET_IFNAME"] = interface
+    if spec.backend == "nccl":
+        os.environ.update(nccl_environment(interface))
     host = socket.gethostname()
     started = time.monotonic()
     try:

@@ -1,0 +1,54 @@
+"""The devices of a learner group: one kind of device per group, and NCCL set up to fail where gloo
+does (a failed or hung collective raises in the rank's thread, so the rank lost is named and rank 0
+checkpoints) instead of its watchdog tearing the process down. NCCL's collectives themselves need
+GPUs, which these tests do not have."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch.distributed as dist
+
+from lamarckian_hpc.runtime.learner.group import (LearnerGroupError, LearnerGroupSpec, choose_backend, form_group,
+                                                  free_port, nccl_environment)
+
+
+def test_a_group_of_gpu_and_cpu_ranks_is_refused_with_the_setting_to_change():
+    with pytest.raises(LearnerGroupError, match=r"runtime.device: learner ranks \[0, 2\] learn on a GPU and ranks "
+                                                r"\[1\] on CPUs.*runtime.device=cpu \(allowed: auto, cpu, cuda\)") as refused:
+        choose_backend([True, False, True])
+    assert refused.value.ranks == (1,)
+    assert choose_backend([False, False]) == "gloo"
+    assert choose_backend([True, True]) == ("nccl" if dist.is_nccl_available() else "gloo")
+
+
+def test_nccl_waits_blocking_on_the_rendezvous_interface_unless_the_user_said_otherwise(monkeypatch):
+    for name in ("TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    assert nccl_environment("ib0") == {"TORCH_NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+                                       "NCCL_SOCKET_IFNAME": "ib0"}
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth1")
+    assert nccl_environment("ib0")["NCCL_SOCKET_IFNAME"] == "eth1"
+
+
+def test_an_nccl_rank_sets_its_environment_before_the_group_is_formed(tmp_path):
+    """In a process of its own (the settings are the process's): whether or not this torch has NCCL,
+    the settings are in place by the time the group is formed, on the interface of the rendezvous."""
+    script = """
+import os, sys
+from lamarckian_hpc.runtime.learner.group import LearnerGroupError, LearnerGroupSpec, form_group, free_port
+spec = LearnerGroupSpec(0, 1, "127.0.0.1", free_port("127.0.0.1"), "nccl", 10)
+try:
+    form_group(spec)
+except LearnerGroupError:
+    pass  # a torch without NCCL cannot connect it
+print(os.environ["TORCH_NCCL_BLOCKING_WAIT"], os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"],
+      os.environ["NCCL_SOCKET_IFNAME"] == os.environ["GLOO_SOCKET_IFNAME"])
+"""
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("TORCH_NCCL", "NCCL_"))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "0", "True"]
