@@ -52,3 +52,37 @@ print(os.environ["TORCH_NCCL_BLOCKING_WAIT"], os.environ["TORCH_NCCL_ASYNC_ERROR
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "0", "True"]
+
+
+def test_the_driver_keeps_the_head_nodes_first_gpu_and_ray_hands_out_the_others():
+    from lamarckian_hpc.cluster.ray_cluster import gpus_left_to_ray
+
+    assert gpus_left_to_ray(4, None) == (3, "1,2,3")
+    assert gpus_left_to_ray(2, "5,7") == (1, "7")  # Slurm's binding: the driver learns on 5
+    assert gpus_left_to_ray(1, "0") == (0, "")
+    assert gpus_left_to_ray(0, None) == (0, "")
+
+
+def test_a_learner_rank_on_the_head_is_given_a_gpu_other_than_the_drivers(tmp_path):
+    """A real Ray head started as a job's head is (the GPUs are declared, none is opened): a rank
+    asking for one GPU is handed device 1, never the driver's device 0."""
+    script = """
+import os, ray
+from lamarckian_hpc.cluster.ray_cluster import gpus_left_to_ray
+count, visible = gpus_left_to_ray(2, None)
+os.environ["CUDA_VISIBLE_DEVICES"] = visible  # as the head's raylet is started
+ray.init(num_cpus=1, num_gpus=count, include_dashboard=False)
+
+@ray.remote(num_gpus=1, num_cpus=0)
+def rank_devices():
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+print(ray.get(rank_devices.remote()))
+ray.shutdown()
+"""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "1"

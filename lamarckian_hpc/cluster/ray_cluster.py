@@ -103,14 +103,27 @@ def ray_executable() -> str:
     return found
 
 
+def gpus_left_to_ray(gpus: int, visible: str | None) -> tuple[int, str]:
+    """The head node's GPUs that Ray may hand out, as a count and a CUDA_VISIBLE_DEVICES list: all
+    but the first visible one, on which the driver (learner rank 0, outside Ray's accounting) learns.
+    Given every GPU, Ray would hand that one to a learner rank placed on the head, and two NCCL
+    ranks on one device fail at their first all-reduce."""
+    devices = ([device.strip() for device in visible.split(",") if device.strip() and device.strip() != "-1"]
+               if visible is not None else [str(index) for index in range(gpus)])
+    rest = devices[1:]
+    return len(rest), ",".join(rest)
+
+
 def ray_start_command(node: NodeInfo, label: str, head_address: str | None, temp_dir: str,
-                      settings: RaySettings, resources: dict[str, float] | None = None) -> list[str]:
+                      settings: RaySettings, resources: dict[str, float] | None = None,
+                      num_gpus: int | None = None) -> list[str]:
     """`ray start --block` for one node; the head when `head_address` is None. The node offers
-    `node:<label>` and `resources`."""
+    `node:<label>`, `resources` and `num_gpus` GPUs (default every GPU of the node)."""
     ports = dict(zip(RAY_PORT_OPTIONS, node.free_ports))
     offered = json.dumps({f"{NODE_RESOURCE_PREFIX}{label}": 1, **(resources or {})})
+    gpus = node.gpus if num_gpus is None else num_gpus
     command = [ray_executable(), "start", "--block", "--disable-usage-stats", f"--node-ip-address={node.address}",
-               f"--temp-dir={temp_dir}", f"--num-cpus={node.cores}", f"--num-gpus={node.gpus}",
+               f"--temp-dir={temp_dir}", f"--num-cpus={node.cores}", f"--num-gpus={gpus}",
                f"--object-store-memory={settings.object_store_bytes}", f"--resources={offered}"]
     if head_address is None:
         command += ["--head", "--include-dashboard=false", "--no-monitor"]  # nothing autoscales an allocation
@@ -277,8 +290,11 @@ def run_on_ray_cluster(driver: Callable[[RayClusterInfo], T], comm: Any = None,
     if rank == 0:
         try:  # the head comes up whole (GCS and raylet) before anyone joins it
             bootstrap_started = time.monotonic()
-            process = RayNodeJoin(ray_start_command(me, labels[0], None, temp_dir, settings), temp_dir, env,
-                                  log_path, settings, rank)
+            # The driver keeps the head's first GPU; Ray hands out the others.
+            head_gpus, visible = gpus_left_to_ray(me.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            head_env = {**env, "CUDA_VISIBLE_DEVICES": visible} if me.gpus else env
+            process = RayNodeJoin(ray_start_command(me, labels[0], None, temp_dir, settings, num_gpus=head_gpus),
+                                  temp_dir, head_env, log_path, settings, rank)
             process.wait_until_up(settings.start_timeout_seconds)
             started[0] = 1
         finally:
