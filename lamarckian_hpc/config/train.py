@@ -369,6 +369,11 @@ class RunConfig(RootSection):
         if self.runtime.mode != "ray":
             raise ValueError(f"runtime.learners: {learners} learner ranks are processes of runtime.mode=ray, "
                              f"not {self.runtime.mode}")
+        if self.runtime.on_node_loss == "continue":
+            # A lost rank cannot be replaced or left out: a torch.distributed group has a fixed size.
+            raise ValueError(f"runtime.on_node_loss: continue cannot be honoured with runtime.learners: {learners} "
+                             "(a learner group cannot go on without a lost rank); take runtime.on_node_loss: fail "
+                             "(stop with a checkpoint, resume on the nodes left) or runtime.learners: 1")
         return self
 
     @model_validator(mode="before")

@@ -169,8 +169,9 @@ def global_minibatches(reducer: GradientReducer, minibatches: Sequence[Tensor], 
 
 
 def global_staleness_metrics(reducer: GradientReducer, staleness: np.ndarray) -> dict[str, float]:
-    """`mdp.staleness.staleness_metrics` over every rank's steps (one sum and one gather)."""
-    if reducer.world_size == 1:
+    """`mdp.staleness.staleness_metrics` over every rank's steps (one sum and one gather); for no steps
+    anywhere, a NaN mean, a max of -1 and an empty histogram."""
+    if reducer.world_size == 1 and len(staleness):
         return staleness_metrics(staleness)
     counts = np.bincount(np.minimum(staleness, STALENESS_BINS), minlength=STALENESS_BINS + 1)
     totals = torch.tensor([float(staleness.sum()), float(len(staleness)), *counts.astype(np.float64)],

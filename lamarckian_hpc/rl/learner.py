@@ -17,7 +17,7 @@ import torch
 
 from ..config import DQNConfig, RunConfig
 from ..mdp import ExperienceBatch
-from ..mdp.staleness import staleness_metrics
+from ..mdp.staleness import STALENESS_METRICS, staleness_metrics
 from .adam import Adam
 from .batch import build_rollout_batch
 from .captured import CapturedSteps, why_not_captured
@@ -46,6 +46,11 @@ class Learner(Protocol):
     def weights(self) -> dict[str, np.ndarray]: ...
 
     def broadcast_meta(self, env_frames: int) -> dict[str, Any]: ...
+
+
+def trained_steps(diagnostics: Mapping[str, float]) -> int:
+    """The steps an update trained on, over every rank: its staleness histogram's total."""
+    return int(sum(diagnostics.get(name, 0.0) for name in STALENESS_METRICS))
 
 
 class LearnerBase:
@@ -125,11 +130,14 @@ class LearnerBase:
 
     def updated(self, experience: ExperienceBatch, diagnostics: dict[str, float],
                 learning_rate: float) -> dict[str, float]:
-        """The last half of an update: a new version, and the diagnostics with the learning rate
-        and the staleness of `experience`."""
+        """The last half of an update: the diagnostics with the learning rate and the staleness of
+        `experience`, and a new version when the update trained any step (on any rank). An update
+        of no steps left the weights as they were: a new version for them would make every sample
+        in flight one version staler (all of them stale, with synchronous sampling) for nothing."""
         diagnostics["learning_rate"] = learning_rate
         diagnostics.update(global_staleness_metrics(self.reducer, self.version - experience.policy_versions))
-        self.version += 1
+        if trained_steps(diagnostics):
+            self.version += 1
         return diagnostics
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -402,6 +402,9 @@ class Checkpointer:
     one by one), and keeping the newest k by version would remove its checkpoints before them.
     """
 
+    #: What rank 0 of a learner group tells the other ranks it is doing while it saves.
+    stage = "checkpoint"
+
     def __init__(self, trainer: Checkpointable, writer: RunWriter, run_path: str | Path,
                  interval_seconds: float | None, reserve_bytes: int = 0, *, keep_last: int = 1,
                  keep_best: bool = False, resumed_from: int | None = None) -> None:

@@ -12,7 +12,11 @@ A rank that dies or hangs fails the collective of the others within `runtime.lea
 (or at once, when its sockets close with its process); rank 0 then asks Ray which rank is gone and
 ends the run with `LearnerRankLostError`, one line naming the rank and its node, and
 `training_run` saves a checkpoint (a checkpoint is rank 0's learner state, which does not depend
-on the number of ranks: a run resumes with any number).
+on the number of ranks: a run resumes with any number). A rank that stops by itself says why in
+the group's store first, and rank 0 reports that line instead: its actors stalled
+(`RunStalledError`, as rank 0's own would be), or rank 0 was gone or stuck in a stage (named).
+Ranks 1.. enter each update only once rank 0 does (`lockstep.RankZeroWatch`), so that rank 0's
+publish, metrics and checkpoint may take longer than the timeout.
 
 A rank is never restarted: a new process cannot rejoin a torch.distributed group mid-run.
 """
@@ -36,7 +40,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ...comm import BROADCAST, ExperienceReceiver, JobKeys, limit_bytes
 from ...config import RunConfig
-from .actor_watch import ActorWatch
+from .actor_watch import ActorWatch, RunStalledError
 from ...comm.topology import build_tree
 from ..algorithms import make_learner
 from ..placement.cpu_quota import join_cpu_group
@@ -44,13 +48,14 @@ from ..messages import KINDS, MessageSpec, concatenate
 from ..placement.node_watch import NodeLostError
 from ..placement.ray_setup import answers, reachable_host, worker_runtime_env
 from ..run_shape import spaces_of
-from .group import LearnerGroupSpec, choose_backend, form_group, free_port
+from .group import LearnerGroupSpec, TorchDistributedReducer, choose_backend, form_group, free_port
 from ..placement.relay_tree import choose_layout
 from .intake import ExperienceIntake
 from ..placement.shards import ShardPlan, plan_flat, plan_tree
 from ...rl.data_parallel import empty_experience
 from ...rl.device import choose_device
-from .lockstep import agree, reduce_numbers
+from .lockstep import (FAILED, STALLED, WAITED, RankZeroStages, RankZeroWaitError, RankZeroWatch, agree,
+                       post_stop, posted_stops, reduce_numbers)
 
 log = logging.getLogger(__name__)
 
@@ -168,24 +173,41 @@ class LearnerRank:
         self.thread.start()
 
     def _run(self, spec: LearnerGroupSpec, state: dict[str, Any], env_frames: int) -> None:
+        reducer: TorchDistributedReducer | None = None
+        watch: RankZeroWatch | None = None
         try:
             reducer = form_group(spec)
+            watch = RankZeroWatch(reducer.store, self.rank, spec.timeout_seconds)
             self.shard.learner = learner = make_learner(self.config, *self.spaces, reducer=reducer)
             learner.load_state_dict(state)
             while True:
                 self.shard.gather(self.share, time.monotonic() + starve_seconds(self.config))
                 frames, self.shard.frames = self.shard.frames, 0
+                watch.wait()  # rank 0's own work (publish, metrics, checkpoint) may take its time
                 agreement = agree(reducer, False, self.shard.pending_steps, frames)
                 if agreement.stop:
                     break
                 env_frames += agreement.env_frames
-                learner.update(self.shard.take(self.spaces), env_frames)
+                batch = self.shard.take(self.spaces)
+                if agreement.total_steps:  # every rank skips alike: no rank trained, no new version
+                    learner.update(batch, env_frames)
                 reduce_numbers(reducer, self.shard.counters(), *self.shard.take_episodes())
             log.info("learner rank %d: stopped by rank 0 at policy version %d", self.rank, learner.version)
-        except BaseException:
-            # Ending the process closes its sockets: the other ranks' collectives fail at once.
-            log.exception("learner rank %d failed; ending its process", self.rank)
-            os._exit(1)
+        except RunStalledError as error:  # its own actors: the run's error, not a lost rank
+            self._stop(reducer, STALLED, f"learner rank {self.rank}: {error}")
+        except RankZeroWaitError as error:
+            self._stop(reducer, WAITED, str(error))
+        except BaseException as error:
+            log.exception("learner rank %d failed", self.rank)
+            where = f"; rank 0 was in its {watch.describe()}" if watch is not None else ""
+            self._stop(reducer, FAILED, f"learner rank {self.rank}: {_first_line(error)}{where}")
+
+    def _stop(self, reducer: TorchDistributedReducer | None, kind: str, line: str) -> None:
+        """Say why in one line (here and in the group's store, for rank 0 to report), then end the
+        process: closing its sockets fails the other ranks' collectives at once."""
+        log.error("%s; ending its process", line)
+        post_stop(reducer.store if reducer is not None else None, self.rank, kind, line)
+        os._exit(1)
 
     def close(self) -> None:
         self.shard.receiver.close()
@@ -271,6 +293,8 @@ class LearnerGroup:
         answers([actor.start.remote(asdict(spec), shared, env_frames) for actor, spec in zip(ranks, specs[1:])],
                 "the learner ranks")
         self.reducer = form_group(specs[0])
+        #: Where rank 0 is, for the other ranks waiting to enter the next agreement.
+        self.stages = RankZeroStages(self.reducer.store)
         self._collective_seconds = 0.0
         self.stopped = False
 
@@ -281,8 +305,15 @@ class LearnerGroup:
         taken, self._collective_seconds = seconds - self._collective_seconds, seconds
         return 1000.0 * taken
 
-    def lost(self, error: BaseException) -> LearnerRankLostError:
-        """The error to end the run with after a failed collective: which rank is gone, and where."""
+    def lost(self, error: BaseException) -> LearnerRankLostError | RunStalledError:
+        """The error to end the run with after a failed collective: the line of a rank that said why
+        it stopped (its own actors stalled: `RunStalledError`, as rank 0's would be), else which
+        rank is gone, and where."""
+        for rank, (kind, line) in posted_stops(self.reducer.store, len(self.ranks) + 1).items():
+            node = self.nodes[rank - 1]
+            if kind == STALLED:
+                return RunStalledError(f"{line} (on {node})")
+            return LearnerRankLostError(f"{line} (on {node})")
         probes = [rank.pid.remote() for rank in self.ranks]
         ready, _ = ray.wait(probes, num_returns=len(probes), timeout=5.0)
         for index, probe in enumerate(probes):
@@ -302,6 +333,7 @@ class LearnerGroup:
             return
         self.stopped = True
         try:
+            self.stages.before_agree()
             agree(self.reducer, True, 0, 0)
         except RuntimeError as error:
             log.warning("learner ranks did not all hear the stop: %s", _first_line(error))

@@ -52,7 +52,7 @@ from ..run_shape import (POLICY_ID, EnvironmentProbe, credit_budget, message_ste
 from ..placement.joined_nodes import JoinedNodes, JoinRoutes
 from ..placement.relay_tree import RankRoutes, RelayTree, plan_nodes
 from ...storage.join_folder import JoinFolder
-from ..learner.lockstep import agree, reduce_numbers
+from ..learner.lockstep import GATHER, agree, reduce_numbers, update_whole
 from ..learner.ranks import (LearnerGroup, plan_shards, rank_config, serving_joins,
                             starve_seconds, start_ranks)
 from ..placement.shards import ShardPlan
@@ -367,6 +367,7 @@ class DistributedTrainer(ExperienceIntake):
         and trained steps, summed over the ranks."""
         assert self.group is not None and self.shards is not None
         share = self.shards.share(self.batch_steps, 0)
+        self.group.stages.enter(GATHER)
         deadline = time.monotonic() + starve_seconds(self.config)
         frames, returns, lengths = 0, [], []
         while self.pending_steps[POLICY_ID] < share and time.monotonic() < deadline:
@@ -387,11 +388,14 @@ class DistributedTrainer(ExperienceIntake):
         try:
             with serving_joins(self.publisher):
                 waited = self.group.reducer.collective_seconds
+                self.group.stages.before_agree()
                 agreement = agree(self.group.reducer, False, self.pending_steps[POLICY_ID], frames)
                 agree_ms = 1000.0 * (self.group.reducer.collective_seconds - waited)
                 self.pending[POLICY_ID], self.pending_steps[POLICY_ID] = [], 0
                 started = time.monotonic()
-                metrics = self.learner.update(batch, self.env_frames + agreement.env_frames)
+                metrics: dict[str, float] = {}
+                if agreement.total_steps:  # every rank skips alike: no rank trained, no new version
+                    metrics = update_whole(self.learner, batch, self.env_frames + agreement.env_frames)
                 self.update_ms = 1000.0 * (time.monotonic() - started)
                 numbers = reduce_numbers(self.group.reducer, self.counters(), returns, lengths)
         except RuntimeError as error:
@@ -403,6 +407,11 @@ class DistributedTrainer(ExperienceIntake):
         self.group_counters = {**numbers.counters, "learner_collective_ms": self.group.take_collective_milliseconds(),
                                "learner_agree_ms": agree_ms}
         return metrics, agreement.env_frames, agreement.total_steps
+
+    def _stage(self, name: str) -> None:
+        """Tell the other learner ranks which of rank 0's own stages it is in (they wait meanwhile)."""
+        if self.group is not None:
+            self.group.stages.enter(name)
 
     def checkpoint(self) -> TrainingCheckpoint:
         self.progress.env_frames = self.env_frames
@@ -433,6 +442,9 @@ class DistributedTrainer(ExperienceIntake):
                 break
             self.env_frames += frames
             progress.env_frames = self.env_frames
+            if not steps:  # a learner group that held no step: no update, nothing new to publish or report
+                continue
+            self._stage("publish")
             self._publish(self.env_frames)
             progress.updates += 1
             progress.trained_steps += steps
@@ -460,6 +472,7 @@ class DistributedTrainer(ExperienceIntake):
             if episodes.reached(stop.target_return) and progress.reached_at is None:
                 progress.reached_at = self.env_frames
             for observer in self.observers:
+                self._stage(getattr(observer, "stage", type(observer).__name__))
                 observer.on_update_end(report)
             if episodes.should_stop(stop, report.wall_time):
                 break

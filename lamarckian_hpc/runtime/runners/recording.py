@@ -95,6 +95,9 @@ def tagged_record(policy_id: str, answer: dict[str, Any], actor: int, host: str,
 
 
 class MetricsRecorder:
+    #: What rank 0 of a learner group tells the other ranks it is doing while it records.
+    stage = "metrics"
+
     def __init__(self, writer: RunWriter, interval_seconds: float) -> None:
         self.writer = writer
         self.interval_seconds = interval_seconds
