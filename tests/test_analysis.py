@@ -248,6 +248,7 @@ def test_league_payoff_and_elo_from_the_run_file(league_path: Path, tmp_path: Pa
         assert_png(figure.path)
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 def test_report_links_every_figure(ppo_path: Path, nsga2_path: Path, pbt_path: Path, league_path: Path,
                                    live_and_killed: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     folder = tmp_path / "results"

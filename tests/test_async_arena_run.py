@@ -164,6 +164,7 @@ def _random_coins_per_player(episodes: int = 16, seed: int = 0) -> float:
     return float(np.mean(coins))
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 @pytest.mark.slow
 def test_one_shared_policy_learns_to_collect_coins(tmp_path, capsys):
     """`lamarckian-hpc train configs/multiagent_async_arena.yaml`, seed 0, 40k frames."""

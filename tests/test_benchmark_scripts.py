@@ -56,6 +56,7 @@ print(json.dumps(answers))
 """
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 def test_every_script_answers_help() -> None:
     """Imports resolve (the group's siblings, common.py, the package) and the arguments parse; a
     helper module without a command line just imports."""
@@ -95,6 +96,7 @@ def test_committed_results_are_labelled_entries() -> None:
         assert document["benchmark"] == path.stem and len(labels) == len(set(labels)) and "main" in labels, path
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 def test_the_gpu_check_dry_run_writes_its_checks_and_rows(tmp_path: Path) -> None:
     """The GPU check runs only where a GPU is lent, so its CPU dry run keeps it working between
     those runs: the same code path, small batches, no Ray."""

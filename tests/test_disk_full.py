@@ -47,6 +47,7 @@ def _rows(run: Path) -> int:
         return len(reader.metric("learning_rate"))
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 def test_filling_disk_stops_the_run_cleanly_and_resume_continues(small_disk):
     run = small_disk / "full.h5"
     command = [sys.executable, "-m", "lamarckian_hpc", "train", str(ROOT / "configs" / "ppo_cartpole.yaml"),

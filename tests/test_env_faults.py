@@ -102,7 +102,7 @@ def test_training_survives_an_environment_that_raises_at_one_percent_of_steps():
     assert result.recent_return_mean is not None and result.recent_return_mean >= 60
 
 
-@pytest.mark.parametrize("mode", ["serial", "ray"])
+@pytest.mark.parametrize("mode", ["serial", pytest.param("ray", marks=pytest.mark.second_pass)])  # ray: 20 s
 def test_an_environment_that_always_raises_ends_the_run_with_its_error(tmp_path, mode):
     """No episode can finish: sampling stops after max_consecutive_env_errors, and the run ends
     with exit 1 and one line that names the environment's error, instead of waiting for ever."""

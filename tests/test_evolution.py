@@ -42,6 +42,7 @@ def test_serial_forked_and_ray_evaluation_give_the_same_population(module_ray):
         np.testing.assert_array_equal(serial.objectives, distributed.objectives, err_msg=mode)
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 def test_failed_and_slow_evaluations_do_not_stop_a_generation(module_ray):
     def flaky(X: np.ndarray) -> np.ndarray:
         import time
@@ -154,6 +155,7 @@ def test_ga_on_a_permutation_problem_records_every_generation(tmp_path):
     _check_ga_history(tmp_path / "ga.h5", make_problem(_ga_config()), [20, 4, 4, 4, 4])
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 def test_ga_on_ray_records_every_generation(module_ray, tmp_path):
     address = ray.get_runtime_context().gcs_address  # join the tests' Ray instead of starting another
     result = _evolve_cli(tmp_path, "ga_rastrigin.yaml", "runtime.mode=ray", f"runtime.ray_address={address}",

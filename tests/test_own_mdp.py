@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from lamarckian_hpc.storage import open_run
 
 from test_own_environment import run_command
@@ -22,6 +24,7 @@ def guide_block(language: str) -> str:
     return blocks[0]
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 def test_the_guides_game_trains_from_its_folder_and_learns(tmp_path):
     (tmp_path / "my_game.py").write_text(guide_block("python"))
     (tmp_path / "light.yaml").write_text(guide_block("yaml"))

@@ -62,6 +62,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.second_pass  # over 15 s on two cores
 def test_a_training_run_is_watched_while_it_runs_and_its_resume_never_goes_back_in_steps(tmp_path):
     board, run = tmp_path / "board", tmp_path / "runs" / "watched.h5"
     command = [sys.executable, "-m", "lamarckian_hpc", "train", str(ROOT / "configs" / "ppo_cartpole.yaml"),
