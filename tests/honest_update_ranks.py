@@ -22,8 +22,6 @@ def run_job(job: str, rank: int, port: int, out: str) -> None:
     """Rank `rank` of job `job` (each job is one group of 2 on its own port)."""
     if job == "starved":
         starved_update_rank(rank, port, out)
-    elif job == "broken":
-        broken_update_rank(rank, port, out)
     else:
         waiting_rank(rank, port, out, timeout_seconds=1.0, checkpoint_seconds=2.5)
 
@@ -55,7 +53,7 @@ def starved_update_rank(rank: int, port: int, out: str) -> None:
         reducer = form_group(_spec(rank, port, 30.0))
         for case in ("ppo_mlp_2", "impala_2"):
             learner = make_learner(case_config(case), *case_spaces(case), reducer=reducer)
-            before = learner.weights()
+            before = {key: value.copy() for key, value in learner.weights().items()}  # weights() are views
             diagnostics = learner.update(empty_experience(*case_spaces(case)), env_frames=1000)
             moved = max(float(np.abs(learner.weights()[key] - before[key]).max()) for key in before)
             (folder / f"starved-{case}-{rank}.json").write_text(json.dumps(
@@ -63,49 +61,6 @@ def starved_update_rank(rank: int, port: int, out: str) -> None:
         reducer.close()
 
     _guard("starved", folder, rank)(body)
-
-
-def broken_update_rank(rank: int, port: int, out: str) -> None:
-    """Rank `rank` of 2 of an IMPALA update that fails part way: rank 1 takes part in the first of
-    rank 0's two epochs (its minibatch steps, gradients all-reduced) and its process then ends;
-    rank 0's second epoch fails. Rank 0 writes its weights before, after the failure, and what
-    the first epoch alone makes of them."""
-    import torch
-
-    from lamarckian_hpc.rl.impala import impala_update
-    from lamarckian_hpc.runtime.learner.lockstep import update_whole
-
-    torch.set_num_threads(1)
-    folder = Path(out)
-    case = "impala_2"
-
-    def body() -> None:
-        reducer = form_group(_spec(rank, port, 30.0))
-        config = case_config(case)
-        algorithm = config.algorithm.model_copy(update={"num_epochs": 2})
-        config = config.model_copy(update={"algorithm": algorithm})
-        learner = make_learner(config, *case_spaces(case), reducer=reducer)
-        experience = shard(case, rank)
-        if rank == 1:
-            one_epoch = algorithm.model_copy(update={"num_epochs": 1})
-            impala_update(learner.model, learner.optimizer, experience, one_epoch, learner.rng, learner.device,
-                          reducer)
-            os._exit(0)  # mid-update, for rank 0: its second epoch's first all-reduce fails
-        before = learner.weights()
-        version = learner.version
-        started = time.monotonic()
-        try:
-            update_whole(learner, experience, env_frames=1000)
-            error = "no error"
-        except LearnerGroupError as failure:
-            error = str(failure)
-        np.savez(folder / "broken-0.npz", **{f"before/{key}": value for key, value in before.items()},
-                 **{f"after/{key}": value for key, value in learner.weights().items()})
-        (folder / "broken-0.json").write_text(json.dumps({"error": error, "version_before": version,
-                                                           "version_after": learner.version,
-                                                           "seconds": time.monotonic() - started}))
-
-    _guard("broken", folder, rank)(body)
 
 
 def waiting_rank(rank: int, port: int, out: str, timeout_seconds: float, checkpoint_seconds: float) -> None:
