@@ -18,7 +18,10 @@ Why each choice:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -127,9 +130,68 @@ def _first_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-def form_group(spec: LearnerGroupSpec) -> TorchDistributedReducer:
+CHALLENGE_KEY = "admission/challenge"
+PROOF_KEY = "admission/proof/{rank}"
+ADMITTED_KEY = "admission/admitted"
+REFUSED_KEY = "admission/refused"
+
+
+def _proof(secret: bytes, challenge: bytes, rank: int) -> str:
+    return hmac.new(secret, b"lamarckian-hpc learner rank %d " % rank + challenge, hashlib.sha256).hexdigest()
+
+
+def admit_ranks(store: dist.Store, spec: LearnerGroupSpec, secret: bytes, where: str) -> None:
+    """Only ranks that hold the job's secret form the group: under `transport_security: curve`
+    every rank proves it holds the broadcast secret (rank 0 and the ranks have it, actors do not)
+    by an HMAC of a fresh challenge of rank 0's, and rank 0 answers with its own, before any gloo
+    or NCCL connection is made. The store and the group's traffic are not encrypted (see the
+    security page): this admits the job's ranks and no one else; it does not hide the gradients."""
+    timeout = timedelta(seconds=spec.timeout_seconds)
+    if spec.rank == 0:
+        challenge = secrets.token_bytes(32)
+        store.set(CHALLENGE_KEY, challenge.hex())
+        proofs = [PROOF_KEY.format(rank=rank) for rank in range(1, spec.world_size)]
+        try:
+            store.wait(proofs, timeout)
+        except Exception as error:  # noqa: BLE001 - torch raises several kinds
+            missing = [rank for rank, key in enumerate(proofs, start=1) if not _has(store, key)]
+            raise LearnerGroupError(f"{where}: rank(s) {missing} sent no proof of the job's key within "
+                                    f"{spec.timeout_seconds:g} s", missing, spec.rendezvous) from error
+        refused = [rank for rank, key in enumerate(proofs, start=1)
+                   if not hmac.compare_digest(store.get(key).decode(), _proof(secret, challenge, rank))]
+        if refused:
+            store.set(REFUSED_KEY, " ".join(map(str, refused)))
+            raise LearnerGroupError(f"{where}: rank(s) {refused} did not prove they hold the job's key "
+                                    "(runtime.transport_security: curve); the group is not formed", refused,
+                                    spec.rendezvous)
+        store.set(ADMITTED_KEY, _proof(secret, challenge, 0))
+        return
+    try:
+        store.wait([CHALLENGE_KEY], timeout)
+    except Exception as error:  # noqa: BLE001
+        raise LearnerGroupError(f"{where}: rank 0 sent no challenge within {spec.timeout_seconds:g} s", (0,),
+                                spec.rendezvous) from error
+    challenge = bytes.fromhex(store.get(CHALLENGE_KEY).decode())
+    store.set(PROOF_KEY.format(rank=spec.rank), _proof(secret, challenge, spec.rank))
+    deadline = time.monotonic() + spec.timeout_seconds
+    while not (_has(store, ADMITTED_KEY) or _has(store, REFUSED_KEY)):
+        if time.monotonic() > deadline:
+            raise LearnerGroupError(f"{where}: rank 0 did not admit this rank within {spec.timeout_seconds:g} s",
+                                    (0,), spec.rendezvous)
+        time.sleep(0.05)
+    if _has(store, REFUSED_KEY):
+        refused = [int(rank) for rank in store.get(REFUSED_KEY).decode().split()]
+        raise LearnerGroupError(f"{where}: rank 0 refused rank(s) {refused}, which did not prove they hold the "
+                                "job's key", refused, spec.rendezvous)
+    if not hmac.compare_digest(store.get(ADMITTED_KEY).decode(), _proof(secret, challenge, 0)):
+        raise LearnerGroupError(f"{where}: the rendezvous at {spec.rendezvous} did not prove it is the job's "
+                                "rank 0 (it does not hold the job's key)", (0,), spec.rendezvous)
+
+
+def form_group(spec: LearnerGroupSpec, secret: bytes | None = None) -> TorchDistributedReducer:
     """Join the group of `spec` (every rank calls this) and return its reducer. Raises
-    `LearnerGroupError` naming the ranks that did not join within `spec.timeout_seconds`."""
+    `LearnerGroupError` naming the ranks that did not join within `spec.timeout_seconds`. With
+    `secret` (the job's broadcast secret, under CURVE), only ranks that hold it are admitted."""
     timeout = timedelta(seconds=spec.timeout_seconds)
     where = f"learner rank {spec.rank} of {spec.world_size}"
     local = local_address_toward(spec.address)
@@ -162,6 +224,8 @@ def form_group(spec: LearnerGroupSpec) -> TorchDistributedReducer:
         raise LearnerGroupError(f"{where} ({host} {local}): rank(s) {missing} did not join the rendezvous at "
                                 f"{spec.rendezvous} within {spec.timeout_seconds:g} s", missing,
                                 spec.rendezvous) from error
+    if secret is not None:
+        admit_ranks(store, spec, secret, f"{where} ({host} {local})")
     backend = "cpu:gloo,cuda:nccl" if spec.backend == "nccl" else "gloo"
     reducer = TorchDistributedReducer(spec, store, f"{host} {local}")
     started = time.monotonic()

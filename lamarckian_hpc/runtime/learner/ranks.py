@@ -150,6 +150,8 @@ class LearnerRank:
         # when every node of the Ray is on this host.
         host = reachable_host(started_local_ray=False)
         self.shard = ShardLearner(self.config, self.context, host, keys, actors, credit_budget, self.spaces)
+        #: What this rank proves it is one of the job's ranks with (`group.admit_ranks`), under CURVE.
+        self.group_secret = group_secret(keys)
         self.thread: threading.Thread | None = None
 
     def address(self) -> str:
@@ -176,7 +178,7 @@ class LearnerRank:
         reducer: TorchDistributedReducer | None = None
         watch: RankZeroWatch | None = None
         try:
-            reducer = form_group(spec)
+            reducer = form_group(spec, self.group_secret)
             watch = RankZeroWatch(reducer.store, self.rank, spec.timeout_seconds)
             self.shard.learner = learner = make_learner(self.config, *self.spaces, reducer=reducer)
             learner.load_state_dict(state)
@@ -220,6 +222,14 @@ def plan_shards(config: RunConfig, plan: Any, num_actors: int) -> ShardPlan:
         rank_nodes = [rank_node(rank, len(plan.names), config.runtime.learner_placement) for rank in range(learners)]
         return plan_tree(build_tree(plan.names), plan.names, plan.actor_nodes, learners, rank_nodes)
     return plan_flat(num_actors, learners)
+
+
+def group_secret(keys: JobKeys | None) -> bytes | None:
+    """The secret the ranks of a CURVE job prove they hold: the broadcast pair's, which rank 0 and
+    the ranks (and relays) serve with, and actors never see."""
+    if keys is None or BROADCAST not in keys.serving:
+        return None
+    return keys.serving[BROADCAST].secret
 
 
 def rank_config(config: RunConfig, keys: JobKeys | None) -> RunConfig:
@@ -275,9 +285,11 @@ def start_ranks(config: RunConfig, node_ids: Sequence[str | None], shards: Any, 
 class LearnerGroup:
     """Rank 0's view of its group: the rank actors, the reducer, and what to say when a rank is lost."""
 
-    def __init__(self, config: RunConfig, ranks: list[Any], host: str, state: dict[str, Any], env_frames: int) -> None:
+    def __init__(self, config: RunConfig, ranks: list[Any], host: str, state: dict[str, Any], env_frames: int,
+                 keys: JobKeys | None = None) -> None:
         """`state`: rank 0's learner state, which every rank loads before its first update;
-        `env_frames`: the run's frames so far (a resumed run's), where every rank's count starts."""
+        `env_frames`: the run's frames so far (a resumed run's), where every rank's count starts;
+        `keys`: the job's, under CURVE (only ranks that hold its broadcast secret are admitted)."""
         self.config = config
         self.ranks = ranks
         replies = answers([rank.node.remote() for rank in ranks] + [rank.address.remote() for rank in ranks],
@@ -292,7 +304,7 @@ class LearnerGroup:
         shared = ray.put(state)
         answers([actor.start.remote(asdict(spec), shared, env_frames) for actor, spec in zip(ranks, specs[1:])],
                 "the learner ranks")
-        self.reducer = form_group(specs[0])
+        self.reducer = form_group(specs[0], group_secret(keys))
         #: Where rank 0 is, for the other ranks waiting to enter the next agreement.
         self.stages = RankZeroStages(self.reducer.store)
         self._collective_seconds = 0.0

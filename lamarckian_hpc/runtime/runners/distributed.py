@@ -356,7 +356,7 @@ class DistributedTrainer(ExperienceIntake):
         learner's state, so all start from the same weights, optimizer and random state: a fresh
         run's initial ones, or a checkpoint's, whatever number of ranks wrote it."""
         state = self.learner.state_dict()
-        self.group = LearnerGroup(self.config, self.rank_actors, self.host, state, self.env_frames)
+        self.group = LearnerGroup(self.config, self.rank_actors, self.host, state, self.env_frames, self.keys)
         self.learner = make_learner(self.config, *self.spaces, reducer=self.group.reducer)
         self.learner.load_state_dict(state)
         self.policy_learners = {POLICY_ID: self.learner}
