@@ -6,7 +6,6 @@ learner) is in tests/test_actor_jobs.py."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -16,14 +15,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lamarckian_hpc.cluster.actor_job import ActorJobSpec, join_run  # noqa: E402
 from lamarckian_hpc.cluster.discovery import ADDRESS_ENV  # noqa: E402
 from lamarckian_hpc.comm.credits import CreditLedger  # noqa: E402
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.runtime.observers import TrainResult, UpdateReport  # noqa: E402
 from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 from lamarckian_hpc.storage.join_folder import JoinFolder, JoinFolderError, RunContact  # noqa: E402
-from local_ray import local_ray  # noqa: E402
+from local_ray import joining_node, local_ray  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
@@ -69,13 +67,7 @@ def test_a_node_joins_a_running_run_is_trained_on_and_leaves_with_its_credits_ba
     leave = threading.Event()
     watcher = LeaveAfterJoined(leave, serve_seconds=6.0, after_seconds=3.0)
     with local_ray(num_cpus=1):
-        import ray
-
-        folder.publish(RunContact(ray.get_runtime_context().gcs_address, os.environ["RAY_AUTH_TOKEN"], "g1", "",
-                                  str(tmp_path / "run.h5"), time.time()))
-        outcome: dict = {}
-        joiner = threading.Thread(target=lambda: outcome.update(join_run(
-            ActorJobSpec(str(folder.path), str(tmp_path / "logs"), reconnect_seconds=60, leave_seconds=15), leave)))
+        joiner, outcome = joining_node(folder, tmp_path, leave, leave_seconds=15)
         joiner.start()
         config = load_config(CARTPOLE, ["runtime.mode=ray", "runtime.num_actors=1", "runtime.planned_actors=3",
                                         f"runtime.join_folder={folder.path}", "stop.total_env_steps=10000000",

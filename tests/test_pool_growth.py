@@ -6,7 +6,6 @@ beside a learner job of two) is in tests/test_actor_jobs.py."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -16,12 +15,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lamarckian_hpc.cluster.actor_job import ActorJobSpec, join_run  # noqa: E402
 from lamarckian_hpc.cluster.discovery import ADDRESS_ENV  # noqa: E402
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.config.pbt import PBTConfig  # noqa: E402
-from lamarckian_hpc.storage.join_folder import JOINED_NODE_RESOURCE, JoinFolder, RunContact  # noqa: E402
-from local_ray import local_ray  # noqa: E402
+from lamarckian_hpc.storage.join_folder import JOINED_NODE_RESOURCE, JoinFolder  # noqa: E402
+from local_ray import joining_node, local_ray  # noqa: E402
 from test_pbt import TINY  # noqa: E402
 
 
@@ -73,13 +71,7 @@ def test_a_pbt_pool_grows_onto_a_joined_node_and_gives_it_up_with_no_member_lost
                                  "algorithm.population_size=4", "stop.total_env_frames=2560"], PBTConfig)
     lines: list[str] = []
     with local_ray(num_cpus=2):
-        import ray
-
-        folder.publish(RunContact(ray.get_runtime_context().gcs_address, os.environ["RAY_AUTH_TOKEN"], "g1", "",
-                                  str(tmp_path / "run.h5"), time.time()))
-        outcome: dict = {}
-        joiner = threading.Thread(target=lambda: outcome.update(join_run(
-            ActorJobSpec(str(folder.path), str(tmp_path / "logs"), reconnect_seconds=60, leave_seconds=120), leave)))
+        joiner, outcome = joining_node(folder, tmp_path, leave, leave_seconds=120)
         program = PBTProgram(config)
         pool = make_pool("ray", program.host_factory(), 4, 2, config.runtime.timeout_seconds)
         watcher = GrowThenLeave(pool, joiner, leave, folder)
