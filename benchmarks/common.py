@@ -38,6 +38,9 @@ from typing import Any
 BENCHMARKS = Path(__file__).resolve().parent
 ROOT = BENCHMARKS.parent
 RESULTS = BENCHMARKS / "results"
+#: Where a benchmark draws its figures: beside the documentation pages that show them (the site
+#: shows only files inside docs/), and nowhere else.
+FIGURES = ROOT / "docs" / "benchmarks" / "figures"
 #: The group folders, by the question their benchmarks answer.
 GROUPS = ("peers", "scale", "costs", "learning", "reliability")
 #: The label of an entry written without one.

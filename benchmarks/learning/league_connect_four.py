@@ -10,8 +10,9 @@ does the random player for reference.
 
     python benchmarks/learning/league_connect_four.py [--seeds 0] [--generations 40] [overrides ...]
 
-Prints Markdown tables, writes benchmarks/results/league_connect_four.json and .png; then
-`python -m lamarckian_hpc.analysis.benchmark_pages` puts both on docs/benchmarks/learning.md.
+Prints Markdown tables, writes benchmarks/results/league_connect_four.json and the figure beside the page
+(docs/benchmarks/figures/league_connect_four.png); then `python -m lamarckian_hpc.analysis.benchmark_pages`
+puts the table on docs/benchmarks/learning.md.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import common  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "league_connect_four.yaml"
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "league_connect_four.json"
-FIGURE = RESULTS.with_suffix(".png")  # copied beside the page by lamarckian_hpc.analysis.benchmark_pages
+FIGURE = common.FIGURES / "league_connect_four.png"  # beside the page that shows it
 
 
 def main_agent(config: LeagueRunConfig, weights: dict | None = None) -> TorchPolicy:

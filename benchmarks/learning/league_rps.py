@@ -10,7 +10,7 @@ seed is written to a run file (`/league`: payoff, Elo, members) and read back.
     python benchmarks/learning/league_rps.py [--updates 3000] [--seeds 3]
 
 Prints a Markdown table of exploitability per fifth of training and writes
-benchmarks/results/league_rps.json (and league_rps.png when matplotlib is installed).
+benchmarks/results/league_rps.json (and docs/benchmarks/figures/league_rps.png when matplotlib is installed).
 """
 
 from __future__ import annotations
@@ -103,8 +103,9 @@ def main() -> None:
     axis.set_title("Biased rock-paper-scissors")
     axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(RESULTS / "league_rps.png", dpi=120)
-    print(f"wrote {RESULTS / 'league_rps.json'} and league_rps.png")
+    common.FIGURES.mkdir(parents=True, exist_ok=True)
+    figure.savefig(common.FIGURES / "league_rps.png", dpi=120)
+    print(f"wrote {RESULTS / 'league_rps.json'} and {common.FIGURES / 'league_rps.png'}")
 
 
 if __name__ == "__main__":

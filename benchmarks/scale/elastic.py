@@ -66,7 +66,7 @@ import common  # noqa: E402
 sys.path.insert(0, str(ROOT / "slurm" / "testcluster"))  # testcluster_nodes (imported when a node is killed)
 
 RESULTS = common.results_path("elastic")
-DOCS_FIGURE = ROOT / "docs" / "benchmarks" / "figures" / "elastic.png"
+DOCS_FIGURE = common.FIGURES / "elastic.png"
 CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"
 #: The run's settings beside the config's. One epoch on batches of 2048 keeps the learner (0.3 cores
 #: on the test cluster) off the ceiling, so that env steps/s follow the nodes: with the config's 10

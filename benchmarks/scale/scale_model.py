@@ -63,7 +63,8 @@ Reads benchmarks/results/sampling_hosts.json, fan_in.json and broadcast.json (`b
 --emulate-links` points are further latency checks), or the files named; `--staleness` is
 accepted for `benchmarks/reproduce.py` and not used (staleness.py's runs predate flow control).
 Prints the calibration, the check and the table; writes benchmarks/results/scale_model.json (or
-`--output`) and, when matplotlib is installed, scale_model.png beside it.
+`--output`) and, when matplotlib is installed, docs/benchmarks/figures/scale_model.png (named after
+`--output`'s stem).
 """
 
 from __future__ import annotations
@@ -656,10 +657,11 @@ def main() -> None:
         print(f"  missed: {p['what']} ({p['role']}): model {p['predicted']:.2f} against {p['measured']:.2f}, "
               f"{100 * p['error']:+.0f}%")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    note = figure(prediction, points, hosts_run["links"]["rate"], args.output.with_suffix(".png"))
+    common.FIGURES.mkdir(parents=True, exist_ok=True)
+    note = figure(prediction, points, hosts_run["links"]["rate"], common.FIGURES / f"{args.output.stem}.png")
     print(note)
-    learner_note = learner_figure(learners, inputs, fit, fan, args, args.output.with_name(
-        args.output.stem + "_learners.png"))
+    learner_note = learner_figure(learners, inputs, fit, fan, args,
+                                  common.FIGURES / f"{args.output.stem}_learners.png")
     print(learner_note)
     common.write_results(args.output, {
         "learners": {**learners, "figure": learner_note},

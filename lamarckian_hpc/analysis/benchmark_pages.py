@@ -14,9 +14,9 @@ so that a benchmark run followed by
 brings every page up to date, and tests/test_docs.py fails when a committed page does not match
 its results. A name is a results file's stem, with `:LABEL` for an entry other than its `main`
 one (`pbt_vs_tune:quiet`, see analysis/benchmarks.py), and may carry a view
-(`game_use_cases.testing`) for entries that hold several tables. Figures the benchmarks draw
-(`benchmarks/results/*.png`) are copied beside the pages,
-since the site can only show files inside docs/.
+(`game_use_cases.testing`) for entries that hold several tables. The benchmarks draw their figures
+straight into docs/benchmarks/figures/ (`FIGURES` of benchmarks/common.py), beside the pages, since
+the site can only show files inside docs/; this module does not touch them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -38,7 +37,6 @@ from .tables import markdown_table
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = ROOT / "docs" / "benchmarks"
-FIGURES = PAGES / "figures"
 MARKER = re.compile(r"(<!-- results: (?P<name>[\w.:]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.S)
 
 
@@ -447,7 +445,7 @@ def results_names(results: Path = RESULTS) -> set[str]:
 
 
 def update(pages: Path = PAGES, results: Path = RESULTS, check: bool = False) -> list[Path]:
-    """Regenerate every page and copy the figures; with `check`, only report what is out of date."""
+    """Regenerate every page; with `check`, only report what is out of date."""
     stale = []
     for page in sorted(pages.glob("*.md")):
         text = page.read_text()
@@ -455,13 +453,6 @@ def update(pages: Path = PAGES, results: Path = RESULTS, check: bool = False) ->
             stale.append(page)
             if not check:
                 page.write_text(render_page(text, results))
-    for figure in sorted(results.glob("*.png")):
-        copy = pages / "figures" / figure.name
-        if not copy.is_file() or copy.read_bytes() != figure.read_bytes():
-            stale.append(copy)
-            if not check:
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(figure, copy)
     return stale
 
 
