@@ -347,3 +347,14 @@ def test_no_import_cycle_between_files():
     modules = _module_files()
     graph = {module: _imported_modules(path, modules) - {module} for module, path in modules.items()}
     assert _cycle(graph) is None, f"import cycle between files: {' -> '.join(_cycle(graph))}"
+
+
+#: docs/architecture.md: no module of the package grows past this many lines.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_grows_past_the_line_limit():
+    lines = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    over = {path: count for path, count in sorted(lines.items()) if count > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by concept): {over}"
+    assert f"past {MAX_MODULE_LINES} lines" in ARCHITECTURE.read_text()
