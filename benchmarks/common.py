@@ -1,11 +1,12 @@
 """What every benchmark script shares: its common flags, the description of the machine it ran
 on, and the writing of its results file.
 
-A script in any group folder (`peers/`, `scale/`, ...) puts this folder on its import path and
-imports it:
+`benchmarks` is a package that the editable install (`pip install -e .`) makes importable, so a
+script in any group folder (`peers/`, `scale/`, ...) imports this module and its siblings by their
+package path, run as `python benchmarks/scale/sampling.py` or as `python -m benchmarks.scale.sampling`:
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-    import common  # noqa: E402
+    from benchmarks import common
+    from benchmarks.scale.raw_bound import RawLoop
 
 A results file (`benchmarks/results/NAME.json`) holds one benchmark's results as labelled
 entries, one per run kept (`main`, `quiet`, `run2`, `pong`, ...):
@@ -27,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -52,6 +55,19 @@ PROVENANCE = ("label", "date", "machine", "git_revision")
 def results_path(name: str) -> Path:
     """`benchmarks/results/NAME.json`: where benchmark NAME keeps its results."""
     return RESULTS / f"{name}.json"
+
+
+def testcluster_nodes() -> ModuleType:
+    """slurm/testcluster/testcluster_nodes.py, the test cluster's node controls (`kill_node`,
+    `restore_node`, ...), loaded from its file once: slurm/ is a folder of scripts, not a package."""
+    name = "testcluster_nodes"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "slurm" / "testcluster" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def git_revision(root: Path = ROOT) -> str | None:

@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-import common  # benchmarks/common.py: this script's folder is first on sys.path
+from benchmarks import common
 
 
 # The headline of each experiment: one line for its report, read from what the experiment wrote.

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import common
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-SCRIPTS = sorted(path for path in BENCHMARKS.rglob("*.py") if "results" not in path.parts)
-
-sys.path.insert(0, str(BENCHMARKS))
-import common  # noqa: E402  (benchmarks/common.py)
+SCRIPTS = sorted(path for path in BENCHMARKS.rglob("*.py") if "results" not in path.parts and path.name != "__init__.py")
 
 
 def test_scripts_sit_in_their_group_folders() -> None:

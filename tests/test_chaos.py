@@ -15,9 +15,7 @@ import pytest
 from optional_parts import require_slurm
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "reliability"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import chaos  # noqa: E402  (benchmarks/reliability/chaos.py)
+from benchmarks.reliability import chaos
 
 #: Longer than `comm.channels.ASK_AGAIN_SECONDS`: every actor runs dry and asks again while the
 #: learner is stopped, and the learner finds those requests queued when it continues.

@@ -26,8 +26,7 @@ from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 from local_ray import local_ray  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "reliability"))
-from chaos import bad_experience  # noqa: E402  (benchmarks/reliability/chaos.py's bad messages)
+from benchmarks.reliability.chaos import bad_experience  # noqa: E402  (the chaos benchmark's bad messages)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CARTPOLE = CONFIGS / "ppo_cartpole.yaml"

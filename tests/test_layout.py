@@ -358,3 +358,17 @@ def test_no_module_grows_past_the_line_limit():
     over = {path: count for path, count in sorted(lines.items()) if count > MAX_MODULE_LINES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by concept): {over}"
     assert f"past {MAX_MODULE_LINES} lines" in ARCHITECTURE.read_text()
+
+
+def test_benchmarks_and_analysis_import_without_path_edits():
+    """benchmarks/ is a package of the editable install (benchmarks/common.py): its scripts and the
+    analysis scripts import what they share by package path, never by editing sys.path."""
+    edits = [str(path.relative_to(ROOT)) for folder in ("benchmarks", "analysis")
+             for path in sorted((ROOT / folder).rglob("*.py")) if "sys.path.insert" in path.read_text()]
+    assert not edits, f"sys.path.insert in: {edits}"
+
+
+def test_benchmark_figures_have_one_copy_beside_the_pages():
+    """The benchmarks draw into docs/benchmarks/figures/ (benchmarks/common.py's FIGURES), which the
+    site shows; a copy under benchmarks/ would drift from it."""
+    assert not sorted(str(path.relative_to(ROOT)) for path in (ROOT / "benchmarks").rglob("*.png"))

@@ -12,9 +12,7 @@ import pytest
 
 from fuzz_budget import examples
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "reliability"))
-
-import learner_fuzz  # noqa: E402
+from benchmarks.reliability import learner_fuzz
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -25,9 +25,7 @@ from lamarckian_hpc.runtime.messages import (KINDS, ActorExperience, ActorGradie
 from lamarckian_hpc.runtime.run_shape import spaces_of
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "reliability"))
-
-from learner_fuzz import valid_experience  # noqa: E402
+from benchmarks.reliability.learner_fuzz import valid_experience
 
 pytestmark = pytest.mark.timeout(120)
 

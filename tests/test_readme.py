@@ -13,8 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import common  # noqa: E402  (benchmarks/common.py)
+from benchmarks import common
 
 
 def _quick_start_commands() -> list[str]:

@@ -45,8 +45,7 @@ from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.messages import EXPERIENCE, HELLO, KINDS
 from lamarckian_hpc.runtime.placement.ray_setup import SINGLE_THREAD_ENV
 from lamarckian_hpc.runtime.run_shape import spaces_of
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "actor_footprint.json"

@@ -25,9 +25,8 @@ import gymnasium as gym
 import numpy as np
 
 from lamarckian_hpc.envs.atari import IMAGE_ID, RAM_ID, atari_problem
-from pong_steps import single  # noqa: E402  (benchmarks/costs/pong_steps.py: the same stepping loop)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks.costs.pong_steps import single  # benchmarks/costs/pong_steps.py: the same stepping loop
+from benchmarks import common
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "ppo_pong_image.yaml"
 

@@ -37,8 +37,7 @@ from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.rl import RolloutBatch, ppo_update
 from lamarckian_hpc.rl.adam import Adam
 from lamarckian_hpc.rl.batched_ppo import BatchedPPO
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "batched_update.json"

@@ -23,8 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from lamarckian_hpc.envs import PongEnv, PongTwoPlayer
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "pong_steps.json"
 

@@ -30,8 +30,7 @@ from typing import Any
 from lamarckian_hpc.config import load_config
 import lamarckian_hpc.runtime.sinks.tensorboard as tensorboard_sink
 from lamarckian_hpc.runtime.runners.training_run import run_training
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "tensorboard_sink.json"

@@ -24,8 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 #: The README's test command, in its two halves.
 INSTALL = ["-m", "pip", "install", "-c", "constraints.txt", "-e", ".[test]"]

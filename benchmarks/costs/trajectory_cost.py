@@ -51,8 +51,7 @@ from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 from lamarckian_hpc.runtime.runners.training_run import run_training
 from lamarckian_hpc.storage import FILE_FORMAT, open_run
 from lamarckian_hpc.storage.trajectories import CHUNK_BYTES, MAX_CHUNK_ROWS
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "trajectory_cost.json"

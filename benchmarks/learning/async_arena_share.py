@@ -33,8 +33,7 @@ from lamarckian_hpc.config import RunConfig, load_config
 from lamarckian_hpc.mdp import PolicyOutput
 from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 from lamarckian_hpc.runtime.actor.multiagent_sampling import make_multiagent_side, policy_weights
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "multiagent_async_arena.yaml"

@@ -24,8 +24,7 @@ from lamarckian_hpc.games.report import summarize
 from lamarckian_hpc.games.testing import random_play
 from lamarckian_hpc.evorl.game_testing_program import search
 from lamarckian_hpc.population.evolution import evolve
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "game_use_cases.json"

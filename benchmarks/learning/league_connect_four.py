@@ -42,8 +42,7 @@ from lamarckian_hpc.runtime.actor.inference import TorchPolicy
 from lamarckian_hpc.runtime.actor.multiagent_sampling import make_pettingzoo_mdp
 from lamarckian_hpc.runtime.runners.multiagent_trainer import default_spaces
 from lamarckian_hpc.storage import open_run
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "league_connect_four.yaml"

@@ -32,8 +32,7 @@ import numpy as np
 
 from lamarckian_hpc.league.store import read_league
 from lamarckian_hpc.storage import open_run
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "league_pong.yaml"

@@ -28,8 +28,7 @@ from lamarckian_hpc.league import Role
 from lamarckian_hpc.league.matrix_game import (BIASED_ROCK_PAPER_SCISSORS, exploitability, league_training, self_play,
                                                softmax)
 from lamarckian_hpc.league.store import LeagueRunWriter, read_league
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 START = np.array([1.0, 0.0, -1.0])

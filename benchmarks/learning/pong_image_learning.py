@@ -31,8 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from lamarckian_hpc.storage import open_run
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "ppo_pong_image_cpu.yaml"

@@ -73,12 +73,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import (OBJECT_STORE_BYTES, PeakMemory, Progress, bound_rows, cell, check_target,  # noqa: E402
+from benchmarks.peers.side_by_side import (OBJECT_STORE_BYTES, PeakMemory, Progress, bound_rows, cell, check_target,
                           cost_columns, load_columns, median_of, pin_threads, ratios, run_child, share_of_bound,
                           table_sides)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 pin_threads()
 

@@ -24,8 +24,7 @@ from pymoo.problems import get_problem
 from pymoo.util.ref_dirs import get_reference_directions
 
 from lamarckian_hpc.ec import NSGA2, dtlz2, hypervolume, inverted_generational_distance, zdt
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nsga2_vs_pymoo.json"
 CASES = [("zdt1", zdt(1), 200), ("zdt2", zdt(2), 200), ("zdt3", zdt(3), 200), ("dtlz2", dtlz2(), 250)]

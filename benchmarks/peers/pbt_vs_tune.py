@@ -62,10 +62,8 @@ SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_T
                  "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
 os.environ.update(SINGLE_THREAD)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import process_seconds  # noqa: E402  (the time from process start both sides count)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks.peers.side_by_side import process_seconds  # the time from process start both sides count
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "pbt_ppo_cartpole.yaml"

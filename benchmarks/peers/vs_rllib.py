@@ -72,12 +72,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import (CHILD_START_SLACK_SECONDS, OBJECT_STORE_BYTES, SINGLE_THREAD, PeakMemory,  # noqa: E402
+from benchmarks.peers.side_by_side import (CHILD_START_SLACK_SECONDS, OBJECT_STORE_BYTES, SINGLE_THREAD, PeakMemory,
                           Progress, bound_rows, cell, check_target, cost_columns, load_columns, median_of,
                           pin_threads, ratios, run_child, score_at, share_of_bound, table_sides, target_cell)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 pin_threads()
 
@@ -281,7 +279,7 @@ def run_raw_loop(s: dict) -> None:
     """Child process: one process of the raw bound; prints its env steps/s as one JSON line."""
     import gymnasium as gym
     import torch
-    from raw_bound import RawLoop, run_config
+    from benchmarks.scale.raw_bound import RawLoop, run_config
 
     from lamarckian_hpc.runtime.algorithms import build_model
 

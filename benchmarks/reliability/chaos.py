@@ -51,10 +51,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_launch import CARTPOLE, end_job, launch_cartpole, wait_for_version  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks.reliability.cluster_launch import CARTPOLE, end_job, launch_cartpole, wait_for_version
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "chaos.json"
@@ -123,9 +121,9 @@ class Case:
 
 
 def learner_stop(job_id: str, run: Path, hosts: int, seconds: float = 150.0) -> Fault:
-    from testcluster_nodes import bootstrap_task
+    nodes = common.testcluster_nodes()
 
-    pid = bootstrap_task("node1", job_id)
+    pid = nodes.bootstrap_task("node1", job_id)
     start = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -136,11 +134,11 @@ def learner_stop(job_id: str, run: Path, hosts: int, seconds: float = 150.0) -> 
 
 
 def _kill_titled(job_id: str, nodes: list[str], title: str) -> Fault:
-    from testcluster_nodes import job_processes_titled
+    nodes = common.testcluster_nodes()
 
     victims = {}
     for node in nodes:
-        found = job_processes_titled(node, job_id, title)
+        found = nodes.job_processes_titled(node, job_id, title)
         if not found:
             raise RuntimeError(f"no {title} of job {job_id} on {node}")
         victims[node] = found[0]

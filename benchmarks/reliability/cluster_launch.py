@@ -14,9 +14,10 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks import common
+
 ROOT = Path(__file__).resolve().parents[2]
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
-sys.path.insert(0, str(ROOT / "slurm" / "testcluster"))  # testcluster_nodes: a job's processes on a node
 
 
 class LaunchProcess:
@@ -88,10 +89,10 @@ def wait_for_version(launch: LaunchProcess, run: Path, version: int, timeout_sec
 def end_job(job_id: str, restore: str | None = None) -> None:
     """Cancel the job (a no-op once it ended), return node `restore` to service when one was lost,
     and remove what the job's processes left in the shared /tmp."""
-    from testcluster_nodes import remove_job_leftovers, restore_node
+    nodes = common.testcluster_nodes()
 
     subprocess.run(["scancel", job_id], timeout=30)
     if restore is not None:
-        restore_node(restore)
+        nodes.restore_node(restore)
     time.sleep(2)  # let the cancelled job's processes go
-    remove_job_leftovers(job_id)
+    nodes.remove_job_leftovers(job_id)

@@ -30,13 +30,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
-from lamarckian_hpc.config import load_config  # noqa: E402
-from lamarckian_hpc.storage import open_run  # noqa: E402
-from node_loss import node_loss_continue, node_loss_fail  # noqa: E402  (benchmarks/reliability/node_loss.py)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from lamarckian_hpc.config import load_config
+from lamarckian_hpc.storage import open_run
+from benchmarks.reliability.node_loss import node_loss_continue, node_loss_fail
+from benchmarks import common
 
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "faults.json"

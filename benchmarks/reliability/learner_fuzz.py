@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "learner_fuzz.json"

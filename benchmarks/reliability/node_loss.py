@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import common
 from lamarckian_hpc.storage import open_run
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_launch import LaunchProcess, end_job, launch_cartpole, wait_for_version  # noqa: E402
+from benchmarks.reliability.cluster_launch import LaunchProcess, end_job, launch_cartpole, wait_for_version
 
 LOST = "node3"
 
@@ -50,13 +50,13 @@ def _end(job_id: str) -> None:
 def node_loss_fail(folder: Path) -> dict:
     """`runtime.on_node_loss=fail`: how long until `launch` ends with its one-line error, how many
     updates the checkpoint lacks, and whether `train --resume` continues the file without gaps."""
-    from testcluster_nodes import kill_node
+    nodes = common.testcluster_nodes()
     from lamarckian_hpc.runtime.learner.checkpoint import load_checkpoint
 
     launch, job_id, run = _launch(folder, "fail", 300)
     try:
         wait_for_version(launch, run, 10)
-        killed = kill_node(LOST, job_id)
+        killed = nodes.kill_node(LOST, job_id)
         error = launch.wait_for(r"^error: ", 180)
         launch.process.wait(60)
     finally:
@@ -86,15 +86,15 @@ def node_loss_fail(folder: Path) -> dict:
 def node_loss_continue(folder: Path, max_wall_seconds: float = 150) -> dict:
     """`runtime.on_node_loss=continue` (job submitted with --no-kill): does training outlive Slurm
     marking the node DOWN, and how fast does it sample before the loss and after it?"""
-    from testcluster_nodes import kill_node, node_state
+    nodes = common.testcluster_nodes()
 
     launch, job_id, run = _launch(folder, "continue", max_wall_seconds)
     down_after = None
     try:
         wait_for_version(launch, run, 10)
         at_kill = _rows(run)
-        killed = kill_node(LOST, job_id)
-        while "DOWN" not in node_state(LOST) and time.monotonic() - killed.killed_at < 150:
+        killed = nodes.kill_node(LOST, job_id)
+        while "DOWN" not in nodes.node_state(LOST) and time.monotonic() - killed.killed_at < 150:
             launch.wait_for(r"^$", 0.5)
         down_after = time.monotonic() - killed.killed_at
         at_down = _rows(run)

@@ -22,12 +22,10 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
-from lamarckian_hpc.config import load_config  # noqa: E402
-from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from lamarckian_hpc.config import load_config
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
+from benchmarks import common
 
 RESULTS = ROOT / "benchmarks" / "results" / "soak.json"
 

@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 #: gloo allreduce between local processes on a 16-core machine: (floats, ranks, milliseconds)
@@ -75,7 +74,7 @@ def gradient_sizes() -> dict[str, int]:
     """Trainable parameters of each workload's model, as its config's learner builds it."""
     import gymnasium as gym
 
-    from learner_ceiling import WORKLOADS, workload_config
+    from benchmarks.scale.learner_ceiling import WORKLOADS, workload_config
     from lamarckian_hpc.runtime.algorithms import make_learner
 
     sizes = {}

@@ -29,8 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results" / "allreduce_under_quota.json"
@@ -63,8 +62,7 @@ def _rank(rank: int, world: int, port: int, group: str | None, args: dict[str, A
 def measure(world: int, cpus: float | None, period_us: int | None, args: argparse.Namespace) -> dict[str, Any]:
     os.environ["TESTCLUSTER_CPU_PERIOD_US"] = str(period_us or 100_000)
     import importlib
-    sys.path.insert(0, str(HERE))
-    import cpu_groups
+    from benchmarks.scale import cpu_groups
     importlib.reload(cpu_groups)  # PERIOD_US is read from the environment at import
     groups = [cpu_groups.CpuGroup(f"allreduce{rank}", cpus) for rank in range(world)] if cpus else []
     for group in groups:

@@ -57,10 +57,8 @@ from lamarckian_hpc.comm import JobKeys, WeightPublisher, WeightSubscriber, stop
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import netem  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks.scale import netem
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "broadcast.json"
 TIMEOUT_S = 60.0

@@ -30,8 +30,7 @@ import zmq
 import lamarckian_hpc.comm.channels as channels
 import lamarckian_hpc.comm.credits as credits
 from lamarckian_hpc.comm import ExperienceReceiver, ExperienceSender, Message
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "credit_pauses.json"
 #: Seconds of the scaled clock: ask again after 1 s dry, reclaim after 3 s silent, pause 4 s.

@@ -1,7 +1,7 @@
 """A crowd of agents doing a random walk, as a PettingZoo parallel environment (without pettingzoo).
 
 benchmarks/scale/multiagent_inference.py's distributed mode gives it to the runtime's actor processes
-by env id (`pettingzoo:crowd_env`, with benchmarks/scale/ on their import path), so that each actor acts
+by env id (`pettingzoo:benchmarks.scale.crowd_env`, importable wherever the checkout is installed), so that each actor acts
 for its share of the agents: every agent observes 4 floats, picks one of 2 actions and acts every
 tick; all agents are truncated together after `episode_ticks`. The environment's own cost is a few
 array operations and the dicts of the parallel API. Imports only numpy and gymnasium, as an actor

@@ -60,10 +60,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
-sys.path.insert(0, str(ROOT / "slurm" / "testcluster"))  # testcluster_nodes (imported when a node is killed)
 
 RESULTS = common.results_path("elastic")
 DOCS_FIGURE = common.FIGURES / "elastic.png"
@@ -172,7 +170,7 @@ def start_epoch(run_path: Path, seconds: float) -> float:
 
 def run_elastic(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """The elastic run; every event's epoch, written to FOLDER/events.json."""
-    from testcluster_nodes import kill_node, remove_job_leftovers, restore_node
+    nodes = common.testcluster_nodes()
 
     minutes = math.ceil((args.duration + 300) / 60)
     launch = Launch(folder, "elastic", args.duration, [], args.overrides)
@@ -212,7 +210,7 @@ def run_elastic(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             else:
                 job["kill"] = time.time()
                 for node in job["nodes"]:
-                    kill_node(node, job["job"])
+                    nodes.kill_node(node, job["job"])
                     killed_nodes.append(node)
             print(f"t={time.time() - origin:.0f} s: actor job {job['job']} ({' '.join(job['nodes'])}): {what}",
                   flush=True)
@@ -222,9 +220,9 @@ def run_elastic(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         stop.set()
         subprocess.run(["scancel", launch.job_id, *[job["job"] for job in events["jobs"]]], timeout=30)
         for node in killed_nodes:
-            restore_node(node)
+            nodes.restore_node(node)
         for job in events["jobs"]:
-            remove_job_leftovers(job["job"])
+            nodes.remove_job_leftovers(job["job"])
     for job in events["jobs"]:
         job["running"] = running.get(job["job"])
     events["learner_restarts_seen"] = sorted({int(m) for m in re.findall(r"\(restart (\d+)\)", "".join(launch.output))})

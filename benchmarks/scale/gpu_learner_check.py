@@ -41,18 +41,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learner_ceiling import WORKLOADS, synthetic_experience, update_seconds, workload_config  # noqa: E402
+from benchmarks.scale.learner_ceiling import WORKLOADS, synthetic_experience, update_seconds, workload_config
 
-from lamarckian_hpc.config import ModelConfig, PPOConfig  # noqa: E402
-from lamarckian_hpc.models import ActorCritic, cnn  # noqa: E402
-from lamarckian_hpc.rl import RolloutBatch, ppo_loss, ppo_update  # noqa: E402
-from lamarckian_hpc.rl.adam import Adam  # noqa: E402
-from lamarckian_hpc.rl.captured import CapturedSteps  # noqa: E402
-from lamarckian_hpc.rl.device import choose_device, to_device  # noqa: E402
-from lamarckian_hpc.runtime.algorithms import make_learner  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from lamarckian_hpc.config import ModelConfig, PPOConfig
+from lamarckian_hpc.models import ActorCritic, cnn
+from lamarckian_hpc.rl import RolloutBatch, ppo_loss, ppo_update
+from lamarckian_hpc.rl.adam import Adam
+from lamarckian_hpc.rl.captured import CapturedSteps
+from lamarckian_hpc.rl.device import choose_device, to_device
+from lamarckian_hpc.runtime.algorithms import make_learner
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "gpu_learner_check.json"

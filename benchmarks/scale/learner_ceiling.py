@@ -42,8 +42,7 @@ from lamarckian_hpc.config.loading import read_config_file
 from lamarckian_hpc.mdp.experience import ExperienceBatch
 from lamarckian_hpc.models.cnn import PRECISIONS
 from lamarckian_hpc.runtime.algorithms import make_learner
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "learner_ceiling.json"

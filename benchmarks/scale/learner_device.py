@@ -25,13 +25,12 @@ from pathlib import Path
 
 import torch
 
-from learner_ceiling import synthetic_experience, update_seconds
+from benchmarks.scale.learner_ceiling import synthetic_experience, update_seconds
 
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.run_shape import spaces_of
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "ppo_pong_image.yaml"

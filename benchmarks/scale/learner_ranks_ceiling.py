@@ -37,12 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # run as a script: `benchmarks` and the package from this checkout
-    sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results" / "learner_ranks_ceiling.json"
 #: Seconds a rank's process takes to start, import torch and join the group, when none was measured.

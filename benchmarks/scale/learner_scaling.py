@@ -69,10 +69,8 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-from cpu_groups import CpuGroup  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks.scale.cpu_groups import CpuGroup
+from benchmarks import common
 
 RESULTS = HERE.parent / "results" / "learner_scaling.json"
 WORKLOADS: dict[str, tuple[Path, list[str]]] = {

@@ -16,7 +16,7 @@ rate is printed beside it.
 
 `--distributed` runs the same crowd through the distributed runtime instead: a multi-agent
 `DistributedTrainer` with `--actors` Ray actor processes, each stepping one crowd of its share of
-the agents (benchmarks/scale/crowd_env.py, by env id `pettingzoo:crowd_env`, through the PettingZoo
+the agents (benchmarks/scale/crowd_env.py, by env id `pettingzoo:benchmarks.scale.crowd_env`, through the PettingZoo
 adapter) and acting with the torch-free numpy policies of the actors, the agents mapped at random
 onto the policies when they appear. The actors only send experience, so every agent has a
 training controller (the act + record row of the one-process mode); the learner in this process
@@ -43,16 +43,15 @@ from pathlib import Path
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import gymnasium as gym
+import numpy as np
+import torch
 
-from lamarckian_hpc.config import ModelConfig  # noqa: E402
-from lamarckian_hpc.mdp import MDP, ExperienceBuffer, Sampler, StepOutcome  # noqa: E402
-from lamarckian_hpc.multiagent import PolicyMapping, build_policy_models, random_mapping  # noqa: E402
-from lamarckian_hpc.runtime.actor.inference import TorchPolicy  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from lamarckian_hpc.config import ModelConfig
+from lamarckian_hpc.mdp import MDP, ExperienceBuffer, Sampler, StepOutcome
+from lamarckian_hpc.multiagent import PolicyMapping, build_policy_models, random_mapping
+from lamarckian_hpc.runtime.actor.inference import TorchPolicy
+from benchmarks import common
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results" / "multiagent_inference.json"
@@ -169,16 +168,11 @@ def measure_distributed(args: argparse.Namespace, num_actors: int) -> dict:
     from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
     from lamarckian_hpc.runtime.placement.process_stats import TreeCpuMeter
 
-    # The actors import the crowd by module name: benchmarks/scale/ on their path (Ray's workers inherit it).
-    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if str(HERE) not in paths:
-        sys.path.insert(0, str(HERE))
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), *paths]))
     share = args.agents // num_actors
     policy_ids = [f"policy_{k}" for k in range(args.policies)]
     config = RunConfig.model_validate({
         "seed": 0,
-        "env": {"id": "pettingzoo:crowd_env", "num_envs": 1, "kwargs": {"num_agents": share}},
+        "env": {"id": "pettingzoo:benchmarks.scale.crowd_env", "num_envs": 1, "kwargs": {"num_agents": share}},
         "model": {"policy_hidden_sizes": [16, 16], "critic_hidden_sizes": [16]},
         "algorithm": {"batch_size": args.batch_size, "num_epochs": 1, "num_minibatches": 1},
         "multiagent": {"policies": policy_ids, "mapping": "random"},

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 
-from sampling import machine_busy_seconds
+from benchmarks.scale.sampling import machine_busy_seconds
 
 
 class OtherWork:

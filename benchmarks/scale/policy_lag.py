@@ -41,8 +41,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -23,16 +23,15 @@ from pathlib import Path
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import gymnasium as gym
+import numpy as np
+import torch
 
-from lamarckian_hpc.config import RunConfig  # noqa: E402
-from lamarckian_hpc.models import ActorCritic  # noqa: E402
-from lamarckian_hpc.runtime import TrainResult, UpdateReport  # noqa: E402
-from lamarckian_hpc.runtime.runners.trainer import SerialTrainer  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from lamarckian_hpc.config import RunConfig
+from lamarckian_hpc.models import ActorCritic
+from lamarckian_hpc.runtime import TrainResult, UpdateReport
+from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
+from benchmarks import common
 
 ENVIRONMENTS = ("CartPole-v1", "Pendulum-v1")
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "raw_bound.json"

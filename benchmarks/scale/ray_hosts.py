@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-import netem
-from cpu_groups import CpuGroup
+from benchmarks.scale import netem
+from benchmarks.scale.cpu_groups import CpuGroup
 from lamarckian_hpc.runtime.placement.cpu_quota import CPU_CGROUP_VARIABLE, LEARNER_CPU_CGROUP_VARIABLE
 
 RAY = str(Path(sys.executable).with_name("ray"))

@@ -59,14 +59,12 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import netem  # noqa: E402
-from cpu_groups import QuotaMeter, cpu_groups  # noqa: E402
-from ray_hosts import RayCluster, on_host, ray_env  # noqa: E402
-from other_work import OtherWork  # noqa: E402
-from sampling import measure_raw, run_config  # noqa: E402  (sets one thread per process)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks.scale import netem
+from benchmarks.scale.cpu_groups import QuotaMeter, cpu_groups
+from benchmarks.scale.ray_hosts import RayCluster, on_host, ray_env
+from benchmarks.scale.other_work import OtherWork
+from benchmarks.scale.sampling import measure_raw, run_config  # sets one thread per process
+from benchmarks import common
 
 RESULTS = HERE.parent / "results" / "sampling_hosts.json"
 
@@ -222,7 +220,7 @@ def measure_links(args: argparse.Namespace, hosts: int) -> list[dict[str, Any]]:
 
 
 def links_inside(spec: dict[str, Any]) -> None:
-    import broadcast  # noqa: E402  (its node processes, publisher and relays: the runtime's own classes)
+    from benchmarks.scale import broadcast  # its node processes, publisher and relays: the runtime's own classes
 
     hosts = spec["hosts"]
     workdir = tempfile.mkdtemp(prefix="lhpc-sh-")

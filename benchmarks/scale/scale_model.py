@@ -81,8 +81,7 @@ import numpy as np
 
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.runtime.run_shape import steps_per_message
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 CORES = [10, 20, 40, 80, 160, 320, 640, 1000, 1500, 2000, 3000, 4000, 5000, 6000]
@@ -354,9 +353,9 @@ def learner_inputs(args: argparse.Namespace, fit: dict[str, Any], fan: dict[str,
     """Per workload, what the learner table is computed from: its config's batch, epochs and
     minibatches, its gradient's floats, its bytes per frame, the learner's env steps/s per CPU core
     (`learner_ceiling.json`, one thread) and per GPU, and an actor core's env steps/s."""
-    from learner_ceiling import WORKLOADS, workload_config
+    from benchmarks.scale.learner_ceiling import WORKLOADS, workload_config
 
-    import allreduce
+    from benchmarks.scale import allreduce
 
     ceiling = _load(args.learner_ceiling) or {"rows": []}
     reduce_run = _load(args.allreduce)
@@ -424,7 +423,7 @@ def learner_point(inputs: dict[str, Any], name: str, kind: str, learners: int, c
     rank a host). The learners train L = B / that; the actors sample as in the model above (the
     credits cap the actors sampling at once); each rank's frames come in over its own host's link.
     """
-    import allreduce
+    from benchmarks.scale import allreduce
 
     work = inputs["workloads"][name]
     batch = scale_batch(work, cores, args, batch_policy)

@@ -33,12 +33,11 @@ from typing import Any
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
 
-import ray  # noqa: E402
+import ray
 
-from lamarckian_hpc.config import RunConfig  # noqa: E402
-from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from lamarckian_hpc.config import RunConfig
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "staleness.json"
 

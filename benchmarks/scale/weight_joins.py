@@ -45,8 +45,7 @@ import lamarckian_hpc
 from lamarckian_hpc.comm import WeightPublisher, WeightSubscriber, channels
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common.py
-import common  # noqa: E402
+from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "weight_joins.json"
 TIMEOUT_S = 120.0

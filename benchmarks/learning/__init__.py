@@ -1,0 +1,1 @@
+"""Benchmarks of what is learned: returns, win rates and exploitability."""

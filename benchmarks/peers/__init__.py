@@ -1,0 +1,1 @@
+"""Benchmarks against peer libraries (RLlib, Ray Tune, pymoo) on the same machine."""

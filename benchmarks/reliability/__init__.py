@@ -1,0 +1,1 @@
+"""Benchmarks of faults: lost nodes, bad messages, chaos and long runs."""
