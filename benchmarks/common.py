@@ -84,7 +84,7 @@ def git_revision(root: Path = ROOT) -> str | None:
 
 def now() -> str:
     """The date and time, UTC, to the second (ISO 8601)."""
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
 def load_average() -> list[float] | None:

@@ -41,14 +41,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from benchmarks import common
-
 
 # The headline of each experiment: one line for its report, read from what the experiment wrote.
 
@@ -500,8 +500,7 @@ def league_run(path: Path, updates: int) -> None:
     of benchmarks/learning/league_rps.py), its state written to /league every 20 rounds."""
     from lamarckian_hpc.config import LeagueConfig
     from lamarckian_hpc.league import Role
-    from lamarckian_hpc.league.matrix_game import (BIASED_ROCK_PAPER_SCISSORS, exploitability, league_training,
-                                                   softmax)
+    from lamarckian_hpc.league.matrix_game import BIASED_ROCK_PAPER_SCISSORS, exploitability, league_training, softmax
     from lamarckian_hpc.league.store import LeagueRunWriter
 
     config = LeagueConfig(capacity=128, snapshot_interval=20, exploiter_max_updates=40)
@@ -534,7 +533,7 @@ def experiment_environment(python: str = sys.executable) -> dict[str, str]:
     return environment
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def module_missing(python: str, module: str) -> str | None:
     """None when `python` imports `module`; otherwise why not, in one line."""
     try:

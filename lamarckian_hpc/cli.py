@@ -13,8 +13,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -223,8 +224,8 @@ def _export_policy(path: Path, args: argparse.Namespace) -> int:
     """The run's greedy policy as ONNX and/or TorchScript, each file then run on the run's
     recorded observations (or observations drawn from its space) beside torch: the line on stderr
     says how far apart they are."""
-    from .trained.policy_export import ExportError, check_exports, check_observations, export_onnx, export_torchscript
     from .trained.policy import TrainedPolicyError, load_trained_policy
+    from .trained.policy_export import ExportError, check_exports, check_observations, export_onnx, export_torchscript
 
     try:
         trained = load_trained_policy(path, args.checkpoint)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any
 
 from .config import ConfigError, RootSection, apply_overrides
 from .config.loading import read_config_file
@@ -24,7 +25,7 @@ from .config.workload import command_config_model, workload_of
 from .run_result import CANNOT_START, FAILED, INTERRUPTED, RunFailed, RunResult
 
 #: What `run` accepts as a config: a YAML file, a config tree, a validated config, or None (the defaults).
-ConfigSource = Union[str, Path, Mapping[str, Any], RootSection, None]
+ConfigSource = str | Path | Mapping[str, Any] | RootSection | None
 
 
 @dataclass(frozen=True)
@@ -188,9 +189,9 @@ def evaluate(run: str | Path, checkpoint: str | Path = "last", episodes: int = 1
     learner `opponent`), for `episodes` episodes (`trained.evaluation`: greedy unless `sample`;
     episode k seeded `seed + k`; the played episodes written to `record`); RunFailed with one line
     when there is nothing to play."""
+    from .storage import StorageFullError
     from .trained.evaluation import evaluate_policy
     from .trained.policy import TrainedPolicyError, load_trained_policy
-    from .storage import StorageFullError
 
     if episodes < 1:
         raise RunFailed(f"error: --episodes must be at least 1, got {episodes}", CANNOT_START)

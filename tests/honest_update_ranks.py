@@ -11,11 +11,11 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from learner_ranks import case_config, case_spaces
 
-from learner_ranks import case_config, case_spaces, shard
 from lamarckian_hpc.rl.data_parallel import empty_experience
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.learner.group import LearnerGroupError, LearnerGroupSpec, form_group
+from lamarckian_hpc.runtime.learner.group import LearnerGroupSpec, form_group
 
 
 def run_job(job: str, rank: int, port: int, out: str) -> None:

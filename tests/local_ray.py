@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from lamarckian_hpc.runtime.placement.ray_setup import ensure_ray, shutdown_ray
 

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm" / "testcluster"))  # testcluster_nodes
@@ -99,6 +98,7 @@ def test_a_learner_job_and_two_actor_jobs_in_another_partition_train_cartpole(tm
 def test_actor_jobs_join_a_running_run_and_leave_by_scancel_and_by_a_killed_node(tmp_path):
     require_slurm(4)
     from testcluster_nodes import kill_node, remove_job_leftovers, restore_node
+
     from lamarckian_hpc.storage import open_run
     from lamarckian_hpc.storage.join_folder import JoinFolder, join_folder_of
 

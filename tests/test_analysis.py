@@ -5,7 +5,6 @@ test session and shared with tests/test_analysis_scripts.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -19,9 +18,26 @@ import pytest
 from analysis_runs import league_path, nsga2_path, pbt_path, ppo_path, runs_dir  # noqa: F401 (fixtures)
 
 from lamarckian_hpc.analysis import (
-    benchmark_table, build_report, cpu_utilization_table, elo_data, hyperparameter_data, lineage_edges, load_run,
-    pareto_data, payoff_data, plot_elo, plot_hyperparameters, plot_learning_curves, plot_lineage, plot_pareto_fronts,
-    plot_payoff, plot_staleness, plot_throughput, plot_tree_vs_flat, run_summary, scaling_from_benchmark,
+    benchmark_table,
+    build_report,
+    cpu_utilization_table,
+    elo_data,
+    hyperparameter_data,
+    lineage_edges,
+    load_run,
+    pareto_data,
+    payoff_data,
+    plot_elo,
+    plot_hyperparameters,
+    plot_learning_curves,
+    plot_lineage,
+    plot_pareto_fronts,
+    plot_payoff,
+    plot_staleness,
+    plot_throughput,
+    plot_tree_vs_flat,
+    run_summary,
+    scaling_from_benchmark,
     scaling_from_runs,
 )
 from lamarckian_hpc.analysis.benchmarks import broadcast_frame, read_results, sampling_frame

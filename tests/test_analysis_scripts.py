@@ -17,7 +17,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysis_runs import (  # noqa: F401 (fixtures)
-    STALENESS_BINS, WRITTEN_RUNS, emogi_path, league_path, nsga2_path, pbt_path, ppo_path, runs_dir, written_paths)
+    STALENESS_BINS,
+    WRITTEN_RUNS,
+    emogi_path,
+    league_path,
+    nsga2_path,
+    pbt_path,
+    ppo_path,
+    runs_dir,
+    written_paths,
+)
 
 from lamarckian_hpc.analysis.export import start_seconds
 from lamarckian_hpc.cli import main

@@ -5,16 +5,16 @@ built with the same settings (and another seed), continues exactly as the saved 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
-
-from lamarckian_hpc.ec import GA, NSGA2, OpenAIES, make_crossover, make_mutation, sphere, zdt
-from lamarckian_hpc.ec.ask_tell import AskTell
 from ask_tell_lockstep import assert_lockstep
 from plain_state import through_msgpack
 
+from lamarckian_hpc.ec import GA, NSGA2, OpenAIES, make_crossover, make_mutation, sphere, zdt
+from lamarckian_hpc.ec.ask_tell import AskTell
 
 SPHERE = sphere(6)
 ZDT = zdt(1, 8)

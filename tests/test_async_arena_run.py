@@ -12,14 +12,14 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from test_distributed import local_ray  # noqa: E402, F401 - the module's Ray (autouse)
+from trajectory_checks import assert_episodes_consistent  # noqa: E402
+
 from lamarckian_hpc.cli import main  # noqa: E402
 from lamarckian_hpc.config import ConfigError, load_config  # noqa: E402
 from lamarckian_hpc.envs.async_arena import AsyncArenaMDP, make_mdp  # noqa: E402
 from lamarckian_hpc.runtime.actor.multiagent_sampling import make_multiagent_mdps, multiagent_spaces  # noqa: E402
 from lamarckian_hpc.storage import open_run  # noqa: E402
-from trajectory_checks import assert_episodes_consistent  # noqa: E402
-
-from test_distributed import local_ray  # noqa: E402, F401 - the module's Ray (autouse)
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "multiagent_async_arena.yaml"
 STAY = 0

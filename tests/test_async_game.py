@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 
 from lamarckian_hpc.envs.async_arena import MOVES, ArenaCore, AsyncArenaMDP
-from lamarckian_hpc.mdp import AgentHandle, Controller, PolicyOutput, Sampler, TrainingController, ExperienceBuffer
+from lamarckian_hpc.mdp import AgentHandle, Controller, ExperienceBuffer, PolicyOutput, Sampler, TrainingController
 
 RIGHT = MOVES.index((1, 0))
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from optional_parts import skip_unless_required
 
 from lamarckian_hpc.envs.atari import IMAGE_ID, INSTALL_HINT, RAM_ID, atari_problem
-from optional_parts import skip_unless_required
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE_CONFIG = ROOT / "configs" / "ppo_pong_image.yaml"
@@ -94,8 +94,8 @@ def test_experience_of_image_pong_travels_as_bytes(ale):
     """What an actor sends and the learner reads back: observations stay uint8 on the wire."""
     from lamarckian_hpc.comm import wire
     from lamarckian_hpc.config import load_config
-    from lamarckian_hpc.runtime.messages import experience_message, read_experience
     from lamarckian_hpc.runtime.actor.sides import make_sampling_side
+    from lamarckian_hpc.runtime.messages import experience_message, read_experience
 
     config = load_config(IMAGE_CONFIG, ["env.num_envs=2"])
     side = make_sampling_side(config, seed=1)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from local_ray import local_ray
 
 from lamarckian_hpc.config import ConfigError, EvolveConfig, load_config
 from lamarckian_hpc.ec import NSGA2
@@ -18,10 +19,9 @@ from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.data import BUILT_IN_DATA
 from lamarckian_hpc.games.report import summarize
 from lamarckian_hpc.population.evolution import EvolveProgram, evolve
-from lamarckian_hpc.population.workflow import PopulationRuntime, run_population
 from lamarckian_hpc.population.evolve_components import make_problem
+from lamarckian_hpc.population.workflow import PopulationRuntime, run_population
 from lamarckian_hpc.storage import open_run
-from local_ray import local_ray
 
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,16 +6,15 @@ cleanly, and stay readable throughout."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
 from optional_parts import require_slurm
 
-ROOT = Path(__file__).resolve().parents[1]
 from benchmarks.reliability import chaos
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Longer than `comm.channels.ASK_AGAIN_SECONDS`: every actor runs dry and asks again while the
 #: learner is stopped, and the learner finds those requests queued when it continues.

@@ -21,11 +21,17 @@ from lamarckian_hpc import library
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.learner.checkpoint import (CheckpointMismatch, check_fits, checkpoint_path, load_checkpoint,
-                                               save_checkpoint, versioned_checkpoints)
+from lamarckian_hpc.runtime.learner.checkpoint import (
+    CheckpointMismatch,
+    check_fits,
+    checkpoint_path,
+    load_checkpoint,
+    save_checkpoint,
+    versioned_checkpoints,
+)
 from lamarckian_hpc.runtime.run_shape import spaces_of
-from lamarckian_hpc.trained.policy import TrainedPolicyError, load_trained_policy
 from lamarckian_hpc.storage import open_run
+from lamarckian_hpc.trained.policy import TrainedPolicyError, load_trained_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"

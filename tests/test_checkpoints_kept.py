@@ -13,8 +13,13 @@ import pytest
 from lamarckian_hpc import library
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import ConfigError
-from lamarckian_hpc.runtime.learner.checkpoint import (best_checkpoint_path, checkpoint_path, checkpoint_score,
-                                               load_checkpoint, versioned_checkpoints)
+from lamarckian_hpc.runtime.learner.checkpoint import (
+    best_checkpoint_path,
+    checkpoint_path,
+    checkpoint_score,
+    load_checkpoint,
+    versioned_checkpoints,
+)
 from lamarckian_hpc.storage import open_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from optional_parts import require_slurm
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-
-from optional_parts import require_slurm
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"

@@ -7,13 +7,13 @@ import subprocess
 import sys
 
 import yaml
+from fuzz_budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from lamarckian_hpc.config import ALGORITHMS, ConfigError, EvolveConfig, RunConfig, build_config, load_config
 from lamarckian_hpc.config.evorl import config_model
-from fuzz_budget import examples
 
 
 def _known_paths(model: type[BaseModel], prefix: str = "") -> list[str]:

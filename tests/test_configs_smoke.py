@@ -20,17 +20,18 @@ where CI's LAMARCKIAN_HPC_REQUIRE_<PART>=1 says it is installed.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
+from optional_parts import skip_unless_required
 
 import lamarckian_hpc
 from lamarckian_hpc.envs import atari, football
 from lamarckian_hpc.storage import RunReader, open_run
-from optional_parts import skip_unless_required
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 #: Env frames of a cut-down training run: two updates of 128 frames.

@@ -12,11 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
-
-from lamarckian_hpc.runtime.placement.cpu_quota import (CPU_CGROUP_VARIABLE, LEARNER_CPU_CGROUP_VARIABLE, cpu_group_of,
-                                              join_cpu_group, join_learner_cpu_group)
-
 from optional_parts import require_slurm
+
+from lamarckian_hpc.runtime.placement.cpu_quota import (
+    CPU_CGROUP_VARIABLE,
+    LEARNER_CPU_CGROUP_VARIABLE,
+    cpu_group_of,
+    join_cpu_group,
+    join_learner_cpu_group,
+)
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 BUSY_SECONDS = 2.0

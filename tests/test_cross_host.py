@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
+from optional_parts import on_host, separate_hosts
 
 from lamarckian_hpc.storage import open_run
-from optional_parts import on_host, separate_hosts
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from optional_parts import require_mpi, require_slurm
 
 from lamarckian_hpc.cluster.slurm_env import SlurmJob, expand_nodelist
-from optional_parts import require_mpi, require_slurm
 
 MPI_TIMEOUT_SECONDS = 90
 

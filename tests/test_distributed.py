@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import threading
 from pathlib import Path
 
@@ -17,16 +16,16 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from lamarckian_hpc.config import load_config  # noqa: E402
-from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
-from lamarckian_hpc.runtime.runners.training_run import metric_names_for  # noqa: E402
-from lamarckian_hpc.runtime.runners.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
-from lamarckian_hpc.runtime.run_shape import POLICY_ID  # noqa: E402
-from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 from local_ray import local_ray  # noqa: E402
 from trajectory_checks import assert_episodes_consistent  # noqa: E402
 
 from benchmarks.reliability.chaos import bad_experience  # noqa: E402  (the chaos benchmark's bad messages)
+from lamarckian_hpc.config import load_config  # noqa: E402
+from lamarckian_hpc.runtime.run_shape import POLICY_ID  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
+from lamarckian_hpc.runtime.runners.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
+from lamarckian_hpc.runtime.runners.training_run import metric_names_for  # noqa: E402
+from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CARTPOLE = CONFIGS / "ppo_cartpole.yaml"

@@ -10,17 +10,23 @@ import torch
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.config.emogi import EMOGIConfig
+from lamarckian_hpc.ec import Evaluator
 from lamarckian_hpc.envs import PongEnv
 from lamarckian_hpc.envs.pong_core import STAY, UP
 from lamarckian_hpc.evorl.behaviour import GENOME_NAMES, EpisodeTrace, behaviour_of, objectives, reward_terms
-from lamarckian_hpc.ec import Evaluator
-from lamarckian_hpc.evorl.emogi import (METRIC_NAMES, EMOGIProgram, PolicyTrainer, PongBehaviour, individual_run_config,
-                                        play)
+from lamarckian_hpc.evorl.emogi import (
+    METRIC_NAMES,
+    EMOGIProgram,
+    PolicyTrainer,
+    PongBehaviour,
+    individual_run_config,
+    play,
+)
 from lamarckian_hpc.evorl.emogi_store import population_shape, read_results, write_results
 from lamarckian_hpc.models import ActorCritic
-from lamarckian_hpc.rl.learner import load_weights
-from lamarckian_hpc.population.workflow import PopulationRuntime, run_population
 from lamarckian_hpc.population.worker_pool import InProcessPool
+from lamarckian_hpc.population.workflow import PopulationRuntime, run_population
+from lamarckian_hpc.rl.learner import load_weights
 from lamarckian_hpc.storage import RunWriter, open_run
 
 TINY = {

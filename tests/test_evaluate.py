@@ -22,11 +22,11 @@ from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import RunConfig
 from lamarckian_hpc.envs.pong_two_player import PongTwoPlayer
 from lamarckian_hpc.evorl.trained_members import load_pbt_member
-from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_checkpoint, load_run_state
 from lamarckian_hpc.runtime.algorithms import build_model
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_checkpoint, load_run_state
 from lamarckian_hpc.runtime.run_shape import spaces_of
-from lamarckian_hpc.trained.policy import load_trained_policy
 from lamarckian_hpc.storage import open_run
+from lamarckian_hpc.trained.policy import load_trained_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["runtime.mode=serial", "env.num_envs=4", "stop.total_env_steps=2048", "stop.target_return=null",

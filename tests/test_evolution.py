@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from local_ray import local_ray
 
 from lamarckian_hpc.config import ConfigError, EvolveConfig, load_config
 from lamarckian_hpc.ec import Problem
-from lamarckian_hpc.population.evolution import EvaluatorHost, Evaluations, evolve
+from lamarckian_hpc.population.evolution import Evaluations, EvaluatorHost, evolve
 from lamarckian_hpc.population.evolve_components import make_problem
 from lamarckian_hpc.population.worker_pool import Request, make_pool
 from lamarckian_hpc.storage import open_run
-from local_ray import local_ray
 
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ask_tell_lockstep import assert_lockstep
+from plain_state import through_msgpack
 
 from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.config.evolve import EvolveConfig
 from lamarckian_hpc.ec import OpenAIES
 from lamarckian_hpc.population.evolve_components import make_algorithm, make_problem
-from ask_tell_lockstep import assert_lockstep
-from plain_state import through_msgpack
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,9 +18,9 @@ from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import PBTConfig, load_config
 from lamarckian_hpc.evorl.pbt_ppo import CHECKPOINT_KIND as PBT_KIND
 from lamarckian_hpc.evorl.pbt_ppo import PBTProgram, make_pbt
-from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_run_state
-from lamarckian_hpc.population.workflow import member_states, restore_members
 from lamarckian_hpc.population.worker_pool import InProcessPool
+from lamarckian_hpc.population.workflow import member_states, restore_members
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_run_state
 from lamarckian_hpc.storage import open_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,11 +11,11 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from optional_parts import skip_unless_required
 
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.envs.football import INSTALL_HINT, FootballEnv, football_available
 from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
-from optional_parts import skip_unless_required
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SHOT, RIGHT = 12, 5  # gfootball's default action set

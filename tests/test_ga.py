@@ -9,8 +9,19 @@ import pickle
 import numpy as np
 import pytest
 
-from lamarckian_hpc.ec import (GA, Coding, Description, Evaluator, Population, make_crossover, make_mutation, onemax,
-                               sphere, tsp, zdt)
+from lamarckian_hpc.ec import (
+    GA,
+    Coding,
+    Description,
+    Evaluator,
+    Population,
+    make_crossover,
+    make_mutation,
+    onemax,
+    sphere,
+    tsp,
+    zdt,
+)
 
 
 def _ga(problem, variant, population_size=50, seed=0, **settings) -> GA:

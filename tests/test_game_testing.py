@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lamarckian_hpc.evorl.game_testing_program import search
 from lamarckian_hpc.games import BUG_NAMES, load_game_data
 from lamarckian_hpc.games.testing import random_play, replay
-from lamarckian_hpc.evorl.game_testing_program import search
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 1000

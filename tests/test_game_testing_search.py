@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from plain_state import through_msgpack
 
 from lamarckian_hpc.ec.ask_tell import AskTell
+from lamarckian_hpc.evorl.game_testing_program import search
 from lamarckian_hpc.games import BUG_NAMES, load_game_data
 from lamarckian_hpc.games.testing import EpisodeOutcome, GameTestingSearch, episode_outcome
-from lamarckian_hpc.evorl.game_testing_program import search
-from plain_state import through_msgpack
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ they wrote, instead of comparing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import gymnasium as gym
 import numpy as np

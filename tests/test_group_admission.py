@@ -10,8 +10,13 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from lamarckian_hpc.runtime.learner.group import (CHALLENGE_KEY, LearnerGroupError, LearnerGroupSpec, admit_ranks,
-                                                  free_port)
+from lamarckian_hpc.runtime.learner.group import (
+    CHALLENGE_KEY,
+    LearnerGroupError,
+    LearnerGroupSpec,
+    admit_ranks,
+    free_port,
+)
 
 SECRET = b"rPf3*b!the-job's-broadcast-secret"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from honest_update_ranks import run_job
 from learner_ranks import VERSION, case_config, case_spaces, global_batch
+
 from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.rl.data_parallel import empty_experience
 from lamarckian_hpc.runtime.algorithms import make_learner
@@ -147,6 +147,7 @@ def test_a_group_run_waits_out_a_slow_checkpoint_and_never_versions_without_step
     steps (before: the first, starved, updates went to new versions with no step)."""
     pytest.importorskip("ray")
     from local_ray import local_ray
+
     from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 
     config = load_config(CONFIGS / "ppo_cartpole.yaml",

@@ -15,13 +15,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from local_ray import joining_node, local_ray  # noqa: E402
+
 from lamarckian_hpc.cluster.discovery import ADDRESS_ENV  # noqa: E402
 from lamarckian_hpc.comm.credits import CreditLedger  # noqa: E402
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.runtime.observers import TrainResult, UpdateReport  # noqa: E402
 from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 from lamarckian_hpc.storage.join_folder import JoinFolder, JoinFolderError, RunContact  # noqa: E402
-from local_ray import joining_node, local_ray  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"

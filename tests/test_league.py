@@ -9,9 +9,25 @@ import numpy as np
 import pytest
 
 from lamarckian_hpc.config import LeagueConfig
-from lamarckian_hpc.league import League, PayoffMatrix, Role, elo_expected, elo_update, f_hard, f_var, pfsp_probabilities
-from lamarckian_hpc.league.matrix_game import (BIASED_ROCK_PAPER_SCISSORS, ROCK_PAPER_SCISSORS, exploitability,
-                                               league_training, outcome_probabilities, outcome_table, self_play)
+from lamarckian_hpc.league import (
+    League,
+    PayoffMatrix,
+    Role,
+    elo_expected,
+    elo_update,
+    f_hard,
+    f_var,
+    pfsp_probabilities,
+)
+from lamarckian_hpc.league.matrix_game import (
+    BIASED_ROCK_PAPER_SCISSORS,
+    ROCK_PAPER_SCISSORS,
+    exploitability,
+    league_training,
+    outcome_probabilities,
+    outcome_table,
+    self_play,
+)
 from lamarckian_hpc.league.store import LeagueRunWriter, read_league
 from lamarckian_hpc.storage import open_run
 

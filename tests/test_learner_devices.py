@@ -12,8 +12,11 @@ import sys
 import pytest
 import torch.distributed as dist
 
-from lamarckian_hpc.runtime.learner.group import (LearnerGroupError, LearnerGroupSpec, choose_backend, form_group,
-                                                  free_port, nccl_environment)
+from lamarckian_hpc.runtime.learner.group import (
+    LearnerGroupError,
+    choose_backend,
+    nccl_environment,
+)
 
 
 def test_a_group_of_gpu_and_cpu_ranks_is_refused_with_the_setting_to_change():

@@ -5,11 +5,7 @@ trains on those."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
 from fuzz_budget import examples
 
 from benchmarks.reliability import learner_fuzz

@@ -16,12 +16,18 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-
 from learner_ranks import CASES, case_config, case_spaces, global_batch, learn, run_rank
+
 from lamarckian_hpc.config import ConfigError, load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.learner.group import (LearnerGroupError, LearnerGroupSpec, form_group, free_port,
-                                                  interface_of, local_address_toward)
+from lamarckian_hpc.runtime.learner.group import (
+    LearnerGroupError,
+    LearnerGroupSpec,
+    form_group,
+    free_port,
+    interface_of,
+    local_address_toward,
+)
 
 TOLERANCE = 1e-5
 MISSING_RANK_TIMEOUT = 2.0

@@ -20,12 +20,13 @@ import torch.multiprocessing as mp
 
 ray = pytest.importorskip("ray")
 
+from lockstep_ranks import lockstep_rank  # noqa: E402
+
 from lamarckian_hpc.comm.topology import build_tree  # noqa: E402
 from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_checkpoint  # noqa: E402
 from lamarckian_hpc.runtime.learner.group import free_port  # noqa: E402
 from lamarckian_hpc.runtime.placement.shards import plan_flat, plan_tree  # noqa: E402
 from lamarckian_hpc.storage import open_run  # noqa: E402
-from lockstep_ranks import lockstep_rank  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
@@ -111,7 +112,7 @@ def test_ranks_agree_on_what_they_hold_and_rank_0s_metrics_are_global():
     got = sorted(results.get(timeout=60) for _ in processes)
     for process in processes:
         process.join(timeout=30)
-    for rank, agreement, counters, returns, lengths, stop in got:
+    for _rank, agreement, counters, returns, lengths, stop in got:
         assert agreement.steps == (512, 0) and agreement.total_steps == 512 and agreement.env_frames == 900
         assert not agreement.stop
         assert counters["dropped_stale_steps"] == 1 and counters["lost_messages"] == 2

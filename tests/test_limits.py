@@ -44,11 +44,11 @@ def test_the_largest_message_is_the_weights_or_a_rollout():
 
 
 def test_the_estimate_bounds_a_real_rollout_and_the_learner_resolves_it_for_its_actors():
-    from lamarckian_hpc.runtime.runners.distributed import with_message_limit
+    from lamarckian_hpc.runtime.actor.sides import make_sampling_side
     from lamarckian_hpc.runtime.algorithms import make_learner
     from lamarckian_hpc.runtime.messages import experience_message
     from lamarckian_hpc.runtime.run_shape import spaces_of
-    from lamarckian_hpc.runtime.actor.sides import make_sampling_side
+    from lamarckian_hpc.runtime.runners.distributed import with_message_limit
 
     config = load_config(CARTPOLE, ["runtime.rollout_steps=16"])
     spaces = spaces_of(config)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import torch
 
 from lamarckian_hpc.config import PBTConfig, load_config

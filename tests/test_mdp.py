@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -6,7 +6,6 @@ error names the field. Each case once killed the learner or reached `concatenate
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,14 +17,24 @@ import zmq
 from lamarckian_hpc.comm import ExperienceSender, Message, decode, encode
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
+
 pytest.importorskip("ray")  # a learner rank's intake is built on Ray's process model
+from benchmarks.reliability.learner_fuzz import valid_experience
 from lamarckian_hpc.runtime.learner.ranks import ShardLearner  # noqa: E402
-from lamarckian_hpc.runtime.messages import (KINDS, ActorExperience, ActorGradients, MalformedMessage, concatenate,
-                                             gradients_message, hello_message, read_experience, read_gradients)
+from lamarckian_hpc.runtime.messages import (
+    KINDS,
+    ActorExperience,
+    ActorGradients,
+    MalformedMessage,
+    concatenate,
+    gradients_message,
+    hello_message,
+    read_experience,
+    read_gradients,
+)
 from lamarckian_hpc.runtime.run_shape import spaces_of
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchmarks.reliability.learner_fuzz import valid_experience
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -160,7 +169,7 @@ def test_gradients_must_match_the_models_parameters(intake, monkeypatch):
     item = deliver(intake, gradients(good))
     assert isinstance(item, ActorGradients) and item.diagnostics == {"loss_policy": 0.5}
     assert learner.apply_gradients(item.gradients, 12)["nonfinite_steps"] == 0.0
-    for name, arrays in wrong.items():
+    for arrays in wrong.values():
         with pytest.raises(MalformedMessage, match="gradient"):
             read_gradients(decode(encode(gradients(arrays)), KINDS), shard.spec)
 

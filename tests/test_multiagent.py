@@ -15,8 +15,16 @@ from pettingzoo.classic import rps_v2
 
 from lamarckian_hpc.config import ModelConfig, MultiAgentConfig, PPOConfig
 from lamarckian_hpc.mdp import PolicyOutput, Sampler
-from lamarckian_hpc.multiagent import (ParallelEnvMDP, PolicyMapping, fixed_mapping, one_hot, policy_layers,
-                                       random_mapping, round_robin_mapping, build_policy_models)
+from lamarckian_hpc.multiagent import (
+    ParallelEnvMDP,
+    PolicyMapping,
+    build_policy_models,
+    fixed_mapping,
+    one_hot,
+    policy_layers,
+    random_mapping,
+    round_robin_mapping,
+)
 from lamarckian_hpc.runtime.runners.multiagent_trainer import MultiAgentTrainer
 
 
@@ -83,7 +91,7 @@ def test_agents_join_and_leave_and_keep_their_policy_for_their_lifetime():
     mapping = PolicyMapping(random_mapping(list(policies), seed=3), policies, (), {})
     sampler = Sampler(mdps, mapping, policies, seed=0)
     rows = 0
-    for tick in range(60):
+    for _tick in range(60):
         bound = dict(mapping.bindings)  # agents that join during this tick are bound after its inference
         before = {pid: len(p.batches) for pid, p in policies.items()}
         sampler.tick()
@@ -158,7 +166,9 @@ def _trainer(policies, trained, shared_layers=0, mapping=None, steps=256, seed=0
     config = MultiAgentConfig(policies=policies, policies_to_train=trained, shared_layers=shared_layers)
     ppo = PPOConfig(batch_size=steps, num_minibatches=2, num_epochs=4, learning_rate=3e-3, entropy_weight=0.0)
     model = ModelConfig(policy_hidden_sizes=(16, 16), critic_hidden_sizes=(16,))
-    crowd = lambda: ParallelEnvMDP(Crowd([0, 0, 1, 2, 4, 4], [10, 16, 16, 12, 16, 9], length=16))
+    def crowd() -> ParallelEnvMDP:
+        return ParallelEnvMDP(Crowd([0, 0, 1, 2, 4, 4], [10, 16, 16, 12, 16, 9], length=16))
+
     return MultiAgentTrainer([crowd() for _ in range(4)], config, ppo, model, seed=seed, mapping_fn=mapping)
 
 

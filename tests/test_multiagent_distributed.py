@@ -15,17 +15,17 @@ import torch
 ray = pytest.importorskip("ray")
 pytest.importorskip("mpe2")
 
+from test_distributed import Collect, local_ray  # noqa: E402, F401 - the module's Ray (autouse), an observer
+from trajectory_checks import assert_episodes_consistent  # noqa: E402
+
 from lamarckian_hpc.cli import main  # noqa: E402
 from lamarckian_hpc.comm import Message  # noqa: E402
 from lamarckian_hpc.config import load_config  # noqa: E402
-from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 from lamarckian_hpc.runtime.actor.multiagent_sampling import make_parallel_env  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 from lamarckian_hpc.runtime.runners.recording import MetricsRecorder, trajectory_writer_options  # noqa: E402
 from lamarckian_hpc.runtime.runners.training_run import metric_names_for  # noqa: E402
 from lamarckian_hpc.storage import RunWriter, open_run  # noqa: E402
-from trajectory_checks import assert_episodes_consistent  # noqa: E402
-
-from test_distributed import Collect, local_ray  # noqa: E402, F401 - the module's Ray (autouse), an observer
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "multiagent_simple_spread.yaml"
 
@@ -91,9 +91,9 @@ def test_each_trained_policy_is_updated_from_its_own_batches_and_the_frozen_one_
 
 def test_experience_names_its_policy_on_the_wire_and_the_broadcast_carries_each_version():
     from lamarckian_hpc.comm.wire import decode, encode
-    from lamarckian_hpc.runtime.messages import KINDS, experience_message, read_experience
     from lamarckian_hpc.runtime.actor.multiagent_sampling import make_multiagent_side, multiagent_spaces
     from lamarckian_hpc.runtime.learner.policy_learners import PolicyLearners
+    from lamarckian_hpc.runtime.messages import KINDS, experience_message, read_experience
 
     config = load_config(CONFIG, ["multiagent.policies=[a, b]", "multiagent.mapping=round_robin",
                                   "env.num_envs=2", "runtime.device=cpu"])
@@ -108,7 +108,7 @@ def test_experience_names_its_policy_on_the_wire_and_the_broadcast_carries_each_
     taken = side.take_experience()
     side.close()
     assert sorted(policy_id for policy_id, _, _ in taken) == ["a", "b"]
-    for policy_id, batch, completed in taken:
+    for policy_id, batch, _completed in taken:
         assert batch.observations.shape[1] == 18 + 54  # own observation | global state
         assert set(batch.policy_versions.tolist()) == {learners.versions[policy_id]}
         message = experience_message(0, batch, np.zeros(0), np.zeros(0, np.int64), 10, policy_id=policy_id)

@@ -21,9 +21,10 @@ pytestmark = pytest.mark.second_pass
 ray = pytest.importorskip("ray")
 pytest.importorskip("pettingzoo.butterfly.knights_archers_zombies_v11")
 
+from trajectory_checks import assert_episodes_consistent  # noqa: E402
+
 from lamarckian_hpc.cli import main  # noqa: E402
 from lamarckian_hpc.storage import open_run  # noqa: E402
-from trajectory_checks import assert_episodes_consistent  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CYCLES = 150

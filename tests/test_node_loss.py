@@ -16,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from lamarckian_hpc.runtime.learner.checkpoint import load_checkpoint
-
 from optional_parts import require_slurm
 from test_slurm import Launch, _wait_until
+
+from lamarckian_hpc.runtime.learner.checkpoint import load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm" / "testcluster"))  # testcluster_nodes
 
@@ -38,6 +37,7 @@ def _versions(run_path) -> np.ndarray:
 def test_lost_node_ends_the_job_with_its_name_and_the_run_resumes(tmp_path):
     require_slurm(4)
     from testcluster_nodes import kill_node, remove_job_leftovers, restore_node
+
     from lamarckian_hpc.storage import open_run
 
     launch = Launch(tmp_path, ["runtime.num_actors=4", "stop.max_wall_seconds=300"], FOUR_NODES)
@@ -85,6 +85,7 @@ def test_with_continue_training_goes_on_with_the_nodes_left(tmp_path):
     --no-kill, outlives that, and the learner keeps updating with the other three nodes' actors."""
     require_slurm(4)
     from testcluster_nodes import kill_node, node_state, remove_job_leftovers, restore_node
+
     from lamarckian_hpc.storage import open_run
 
     launch = Launch(tmp_path, ["runtime.num_actors=4", "runtime.on_node_loss=continue", "stop.max_wall_seconds=150"],

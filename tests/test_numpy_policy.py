@@ -18,12 +18,12 @@ from lamarckian_hpc.config import ModelConfig, load_config
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.models.q_network import QNetwork
 from lamarckian_hpc.runtime.actor.inference import EpsilonGreedyPolicy
-from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.actor.network_layout import actor_critic_layout, q_network_layout
 from lamarckian_hpc.runtime.actor.numpy_policy import NumpyActorCriticPolicy, NumpyEpsilonGreedyPolicy
 from lamarckian_hpc.runtime.actor.sampling import needs_torch
-from lamarckian_hpc.runtime.run_shape import spaces_of
 from lamarckian_hpc.runtime.actor.sides import make_sampling_side
+from lamarckian_hpc.runtime.algorithms import make_learner
+from lamarckian_hpc.runtime.run_shape import spaces_of
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROOT = Path(__file__).resolve().parents[1]

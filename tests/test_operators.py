@@ -8,9 +8,18 @@ import numpy as np
 import pytest
 
 from lamarckian_hpc.ec import Coding, make_crossover, make_mutation, rank_and_crowding
-from lamarckian_hpc.ec.operators import (bit_flip_mutation, crowded_tournament, integer_polynomial_mutation,
-                                         integer_sbx, inversion_mutation, one_point_crossover, order_crossover,
-                                         swap_mutation, tournament, uniform_crossover)
+from lamarckian_hpc.ec.operators import (
+    bit_flip_mutation,
+    crowded_tournament,
+    integer_polynomial_mutation,
+    integer_sbx,
+    inversion_mutation,
+    one_point_crossover,
+    order_crossover,
+    swap_mutation,
+    tournament,
+    uniform_crossover,
+)
 from lamarckian_hpc.ec.variation import CROSSOVER_CODINGS, MUTATION_CODINGS
 
 CODINGS = {

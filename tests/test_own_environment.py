@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from optional_parts import require_slurm
 
 from lamarckian_hpc.storage import open_run
-
-from optional_parts import require_slurm
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_SECONDS = 300

@@ -8,10 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
+from test_own_environment import run_command
 
 from lamarckian_hpc.storage import open_run
-
-from test_own_environment import run_command
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "own_mdp.md"
 #: a player answering at random earns a third of its turns: (100 + 33 + 40) / 3 / 3 on average

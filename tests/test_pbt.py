@@ -210,8 +210,8 @@ def test_a_hung_or_dead_forked_worker_ends_the_wait_with_its_name(fault):
     import signal
     import time
 
-    from lamarckian_hpc.population.workflow import member_states
     from lamarckian_hpc.population.worker_pool import WorkerError
+    from lamarckian_hpc.population.workflow import member_states
 
     config = load_config("configs/pbt_ppo_cartpole.yaml",
                          TINY + ["runtime.mode=fork", "runtime.num_workers=2", "runtime.timeout_seconds=2"],
@@ -259,7 +259,7 @@ def test_members_of_a_lost_worker_resume_on_a_fresh_one_and_the_run_goes_on(tmp_
     finally:
         pool.close()
     assert program.interval == 3 and all(frames >= 1536 for frames in program.member_frames)
-    assert any(f"worker 1 (slots [1, 3]) was lost" in line for line in lines), lines
+    assert any("worker 1 (slots [1, 3]) was lost" in line for line in lines), lines
     # The lost worker's members went on from where the first interval left them, not from scratch:
     # their frames and versions continued across the loss.
     for slot in (1, 3):

@@ -28,7 +28,6 @@ import warnings
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import pytest
 from gymnasium.envs.registration import load_env_creator
 from gymnasium.utils.env_checker import check_env, data_equivalence

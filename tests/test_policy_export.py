@@ -16,8 +16,8 @@ import torch
 from lamarckian_hpc import library
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config import RunConfig, load_config
-from lamarckian_hpc.trained.policy import load_trained_policy
 from lamarckian_hpc.storage import RunWriter, open_run
+from lamarckian_hpc.trained.policy import load_trained_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD_ALL = ["stop.target_return=null", "storage.trajectories.every_episodes=1"]
@@ -133,8 +133,8 @@ def test_an_image_policy_takes_uint8_frames_in_batches_of_any_size(precision, tm
     import gymnasium as gym
 
     from lamarckian_hpc.runtime.algorithms import build_model
-    from lamarckian_hpc.trained.policy_export import check_exports, example_observations, export_onnx
     from lamarckian_hpc.trained.policy import TrainedPolicy
+    from lamarckian_hpc.trained.policy_export import check_exports, example_observations, export_onnx
 
     config = load_config(ROOT / "configs" / "ppo_pong_image_cpu.yaml", [f"model.cnn_precision={precision}"], RunConfig)
     frames, actions = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), gym.spaces.Discrete(6)

@@ -15,12 +15,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from local_ray import joining_node, local_ray  # noqa: E402
+from test_pbt import TINY  # noqa: E402
+
 from lamarckian_hpc.cluster.discovery import ADDRESS_ENV  # noqa: E402
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.config.pbt import PBTConfig  # noqa: E402
 from lamarckian_hpc.storage.join_folder import JOINED_NODE_RESOURCE, JoinFolder  # noqa: E402
-from local_ray import joining_node, local_ray  # noqa: E402
-from test_pbt import TINY  # noqa: E402
 
 
 def _joined_nodes() -> int:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import re
 import statistics
-import sys
 from pathlib import Path
+
+from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-
-from benchmarks import common
 
 
 def _quick_start_commands() -> list[str]:

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
+from local_ray import local_ray
 
 from lamarckian_hpc.comm import WEIGHTS_TOPIC, WeightPublisher, WeightSubscriber
 from lamarckian_hpc.comm.relay import Relay, RelaySpec, spawn_relay
 from lamarckian_hpc.comm.topology import build_tree
-from local_ray import local_ray
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -178,14 +178,14 @@ def test_a_relay_sends_the_weights_to_a_joiner_alone_and_passes_broadcasts_to_al
         for count in range(1, 5):
             joiner = WeightSubscriber(context, relay.ipc_address)
             joined.append(joiner)
-            assert until(lambda: joiner.poll(0), f"joiner {count} got no weights").policy_version == 1
+            assert until(lambda joiner=joiner: joiner.poll(0), f"joiner {count} got no weights").policy_version == 1
             assert relay.stats.joins_served == count
             relay.step(100)
             for earlier in joined[:-1]:
                 assert not earlier.socket.poll(100), "a subscriber was sent the weights again when another joined"
         learner.publish(2, _weights(2, rng))
         for subscriber in joined:  # the learner's broadcast reaches everyone below the relay, once
-            assert until(lambda: subscriber.poll(0), "a broadcast did not reach a subscriber").policy_version == 2
+            assert until(lambda subscriber=subscriber: subscriber.poll(0), "a broadcast did not reach a subscriber").policy_version == 2
             assert not subscriber.socket.poll(100)
         assert learner.joins_served == 1 and relay.stats.forwarded == 2 and relay.stats.malformed == 0
     finally:

@@ -14,8 +14,16 @@ import numpy as np
 import pytest
 import zmq
 
-from lamarckian_hpc.comm import (BROADCAST, ExperienceReceiver, ExperienceSender, JobKeys, Message, WeightPublisher,
-                                 decode, encode)
+from lamarckian_hpc.comm import (
+    BROADCAST,
+    ExperienceReceiver,
+    ExperienceSender,
+    JobKeys,
+    Message,
+    WeightPublisher,
+    decode,
+    encode,
+)
 from lamarckian_hpc.comm.bundle import MAX_BUNDLE_PARTS, Bundler, bundle, part_bytes, unbundle
 from lamarckian_hpc.comm.relay import Relay, RelaySpec, spawn_relay_addresses
 from lamarckian_hpc.comm.topology import build_tree
@@ -169,7 +177,7 @@ def test_a_relay_process_sends_many_rollouts_as_one_message_and_credits_stay_per
             got[int(message.meta["actor"])].append(int(message.arrays["n"][0]))
         # Each actor's rollouts arrived whole and in order, each one spent its actor's credit.
         assert [len(counts) for counts in got.values()] == sent
-        for actor, counts in got.items():
+        for counts in got.values():
             assert counts == list(range(len(counts)))
         accounts = receiver.ledger.accounts
         assert len(accounts) == actors and {route[0] for route in accounts} == {b"relay:node1"}

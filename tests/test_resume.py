@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from trajectory_checks import assert_episodes_consistent
 
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_checkpoint
 from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 from lamarckian_hpc.storage import RunFileReadError, open_run
-from trajectory_checks import assert_episodes_consistent
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIAL = ["runtime.mode=serial", "env.num_envs=4", "algorithm.batch_size=512", "algorithm.num_minibatches=2",

@@ -11,12 +11,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from fuzz_budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lamarckian_hpc.storage import RunFileReadError, RunWriter, open_run
 from lamarckian_hpc.storage import reader as reader_module
-from fuzz_budget import examples
 
 
 def _write_run(path: Path) -> Path:

@@ -15,14 +15,26 @@ import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 from lamarckian_hpc.config import ALGORITHMS, ModelConfig, SACConfig, load_config
-from lamarckian_hpc.rl.sac import (SACPolicy, SquashedGaussianActor, TwinQ, actor_loss, alpha_loss, critic_loss,
-                                   soft_update)
+from lamarckian_hpc.rl.sac import (
+    SACPolicy,
+    SquashedGaussianActor,
+    TwinQ,
+    actor_loss,
+    alpha_loss,
+    critic_loss,
+    soft_update,
+)
 from lamarckian_hpc.rl.sac_learner import SACLearner
+from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 from lamarckian_hpc.runtime.algorithms import make_learner
-from lamarckian_hpc.runtime.learner.checkpoint import TrainingCheckpoint, TrainingProgress, load_checkpoint, save_checkpoint
+from lamarckian_hpc.runtime.learner.checkpoint import (
+    TrainingCheckpoint,
+    TrainingProgress,
+    load_checkpoint,
+    save_checkpoint,
+)
 from lamarckian_hpc.runtime.learner.episodes import RecentEpisodes
 from lamarckian_hpc.runtime.run_shape import spaces_of
-from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -17,9 +17,22 @@ import psutil
 import pytest
 import zmq
 
-from lamarckian_hpc.comm import (BROADCAST, CONTROL_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES, LEARNER,
-                                 ExperienceReceiver, ExperienceSender, JobKeys, KeyFolderError, Message,
-                                 WEIGHTS_TOPIC, WeightPublisher, WeightSubscriber, encode, stop_authenticator)
+from lamarckian_hpc.comm import (
+    BROADCAST,
+    CONTROL_MESSAGE_BYTES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    LEARNER,
+    WEIGHTS_TOPIC,
+    ExperienceReceiver,
+    ExperienceSender,
+    JobKeys,
+    KeyFolderError,
+    Message,
+    WeightPublisher,
+    WeightSubscriber,
+    encode,
+    stop_authenticator,
+)
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 
@@ -106,7 +119,7 @@ def test_a_relay_holds_the_broadcast_pair_and_no_learner_secret(tmp_path):
     assert not (flat.folder / "relay").exists()
     assert _files_holding(flat.folder, _secret_text(flat.serving[BROADCAST].secret)) == []
     with pytest.raises(KeyFolderError, match="relays=True"):
-        flat.relay_folder
+        flat.relay_folder  # noqa: B018 (the property raises)
 
 
 def _impostor(kind: int, actor: JobKeys) -> tuple[zmq.Context, zmq.Socket, str]:

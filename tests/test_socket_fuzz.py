@@ -17,15 +17,28 @@ import numpy as np
 import psutil
 import pytest
 import zmq
+from fuzz_budget import examples
 
-from lamarckian_hpc.comm import (BROADCAST, LEARNER, SCHEMA_VERSION, WEIGHTS_TOPIC, ExperienceReceiver,
-                                 ExperienceSender, JobKeys, Message, WeightPublisher, WeightSubscriber, WireError,
-                                 decode, encode, stop_authenticator)
+from lamarckian_hpc.comm import (
+    BROADCAST,
+    LEARNER,
+    SCHEMA_VERSION,
+    WEIGHTS_TOPIC,
+    ExperienceReceiver,
+    ExperienceSender,
+    JobKeys,
+    Message,
+    WeightPublisher,
+    WeightSubscriber,
+    WireError,
+    decode,
+    encode,
+    stop_authenticator,
+)
 from lamarckian_hpc.comm.channels import MALFORMED_LOGGED
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.comm.wire import MAX_HEADER_BYTES
-from fuzz_budget import examples
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 import logging
 import struct
-import time
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from optional_parts import require_extra
 
 import lamarckian_hpc
 from lamarckian_hpc.runtime.sinks.base import flat_parameters, parameter_text
 from lamarckian_hpc.storage import open_run
-from optional_parts import require_extra
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIAL = ["runtime.mode=serial", "env.num_envs=4", "algorithm.batch_size=512", "algorithm.num_minibatches=2",

@@ -13,6 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from trajectory_checks import assert_episodes_consistent
 
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.comm.wire import decode, encode
@@ -20,7 +21,6 @@ from lamarckian_hpc.mdp import Decision, EpisodeSelector, ExperienceBuffer, Reco
 from lamarckian_hpc.runtime.messages import experience_message, read_experience
 from lamarckian_hpc.storage import RunFileReadError, RunWriter, continue_run_file, open_run
 from lamarckian_hpc.storage.trajectories import EpisodeRecord, TrajectorySpec
-from trajectory_checks import assert_episodes_consistent
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"

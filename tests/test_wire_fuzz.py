@@ -12,13 +12,13 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+from fuzz_budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from lamarckian_hpc.comm import ALLOWED_DTYPES, SCHEMA_VERSION, Message, WeightPublisher, WireError, decode, encode
 from lamarckian_hpc.comm.wire import MAX_ARRAY_BYTES
-from fuzz_budget import examples
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,8 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from lamarckian_hpc.population.worker_pool import (InProcessPool, Request, WorkerError, WorkerFailure, assign_slots,
-                                                make_pool)
+from lamarckian_hpc.population.worker_pool import (
+    InProcessPool,
+    Request,
+    WorkerError,
+    WorkerFailure,
+    assign_slots,
+    make_pool,
+)
 
 
 class Host:

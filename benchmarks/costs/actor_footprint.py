@@ -39,13 +39,13 @@ from typing import Any
 import psutil
 import zmq
 
+from benchmarks import common
 from lamarckian_hpc.comm import ExperienceReceiver, WeightPublisher
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.messages import EXPERIENCE, HELLO, KINDS
 from lamarckian_hpc.runtime.placement.ray_setup import SINGLE_THREAD_ENV
 from lamarckian_hpc.runtime.run_shape import spaces_of
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "actor_footprint.json"

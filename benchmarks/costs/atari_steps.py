@@ -13,20 +13,19 @@ Prints a Markdown table; `--output` writes the raw numbers as JSON.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import gymnasium as gym
 import numpy as np
 
-from lamarckian_hpc.envs.atari import IMAGE_ID, RAM_ID, atari_problem
-from benchmarks.costs.pong_steps import single  # benchmarks/costs/pong_steps.py: the same stepping loop
 from benchmarks import common
+from benchmarks.costs.pong_steps import single  # benchmarks/costs/pong_steps.py: the same stepping loop
+from lamarckian_hpc.envs.atari import IMAGE_ID, RAM_ID, atari_problem
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "ppo_pong_image.yaml"
 

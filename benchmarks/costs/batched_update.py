@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks import common
 from lamarckian_hpc.config import PBTConfig, PPOConfig, load_config
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.rl import RolloutBatch, ppo_update
 from lamarckian_hpc.rl.adam import Adam
 from lamarckian_hpc.rl.batched_ppo import BatchedPPO
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "batched_update.json"

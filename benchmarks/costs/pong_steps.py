@@ -12,18 +12,17 @@ Prints a Markdown table and writes benchmarks/results/pong_steps.json.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import gymnasium as gym
 import numpy as np
 
-from lamarckian_hpc.envs import PongEnv, PongTwoPlayer
 from benchmarks import common
+from lamarckian_hpc.envs import PongEnv, PongTwoPlayer
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "pong_steps.json"
 

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lamarckian_hpc.config import load_config
 import lamarckian_hpc.runtime.sinks.tensorboard as tensorboard_sink
-from lamarckian_hpc.runtime.runners.training_run import run_training
 from benchmarks import common
+from lamarckian_hpc.config import load_config
+from lamarckian_hpc.runtime.runners.training_run import run_training
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "tensorboard_sink.json"

@@ -43,15 +43,15 @@ from typing import Any
 import h5py
 import numpy as np
 
+from benchmarks import common
 from lamarckian_hpc.comm.wire import encode
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.mdp import make_gym_env
-from lamarckian_hpc.runtime.messages import experience_message
 from lamarckian_hpc.runtime.actor.sides import make_sampling_side
+from lamarckian_hpc.runtime.messages import experience_message
 from lamarckian_hpc.runtime.runners.training_run import run_training
 from lamarckian_hpc.storage import FILE_FORMAT, open_run
 from lamarckian_hpc.storage.trajectories import CHUNK_BYTES, MAX_CHUNK_ROWS
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "trajectory_cost.json"
@@ -94,7 +94,7 @@ def measure_runs(runtimes: list[str], frames: int, repeats: int) -> list[dict[st
                     print(f"[{runtime} {repeat + 1}/{repeats}] {label}: {sample['env_steps_per_second']:,.0f} "
                           f"env steps/s, {sample['recorded']} of {sample['episodes']} episodes recorded",
                           file=sys.stderr, flush=True)
-            def median(label: str, key: str) -> float:
+            def median(label: str, key: str, samples: dict = samples) -> float:
                 return statistics.median(sample[key] for sample in samples[label])
 
             for label, every in SETTINGS:

@@ -19,7 +19,6 @@ python -m lamarckian_hpc.analysis.benchmark_pages).
 
 from __future__ import annotations
 
-import sys
 import argparse
 import math
 import time
@@ -29,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import common
 from lamarckian_hpc.config import RunConfig, load_config
 from lamarckian_hpc.mdp import PolicyOutput
-from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 from lamarckian_hpc.runtime.actor.multiagent_sampling import make_multiagent_side, policy_weights
-from benchmarks import common
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "multiagent_async_arena.yaml"

@@ -10,21 +10,20 @@ Prints Markdown tables and writes benchmarks/results/game_use_cases.json.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks import common
 from lamarckian_hpc.config import EvolveConfig, load_config
+from lamarckian_hpc.evorl.game_testing_program import search
 from lamarckian_hpc.games import BUG_NAMES, Battle, compile_spec, load_game_data
 from lamarckian_hpc.games.balance import BalanceProblem
 from lamarckian_hpc.games.report import summarize
 from lamarckian_hpc.games.testing import random_play
-from lamarckian_hpc.evorl.game_testing_program import search
 from lamarckian_hpc.population.evolution import evolve
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "game_use_cases.json"

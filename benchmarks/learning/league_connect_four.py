@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from benchmarks import common
 from lamarckian_hpc.analysis.plotting import new_figure, save
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.config.league_run import LeagueRunConfig
@@ -37,12 +38,11 @@ from lamarckian_hpc.evorl.league_ppo import SCRIPTED_EVALUATION_SEED
 from lamarckian_hpc.mdp import MaskedDiscrete, RandomLegalPolicy
 from lamarckian_hpc.models import ActorCritic
 from lamarckian_hpc.rl.learner import load_weights
-from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_run_state
 from lamarckian_hpc.runtime.actor.inference import TorchPolicy
 from lamarckian_hpc.runtime.actor.multiagent_sampling import make_pettingzoo_mdp
+from lamarckian_hpc.runtime.learner.checkpoint import checkpoint_path, load_run_state
 from lamarckian_hpc.runtime.runners.multiagent_trainer import default_spaces
 from lamarckian_hpc.storage import open_run
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "league_connect_four.yaml"

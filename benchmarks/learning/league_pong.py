@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import common
 from lamarckian_hpc.league.store import read_league
 from lamarckian_hpc.storage import open_run
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "league_pong.yaml"

@@ -15,7 +15,6 @@ benchmarks/results/league_rps.json (and docs/benchmarks/figures/league_rps.png w
 
 from __future__ import annotations
 
-import sys
 import argparse
 import tempfile
 import time
@@ -23,12 +22,17 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import common
 from lamarckian_hpc.config import LeagueConfig
 from lamarckian_hpc.league import Role
-from lamarckian_hpc.league.matrix_game import (BIASED_ROCK_PAPER_SCISSORS, exploitability, league_training, self_play,
-                                               softmax)
+from lamarckian_hpc.league.matrix_game import (
+    BIASED_ROCK_PAPER_SCISSORS,
+    exploitability,
+    league_training,
+    self_play,
+    softmax,
+)
 from lamarckian_hpc.league.store import LeagueRunWriter, read_league
-from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 START = np.array([1.0, 0.0, -1.0])

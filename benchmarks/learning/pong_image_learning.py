@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lamarckian_hpc.storage import open_run
 from benchmarks import common
+from lamarckian_hpc.storage import open_run
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "ppo_pong_image_cpu.yaml"
@@ -101,8 +101,8 @@ def main() -> None:
         summaries = [summarize(path, args.points) for path in paths]
     if args.run is None:
         summaries[0]["command_seconds"] = round(time.monotonic() - started, 1)
-    print("| CNN | learners | seed | untrained | best | final | +{:g} points at | frames | training (s) | frames/s "
-          "| entropy |".format(args.points))
+    print(f"| CNN | learners | seed | untrained | best | final | +{args.points:g} points at | frames | training (s) | frames/s "
+          "| entropy |")
     print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for summary in summaries:
         rise = "not reached" if summary.get("frames_to_points") is None else \

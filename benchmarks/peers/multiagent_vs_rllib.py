@@ -73,10 +73,23 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.peers.side_by_side import (OBJECT_STORE_BYTES, PeakMemory, Progress, bound_rows, cell, check_target,
-                          cost_columns, load_columns, median_of, pin_threads, ratios, run_child, share_of_bound,
-                          table_sides)
 from benchmarks import common
+from benchmarks.peers.side_by_side import (
+    OBJECT_STORE_BYTES,
+    PeakMemory,
+    Progress,
+    bound_rows,
+    cell,
+    check_target,
+    cost_columns,
+    load_columns,
+    median_of,
+    pin_threads,
+    ratios,
+    run_child,
+    share_of_bound,
+    table_sides,
+)
 
 pin_threads()
 

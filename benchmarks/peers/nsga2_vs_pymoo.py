@@ -12,7 +12,6 @@ Prints a Markdown table and writes benchmarks/results/nsga2_vs_pymoo.json.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import time
 from pathlib import Path
@@ -23,8 +22,8 @@ from pymoo.optimize import minimize
 from pymoo.problems import get_problem
 from pymoo.util.ref_dirs import get_reference_directions
 
-from lamarckian_hpc.ec import NSGA2, dtlz2, hypervolume, inverted_generational_distance, zdt
 from benchmarks import common
+from lamarckian_hpc.ec import NSGA2, dtlz2, hypervolume, inverted_generational_distance, zdt
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nsga2_vs_pymoo.json"
 CASES = [("zdt1", zdt(1), 200), ("zdt2", zdt(2), 200), ("zdt3", zdt(3), 200), ("dtlz2", dtlz2(), 250)]

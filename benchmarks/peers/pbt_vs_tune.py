@@ -62,8 +62,8 @@ SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_T
                  "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
 os.environ.update(SINGLE_THREAD)
 
-from benchmarks.peers.side_by_side import process_seconds  # the time from process start both sides count
-from benchmarks import common
+from benchmarks import common  # noqa: E402
+from benchmarks.peers.side_by_side import process_seconds  # the time from process start both sides count  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "pbt_ppo_cartpole.yaml"

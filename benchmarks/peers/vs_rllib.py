@@ -72,10 +72,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.peers.side_by_side import (CHILD_START_SLACK_SECONDS, OBJECT_STORE_BYTES, SINGLE_THREAD, PeakMemory,
-                          Progress, bound_rows, cell, check_target, cost_columns, load_columns, median_of,
-                          pin_threads, ratios, run_child, score_at, share_of_bound, table_sides, target_cell)
 from benchmarks import common
+from benchmarks.peers.side_by_side import (
+    CHILD_START_SLACK_SECONDS,
+    OBJECT_STORE_BYTES,
+    SINGLE_THREAD,
+    PeakMemory,
+    Progress,
+    bound_rows,
+    cell,
+    check_target,
+    cost_columns,
+    load_columns,
+    median_of,
+    pin_threads,
+    ratios,
+    run_child,
+    score_at,
+    share_of_bound,
+    table_sides,
+    target_cell,
+)
 
 pin_threads()
 
@@ -279,8 +296,8 @@ def run_raw_loop(s: dict) -> None:
     """Child process: one process of the raw bound; prints its env steps/s as one JSON line."""
     import gymnasium as gym
     import torch
-    from benchmarks.scale.raw_bound import RawLoop, run_config
 
+    from benchmarks.scale.raw_bound import RawLoop, run_config
     from lamarckian_hpc.runtime.algorithms import build_model
 
     torch.set_num_threads(1)

@@ -40,19 +40,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from benchmarks.reliability.cluster_launch import CARTPOLE, end_job, launch_cartpole, wait_for_version
 from benchmarks import common
+from benchmarks.reliability.cluster_launch import CARTPOLE, end_job, launch_cartpole, wait_for_version
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "chaos.json"
@@ -88,7 +88,7 @@ class RunFileWatch:
                 with open_run(self.path) as reader:
                     wall = reader.metric("learning_rate").wall_time
                     reader.metric("credits_in_flight")
-                    reader.closed_cleanly
+                    reader.closed_cleanly  # noqa: B018 (read as a reader of a live file reads it)
                 if len(wall):
                     self.newest.append((time.monotonic(), float(wall[-1])))
             except Exception as error:  # noqa: BLE001 - counted: the point is whether reads fail
@@ -429,7 +429,7 @@ def chaos_run(folder: Path, name: str, hosts: int, sampling: str = "async", case
     run.with_suffix(".reads.json").write_text(json.dumps({"fault": [fault.start, fault.end], "reads": reads.newest}))
     row = measure(name, case, fault, run, reads, returncode, budget)
     row["sampling"] = sampling
-    row["detail"]["measured"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    row["detail"]["measured"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     row["detail"]["launch_tail"] = [line.strip() for line in launch.output[-3:]]
     return row
 
@@ -474,7 +474,7 @@ def main() -> None:
     merged = {(row["name"], row.get("sampling") or case_sampling(row["name"])): row for row in [*earlier, *rows]}
     order = list(CASES)
     common.write_results(RESULTS, {
-        "time": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "hosts": args.hosts,
+        "time": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "hosts": args.hosts,
         "node_cpus": os.environ.get("TESTCLUSTER_NODE_CPUS") or None,
         # Each case with its own sampling first, in the cases' order, then the runs with the other.
         "rows": [merged[key] for key in sorted(merged, key=lambda key: (key[1] != case_sampling(key[0]),

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from benchmarks import common
+from benchmarks.reliability.node_loss import node_loss_continue, node_loss_fail
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.storage import open_run
-from benchmarks.reliability.node_loss import node_loss_continue, node_loss_fail
-from benchmarks import common
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "faults.json"

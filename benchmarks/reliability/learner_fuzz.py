@@ -26,10 +26,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
+
 from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]

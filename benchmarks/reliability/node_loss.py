@@ -18,9 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import common
-from lamarckian_hpc.storage import open_run
-
 from benchmarks.reliability.cluster_launch import LaunchProcess, end_job, launch_cartpole, wait_for_version
+from lamarckian_hpc.storage import open_run
 
 LOST = "node3"
 

@@ -15,17 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from benchmarks import common
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
-from benchmarks import common
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RESULTS = ROOT / "benchmarks" / "results" / "soak.json"
 

@@ -28,7 +28,6 @@ Prints a Markdown table and writes benchmarks/results/allreduce.json (`--output`
 
 from __future__ import annotations
 
-import sys
 import argparse
 import os
 import socket
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"

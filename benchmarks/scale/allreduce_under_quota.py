@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
 from benchmarks import common
 
 HERE = Path(__file__).resolve().parent
@@ -62,6 +62,7 @@ def _rank(rank: int, world: int, port: int, group: str | None, args: dict[str, A
 def measure(world: int, cpus: float | None, period_us: int | None, args: argparse.Namespace) -> dict[str, Any]:
     os.environ["TESTCLUSTER_CPU_PERIOD_US"] = str(period_us or 100_000)
     import importlib
+
     from benchmarks.scale import cpu_groups
     importlib.reload(cpu_groups)  # PERIOD_US is read from the environment at import
     groups = [cpu_groups.CpuGroup(f"allreduce{rank}", cpus) for rank in range(world)] if cpus else []

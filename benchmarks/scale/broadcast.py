@@ -53,12 +53,11 @@ from typing import Any
 import numpy as np
 import zmq
 
+from benchmarks import common
+from benchmarks.scale import netem
 from lamarckian_hpc.comm import JobKeys, WeightPublisher, WeightSubscriber, stop_authenticator
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
-
-from benchmarks.scale import netem
-from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "broadcast.json"
 TIMEOUT_S = 60.0

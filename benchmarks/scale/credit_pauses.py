@@ -16,7 +16,6 @@ Prints a table and adds its row to benchmarks/results/credit_pauses.json (one ro
 
 from __future__ import annotations
 
-import sys
 import argparse
 import subprocess
 import threading
@@ -29,8 +28,8 @@ import zmq
 
 import lamarckian_hpc.comm.channels as channels
 import lamarckian_hpc.comm.credits as credits
-from lamarckian_hpc.comm import ExperienceReceiver, ExperienceSender, Message
 from benchmarks import common
+from lamarckian_hpc.comm import ExperienceReceiver, ExperienceSender, Message
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "credit_pauses.json"
 #: Seconds of the scaled clock: ask again after 1 s dry, reclaim after 3 s silent, pause 4 s.

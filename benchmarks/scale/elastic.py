@@ -58,10 +58,10 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 from benchmarks import common
 
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 RESULTS = common.results_path("elastic")
 DOCS_FIGURE = common.FIGURES / "elastic.png"
@@ -490,8 +490,9 @@ def analyse(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 def figure(result: dict[str, Any], width: float, label: str) -> Path:
     """docs/benchmarks/figures/elastic.png (elastic_LABEL.png for an entry other than main)."""
-    from lamarckian_hpc.analysis.plotting import new_figure, save
     import pandas as pd
+
+    from lamarckian_hpc.analysis.plotting import new_figure, save
 
     frame = pd.DataFrame(result["windows"])
     updates = result["updates"]

@@ -48,31 +48,40 @@ import os
 for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")  # one core per process, as an actor has
 
-import argparse
-import heapq
-import math
-import multiprocessing
-import resource
-import select
-import shutil
-import socket
-import sys
-import tempfile
-import time
-from dataclasses import replace
-from pathlib import Path
-from typing import Any
+import argparse  # noqa: E402
+import heapq  # noqa: E402
+import math  # noqa: E402
+import multiprocessing  # noqa: E402
+import resource  # noqa: E402
+import select  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
-import numpy as np
-import psutil
-import zmq
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+import zmq  # noqa: E402
 
-from lamarckian_hpc.comm import (BROADCAST, LEARNER, ExperienceReceiver, ExperienceSender, JobKeys, Message,
-                                 WeightPublisher, encode, stop_authenticator)
-from lamarckian_hpc.comm.limits import io_threads_for, raise_open_file_limit
-from lamarckian_hpc.comm.relay import RelaySpec, spawn_relay_addresses
-from lamarckian_hpc.comm.topology import build_tree
-from benchmarks import common
+from benchmarks import common  # noqa: E402
+from lamarckian_hpc.comm import (  # noqa: E402
+    BROADCAST,
+    LEARNER,
+    ExperienceReceiver,
+    ExperienceSender,
+    JobKeys,
+    Message,
+    WeightPublisher,
+    encode,
+    stop_authenticator,
+)
+from lamarckian_hpc.comm.limits import io_threads_for, raise_open_file_limit  # noqa: E402
+from lamarckian_hpc.comm.relay import RelaySpec, spawn_relay_addresses  # noqa: E402
+from lamarckian_hpc.comm.topology import build_tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "fan_in.json"
@@ -90,9 +99,9 @@ def _pin(cpus: list[int] | None) -> None:
 def calibrate(num_actors: int, seconds: float, message_steps_override: int | None) -> tuple[dict[str, Any], Message]:
     """Messages per CPU second one actor core samples and encodes, and the real message to send."""
     from lamarckian_hpc.config import load_config
+    from lamarckian_hpc.runtime.actor.sides import make_sampling_side
     from lamarckian_hpc.runtime.messages import experience_message
     from lamarckian_hpc.runtime.run_shape import message_steps
-    from lamarckian_hpc.runtime.actor.sides import make_sampling_side
 
     config = load_config(CONFIG, [])
     steps = message_steps_override or message_steps(config, num_actors)

@@ -41,8 +41,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from benchmarks import common
 from benchmarks.scale.learner_ceiling import WORKLOADS, synthetic_experience, update_seconds, workload_config
-
 from lamarckian_hpc.config import ModelConfig, PPOConfig
 from lamarckian_hpc.models import ActorCritic, cnn
 from lamarckian_hpc.rl import RolloutBatch, ppo_loss, ppo_update
@@ -50,7 +50,6 @@ from lamarckian_hpc.rl.adam import Adam
 from lamarckian_hpc.rl.captured import CapturedSteps
 from lamarckian_hpc.rl.device import choose_device, to_device
 from lamarckian_hpc.runtime.algorithms import make_learner
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "gpu_learner_check.json"

@@ -25,7 +25,6 @@ that a table before a change and one after sit side by side. Spaces are built fr
 
 from __future__ import annotations
 
-import sys
 import argparse
 import os
 import statistics
@@ -37,12 +36,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from benchmarks import common
 from lamarckian_hpc.config import RunConfig, build_config
 from lamarckian_hpc.config.loading import read_config_file
 from lamarckian_hpc.mdp.experience import ExperienceBatch
 from lamarckian_hpc.models.cnn import PRECISIONS
 from lamarckian_hpc.runtime.algorithms import make_learner
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "learner_ceiling.json"

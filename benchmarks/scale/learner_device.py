@@ -16,7 +16,6 @@ Prints a Markdown table and writes benchmarks/results/learner_device.json. Needs
 
 from __future__ import annotations
 
-import sys
 import argparse
 import os
 import platform
@@ -25,12 +24,11 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import common
 from benchmarks.scale.learner_ceiling import synthetic_experience, update_seconds
-
 from lamarckian_hpc.config import load_config
 from lamarckian_hpc.runtime.algorithms import make_learner
 from lamarckian_hpc.runtime.run_shape import spaces_of
-from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "ppo_pong_image.yaml"

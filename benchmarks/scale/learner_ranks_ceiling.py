@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
 from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[2]

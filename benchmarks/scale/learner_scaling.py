@@ -67,10 +67,11 @@ import h5py
 import numpy as np
 import psutil
 
+from benchmarks import common
+from benchmarks.scale.cpu_groups import CpuGroup
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-from benchmarks.scale.cpu_groups import CpuGroup
-from benchmarks import common
 
 RESULTS = HERE.parent / "results" / "learner_scaling.json"
 WORKLOADS: dict[str, tuple[Path, list[str]]] = {

@@ -36,22 +36,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
 
-import gymnasium as gym
-import numpy as np
-import torch
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
-from lamarckian_hpc.config import ModelConfig
-from lamarckian_hpc.mdp import MDP, ExperienceBuffer, Sampler, StepOutcome
-from lamarckian_hpc.multiagent import PolicyMapping, build_policy_models, random_mapping
-from lamarckian_hpc.runtime.actor.inference import TorchPolicy
-from benchmarks import common
+from benchmarks import common  # noqa: E402
+from lamarckian_hpc.config import ModelConfig  # noqa: E402
+from lamarckian_hpc.mdp import MDP, ExperienceBuffer, Sampler, StepOutcome  # noqa: E402
+from lamarckian_hpc.multiagent import PolicyMapping, build_policy_models, random_mapping  # noqa: E402
+from lamarckian_hpc.runtime.actor.inference import TorchPolicy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results" / "multiagent_inference.json"
@@ -165,8 +164,8 @@ def measure_distributed(args: argparse.Namespace, num_actors: int) -> dict:
     import psutil
 
     from lamarckian_hpc.config import RunConfig
-    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
     from lamarckian_hpc.runtime.placement.process_stats import TreeCpuMeter
+    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
 
     share = args.agents // num_actors
     policy_ids = [f"policy_{k}" for k in range(args.policies)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from typing import Iterator
+from collections.abc import Iterator
 
 PREFIX = "lhpc-bc"
 BRIDGE = "lhpcbr0"

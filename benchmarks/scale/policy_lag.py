@@ -41,6 +41,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+
 from benchmarks import common
 
 HERE = Path(__file__).resolve().parent

@@ -13,7 +13,6 @@ Prints a Markdown table and writes benchmarks/results/raw_bound.json.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import os
 import statistics
@@ -23,15 +22,15 @@ from pathlib import Path
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
 
-import gymnasium as gym
-import numpy as np
-import torch
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
-from lamarckian_hpc.config import RunConfig
-from lamarckian_hpc.models import ActorCritic
-from lamarckian_hpc.runtime import TrainResult, UpdateReport
-from lamarckian_hpc.runtime.runners.trainer import SerialTrainer
-from benchmarks import common
+from benchmarks import common  # noqa: E402
+from lamarckian_hpc.config import RunConfig  # noqa: E402
+from lamarckian_hpc.models import ActorCritic  # noqa: E402
+from lamarckian_hpc.runtime import TrainResult, UpdateReport  # noqa: E402
+from lamarckian_hpc.runtime.runners.trainer import SerialTrainer  # noqa: E402
 
 ENVIRONMENTS = ("CartPole-v1", "Pendulum-v1")
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "raw_bound.json"
@@ -134,7 +133,7 @@ def main() -> None:
                      "raw_median": raw_median, "trainer_median": ours_median,
                      "ratio": ours_median / raw_median})
 
-    print(f"| env | K | raw bound (steps/s) | trainer sampling (steps/s) | ratio |")
+    print("| env | K | raw bound (steps/s) | trainer sampling (steps/s) | ratio |")
     print("|---|---:|---:|---:|---:|")
     for row in rows:
         print(f"| {row['env']} | {row['num_envs']} | {row['raw_median']:,.0f} | {row['trainer_median']:,.0f} | "

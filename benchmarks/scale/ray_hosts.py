@@ -97,7 +97,7 @@ class RayCluster:
 
     def _bring_up(self, indices: list[int]) -> None:
         """Start `indices` at once and wait for them; a node whose `ray start` exits is started again."""
-        for attempt in range(START_ATTEMPTS):
+        for _attempt in range(START_ATTEMPTS):
             events = {index: self._start(index) for index in indices}
             indices = [index for index, started in events.items() if not self._wait(index, started)]
             if not indices:

@@ -24,26 +24,24 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
 
-import psutil
-import ray
-import torch
+import psutil  # noqa: E402
+import ray  # noqa: E402
+import torch  # noqa: E402
 
-from lamarckian_hpc.config import RunConfig
-from lamarckian_hpc.models import ActorCritic
-from lamarckian_hpc.runtime import TrainResult, UpdateReport
-from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
-from lamarckian_hpc.runtime.placement.process_stats import TreeCpuMeter
-from lamarckian_hpc.runtime.run_shape import spaces_of
-
-from benchmarks.scale.raw_bound import RawLoop
-from benchmarks import common
+from benchmarks import common  # noqa: E402
+from benchmarks.scale.raw_bound import RawLoop  # noqa: E402
+from lamarckian_hpc.config import RunConfig  # noqa: E402
+from lamarckian_hpc.models import ActorCritic  # noqa: E402
+from lamarckian_hpc.runtime import TrainResult, UpdateReport  # noqa: E402
+from lamarckian_hpc.runtime.placement.process_stats import TreeCpuMeter  # noqa: E402
+from lamarckian_hpc.runtime.run_shape import spaces_of  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "sampling.json"
 

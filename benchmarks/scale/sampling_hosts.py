@@ -58,13 +58,14 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+from benchmarks import common
 from benchmarks.scale import netem
 from benchmarks.scale.cpu_groups import QuotaMeter, cpu_groups
-from benchmarks.scale.ray_hosts import RayCluster, on_host, ray_env
 from benchmarks.scale.other_work import OtherWork
+from benchmarks.scale.ray_hosts import RayCluster, on_host, ray_env
 from benchmarks.scale.sampling import measure_raw, run_config  # sets one thread per process
-from benchmarks import common
+
+HERE = Path(__file__).resolve().parent
 
 RESULTS = HERE.parent / "results" / "sampling_hosts.json"
 

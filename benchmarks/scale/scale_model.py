@@ -69,19 +69,19 @@ Prints the calibration, the check and the table; writes benchmarks/results/scale
 
 from __future__ import annotations
 
-import sys
 import argparse
 import math
 import statistics
-from pathlib import Path
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from benchmarks import common
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.runtime.run_shape import steps_per_message
-from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 CORES = [10, 20, 40, 80, 160, 320, 640, 1000, 1500, 2000, 3000, 4000, 5000, 6000]
@@ -353,9 +353,8 @@ def learner_inputs(args: argparse.Namespace, fit: dict[str, Any], fan: dict[str,
     """Per workload, what the learner table is computed from: its config's batch, epochs and
     minibatches, its gradient's floats, its bytes per frame, the learner's env steps/s per CPU core
     (`learner_ceiling.json`, one thread) and per GPU, and an actor core's env steps/s."""
-    from benchmarks.scale.learner_ceiling import WORKLOADS, workload_config
-
     from benchmarks.scale import allreduce
+    from benchmarks.scale.learner_ceiling import WORKLOADS, workload_config
 
     ceiling = _load(args.learner_ceiling) or {"rows": []}
     reduce_run = _load(args.allreduce)

@@ -21,7 +21,6 @@ Prints a Markdown table and writes benchmarks/results/staleness.json (or `--outp
 
 from __future__ import annotations
 
-import sys
 import argparse
 import logging
 import os
@@ -33,11 +32,11 @@ from typing import Any
 for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
 
-import ray
+import ray  # noqa: E402
 
-from lamarckian_hpc.config import RunConfig
-from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer
-from benchmarks import common
+from benchmarks import common  # noqa: E402
+from lamarckian_hpc.config import RunConfig  # noqa: E402
+from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "staleness.json"
 

@@ -27,7 +27,6 @@ Prints a Markdown table and writes benchmarks/results/weight_joins.json (`--outp
 
 from __future__ import annotations
 
-import sys
 import argparse
 import os
 import platform
@@ -42,10 +41,10 @@ import numpy as np
 import zmq
 
 import lamarckian_hpc
+from benchmarks import common
 from lamarckian_hpc.comm import WeightPublisher, WeightSubscriber, channels
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
-from benchmarks import common
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "weight_joins.json"
 TIMEOUT_S = 120.0
@@ -128,7 +127,7 @@ def measure(mode: str, count: int, megabytes: float, workdir: str) -> dict[str, 
             subscribers.append(subscriber)
             counted.append(socket)
             joined = time.monotonic()
-            until(lambda: subscriber.version == 0, "a joiner got no weights")
+            until(lambda subscriber=subscriber: subscriber.version == 0, "a joiner got no weights")
             join_ms.append((time.monotonic() - joined) * 1000)
         all_joined_s = time.monotonic() - start
         settle()

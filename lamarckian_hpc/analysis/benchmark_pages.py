@@ -26,8 +26,9 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -385,7 +386,7 @@ VIEWS: dict[str, Callable[[dict[str, Any]], pd.DataFrame]] = {
     "multiagent_vs_rllib": _multiagent_vs_rllib,
     "league_connect_four": _board_game_curve, "league_connect_four.runs": _board_game_runs,
     "fan_in.calibration": lambda data: pd.DataFrame([data["calibration"]]),
-    **{f"{stem}{view}": (lambda key: lambda data: pd.DataFrame(data[key]))(key)
+    **{f"{stem}{view}": (lambda key: lambda data: pd.DataFrame(data[key]))(key)  # noqa: B023 (bound by the outer lambda)
        for stem in ("async_arena_share", "async_arena_share:retrain")
        for view, key in (("", "policies"), (".shares", "shares"))},
     **{f"{stem}.curve": _every_fourth_row for stem in ("async_arena_share", "async_arena_share:retrain")},

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import TextIO
 
 from .loader import MissingDataError, Requirement, RunData, RunFileError, find_run_files, load_run
 from .plotting import Analysis

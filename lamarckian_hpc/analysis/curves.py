@@ -5,8 +5,8 @@ is the topic that `analysis/learning_curves.py` and `lamarckian-hpc report` both
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 

@@ -27,8 +27,14 @@ import datetime
 from pathlib import Path
 from typing import Any
 
-from ..storage.event_files import (EVENT_FILE_SUFFIX, INSTALL_HINT, EventWriter, TensorBoardMissing, event_files,
-                                   event_folder)
+from ..storage.event_files import (
+    EVENT_FILE_SUFFIX,
+    INSTALL_HINT,
+    EventWriter,
+    TensorBoardMissing,
+    event_files,
+    event_folder,
+)
 from .loader import RunData
 
 __all__ = ["EVENT_FILE_SUFFIX", "INSTALL_HINT", "TensorBoardMissing", "export_csv", "export_tensorboard", "run_folder",
@@ -50,7 +56,7 @@ def start_seconds(meta: dict[str, Any]) -> float:
     except ValueError:
         return 0.0
     if start.tzinfo is None:
-        start = start.replace(tzinfo=datetime.timezone.utc)
+        start = start.replace(tzinfo=datetime.UTC)
     return start.timestamp()
 
 

@@ -11,8 +11,8 @@ The league declares C rows up front (SWMR cannot add datasets later); only the r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

@@ -9,8 +9,8 @@ itself as parent continues its member's line and is not a birth.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

@@ -9,8 +9,8 @@ that per host, so throughput per node after each join can be read against a stat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

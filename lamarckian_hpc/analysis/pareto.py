@@ -12,8 +12,8 @@ selection, against the problem's reference) is shown beside it when the run wrot
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

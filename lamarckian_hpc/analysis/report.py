@@ -25,14 +25,14 @@ from . import benchmarks as bench
 from .curves import PROGRESS_METRICS, learning_curve_analysis, progress_metric
 from .league import league_analysis
 from .lineage import lineage_analysis
-from .membership import membership_analysis
 from .loader import RunData, RunFileError, find_run_files, load_run
+from .membership import membership_analysis
 from .pareto import pareto_analysis
 from .plotting import Analysis, FigureResult
 from .scaling import plot_scale_model, plot_tree_vs_flat, scaling_analysis, tree_vs_flat_from_runs
 from .staleness import staleness_analysis
-from .trajectories import trajectory_analysis
 from .tables import cpu_utilization_table, markdown_table, run_summary
+from .trajectories import trajectory_analysis
 
 REPORT_NAME = "report.md"
 BENCHMARK_TITLES = {

@@ -6,8 +6,8 @@ broadcast and staleness benchmarks' JSON, or from runs that differ in `runtime.b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

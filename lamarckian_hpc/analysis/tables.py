@@ -4,7 +4,8 @@ CPU-utilization table (the paper's Table IV), and Markdown rendering of any Data
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 

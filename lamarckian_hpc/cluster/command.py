@@ -128,10 +128,10 @@ def join_command(args: argparse.Namespace) -> int:
 
 
 def launch_command(args: argparse.Namespace) -> int:
-    from ..library import run_path_for
     from ..config import ConfigError, build_config, load_config
     from ..config.evorl import config_model
     from ..config.launch import ActorJobConfig, LaunchConfig
+    from ..library import run_path_for
 
     try:
         config = load_config(args.config, args.overrides, config_model(args.config, args.overrides))

@@ -22,9 +22,10 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import msgpack
 import numpy as np

@@ -30,8 +30,9 @@ cannot be laid end to end (a 0-d array) travels alone, as a relay forwarded befo
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

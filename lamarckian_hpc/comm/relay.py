@@ -55,11 +55,32 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .bundle import (BUNDLE, DEFAULT_BUNDLE_BYTES, DEFAULT_BUNDLE_WAIT_MS, MAX_PART_ROUTE, Bundler, bundle, stackable,
-                     unbundle)
-from .channels import (CREDIT, SOCKET_BUFFER_BYTES, WEIGHTS, WeightPublisher, bind_random, grant_message,
-                       grants_message, log_malformed, make_socket, read_grants, receive_frames, split_route,
-                       subscribe_to_weights, weights_frames)
+from .bundle import (
+    BUNDLE,
+    DEFAULT_BUNDLE_BYTES,
+    DEFAULT_BUNDLE_WAIT_MS,
+    MAX_PART_ROUTE,
+    Bundler,
+    bundle,
+    stackable,
+    unbundle,
+)
+from .channels import (
+    CREDIT,
+    SOCKET_BUFFER_BYTES,
+    WEIGHTS,
+    WeightPublisher,
+    bind_random,
+    grant_message,
+    grants_message,
+    log_malformed,
+    make_socket,
+    read_grants,
+    receive_frames,
+    split_route,
+    subscribe_to_weights,
+    weights_frames,
+)
 from .limits import DEFAULT_MAX_MESSAGE_BYTES
 from .security import BROADCAST, LEARNER, JobKeys, stop_authenticator
 from .topology import BroadcastTree

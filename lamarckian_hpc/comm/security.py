@@ -34,9 +34,9 @@ import os
 import shutil
 import stat
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import zmq
 import zmq.auth

@@ -18,8 +18,9 @@ view is made. Nothing is ever unpickled.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import msgpack
 import numpy as np

@@ -15,8 +15,20 @@ from .base import ConfigError, RootSection, Section, StorageConfig, Trajectories
 from .launch import LaunchConfig, slurm_time_minutes
 from .loading import apply_overrides, build_config, load_config, parse_override
 from .multiagent import LeagueConfig, MultiAgentConfig
-from .train import (ALGORITHMS, A3CConfig, AlgorithmConfig, DQNConfig, EnvConfig, ImpalaConfig, ModelConfig,
-                    PPOConfig, RunConfig, RuntimeConfig, SACConfig, StopConfig)
+from .train import (
+    ALGORITHMS,
+    A3CConfig,
+    AlgorithmConfig,
+    DQNConfig,
+    EnvConfig,
+    ImpalaConfig,
+    ModelConfig,
+    PPOConfig,
+    RunConfig,
+    RuntimeConfig,
+    SACConfig,
+    StopConfig,
+)
 
 if TYPE_CHECKING:
     from .emogi import EMOGIAlgorithmConfig, EMOGIConfig, EMOGIRuntimeConfig

@@ -6,8 +6,8 @@ The commands that take any config (`run`, `config show`, `launch`, the Slurm job
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .base import ConfigError, RootSection
 from .loading import read_config_file

@@ -14,7 +14,6 @@ from .multiagent import LeagueConfig
 from .population import CoLocatedTrainingRuntimeConfig
 from .train import PETTINGZOO_PREFIX, EnvConfig, ModelConfig, PPOConfig
 
-
 TWO_PLAYER_PONG = "pettingzoo:lamarckian_hpc.envs.pong_two_player"
 
 

@@ -18,8 +18,9 @@ import them, when a run starts or its result is printed.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .base import RootSection
 from .emogi import EMOGIConfig

@@ -6,11 +6,11 @@ run say in one line which command can, instead of listing the fields it does not
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .base import ConfigError, RootSection
-from .evorl import _algorithm_name, tree_config_model
 from .evolve import EvolveConfig
+from .evorl import _algorithm_name, tree_config_model
 from .programs import population_program, program_of
 from .train import ALGORITHMS, RunConfig
 

@@ -13,12 +13,13 @@ Like NSGA-II it never evaluates anything itself; objectives are minimised.
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 
-from .operators import tournament
 from .ask_tell import population_from_state, population_state
+from .operators import tournament
 from .population import IdCounter, Population, PopulationView, best_of, orphans
 from .variation import Crossover, Mutation
 

@@ -10,7 +10,7 @@ operators and the game testing search the action-sequence ones, and both stay NS
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -12,8 +12,9 @@ member's id, so the lineage of every policy can be rebuilt from the ids the runt
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 

@@ -5,15 +5,24 @@ these names; nothing is looked up from a dotted path."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import numpy as np
 
 from .coding import Coding
-from .operators import (bit_flip_mutation, integer_polynomial_mutation, integer_sbx, inversion_mutation,
-                        one_point_crossover, order_crossover, polynomial_mutation, sbx, swap_mutation,
-                        uniform_crossover)
+from .operators import (
+    bit_flip_mutation,
+    integer_polynomial_mutation,
+    integer_sbx,
+    inversion_mutation,
+    one_point_crossover,
+    order_crossover,
+    polynomial_mutation,
+    sbx,
+    swap_mutation,
+    uniform_crossover,
+)
 
 Crossover = Callable[[np.ndarray, np.ndarray, np.random.Generator], tuple[np.ndarray, np.ndarray]]
 Mutation = Callable[[np.ndarray, np.random.Generator], np.ndarray]

@@ -18,8 +18,8 @@ agents that move all the time to agents that move only when they must.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 

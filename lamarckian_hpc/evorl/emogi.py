@@ -27,8 +27,9 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,13 +39,13 @@ from ..config.emogi import EMOGIConfig
 from ..ec import NSGA2, Coding, Description, non_dominated_fronts
 from ..envs import PongEnv
 from ..mdp import EpisodeSelector, RecordedSteps
-from ..population.workflow import GenerationalProgram, GenerationRecord
-from ..runtime.runners.recording import population_writer_options, tagged_record
-from ..runtime.run_shape import POLICY_ID
 from ..population.worker_pool import Request, WorkerFailure, WorkerPool
+from ..population.workflow import GenerationalProgram, GenerationRecord
+from ..runtime.run_shape import POLICY_ID
+from ..runtime.runners.recording import population_writer_options, tagged_record
+from .behaviour import BEHAVIOUR_NAMES, Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms
 from .lockstep import LockstepMembers
 from .member import Member
-from .behaviour import BEHAVIOUR_NAMES, Behaviour, EpisodeTrace, behaviour_of, objectives, reward_terms
 
 log = logging.getLogger(__name__)
 

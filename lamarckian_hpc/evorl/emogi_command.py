@@ -4,8 +4,8 @@ whose non-dominated policies the `/emogi` group of the run file keeps and the co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console
 from rich.table import Table

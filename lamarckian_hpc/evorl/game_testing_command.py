@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.game_testing import GameTestingConfig
-from ..run_result import CANNOT_START, RunFailed, RunResult
-from ..population.command import population_command
 from ..games.data import GameDataError, load_game_data
 from ..games.testing import random_play, replay
+from ..population.command import population_command
+from ..run_result import CANNOT_START, RunFailed, RunResult
 from .game_testing_program import CHECKPOINT_KIND, GameTestingProgram
 
 __all__ = ["CHECKPOINT_KIND", "GameTestingSummary", "bugs_path", "print_game_testing_result", "run_game_testing"]

@@ -8,15 +8,16 @@ where the state archive of every episode so far lives."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ..config.game_testing import GameTestingConfig
-from ..population.workflow import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
-from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
 from ..games.data import GameData
 from ..games.testing import EpisodePlayer, GameTestingSearch, SearchResult
+from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
+from ..population.workflow import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
 
 #: The `kind` of a game testing run's checkpoint (`runtime.learner.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "wuji"

@@ -12,8 +12,8 @@ environment's `illegal_actions` counter is returned to prove it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

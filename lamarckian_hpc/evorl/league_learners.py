@@ -19,18 +19,18 @@ import torch
 
 from .. import envs  # noqa: F401  (registers lamarckian/Pong-v0)
 from ..config.league_run import LeagueRunConfig
-from ..mdp import ExperienceBatch
 from ..config.multiagent import MultiAgentConfig
+from ..mdp import ExperienceBatch
 from ..models import ActorCritic
 from ..multiagent import alternating_seats_mapping, fixed_mapping
-from ..rl.adam import Adam
+from ..population.workflow import HostedMembers
 from ..rl import ppo_update
+from ..rl.adam import Adam
 from ..rl.batched_ppo import BatchedPPO
 from ..runtime.actor.inference import TorchPolicy
 from ..runtime.actor.multiagent_sampling import make_pettingzoo_mdp
 from ..runtime.runners.multiagent_trainer import MultiAgentTrainer, default_spaces
 from ..runtime.runners.recording import recorded_answers
-from ..population.workflow import HostedMembers
 
 LEARNER, OPPONENT = "learner", "opponent"
 Weights = dict[str, np.ndarray]

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from ..config.league_run import LeagueRunConfig
 from ..league.league import League, Role
 from ..league.store import MATCH_COLUMNS, LeagueRunWriter, elo_row
-from ..population.workflow import GenerationalProgram, GenerationRecord
 from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
+from ..population.workflow import GenerationalProgram, GenerationRecord
 from ..runtime.runners.recording import population_writer_options, tagged_record
 from ..storage.trajectories import EpisodeRecord
 from .league_learners import LeagueLearners, initial_weights, learner_spaces

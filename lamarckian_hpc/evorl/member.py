@@ -18,11 +18,11 @@ import torch
 from ..config import PBTConfig, RunConfig, RuntimeConfig, StopConfig
 from ..config.pbt import SearchedHyperparameter
 from ..mdp import ExperienceBatch
-from ..runtime.learner.episodes import RecentEpisodes
-from ..runtime.runners.recording import recorded_answers
 from ..rl.learner import LearnerBase, load_weights
 from ..runtime.actor.sampling import SamplingSide
+from ..runtime.learner.episodes import RecentEpisodes
 from ..runtime.run_shape import POLICY_ID
+from ..runtime.runners.recording import recorded_answers
 from ..runtime.runners.training_loop import TrainingLoop
 
 OPTIMIZER_PREFIX = "optimizer/"

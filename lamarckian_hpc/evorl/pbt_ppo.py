@@ -18,17 +18,18 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from ..config import PBTConfig
 from ..ec.pbt import PBT, Hyperparameter
-from ..population.workflow import GenerationRecord, PopulationRuntime, run_population
 from ..population.worker_pool import Request, WorkerError, WorkerFailure, WorkerPool
-from ..runtime.runners.recording import tagged_record, trajectory_writer_options
+from ..population.workflow import GenerationRecord, PopulationRuntime, run_population
 from ..runtime.run_shape import POLICY_ID, spaces_of
+from ..runtime.runners.recording import tagged_record, trajectory_writer_options
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
 from .member import IntervalResult, member_run_config

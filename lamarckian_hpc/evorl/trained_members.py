@@ -13,19 +13,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..config import PBTConfig, RunConfig, apply_overrides
 from ..config.league_run import LeagueRunConfig
 from ..config.train import EnvConfig
+from ..runtime.actor.multiagent_sampling import make_parallel_env
 from ..runtime.learner.checkpoint import checkpoint_path, load_run_state
 from ..trained.evaluation import AgainstPolicy
-from ..runtime.actor.multiagent_sampling import make_parallel_env
 from ..trained.policy import TrainedPolicy, TrainedPolicyError, policy_from_weights, stored_config
-from .member import MODEL_PREFIX, member_run_config
 from .league_ppo import CHECKPOINT_KIND as LEAGUE_KIND
 from .league_ppo import learner_names
+from .member import MODEL_PREFIX, member_run_config
 from .pbt_ppo import CHECKPOINT_KIND
 
 #: The two-player game whose scripted player a league learner is evaluated against, and that player's env.

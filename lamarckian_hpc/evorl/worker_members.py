@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+
 import numpy as np
 import torch
 

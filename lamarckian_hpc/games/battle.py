@@ -16,8 +16,8 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .data import Bugs, Rules, Skill
 from .teams import TeamStats

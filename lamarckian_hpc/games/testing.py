@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

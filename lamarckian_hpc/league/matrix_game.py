@@ -15,8 +15,8 @@ Everything is numpy and seeded: a run takes milliseconds per thousand updates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -13,7 +13,8 @@ sampler: the cheapest suspension Python has, which matters at one suspension per
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING, Any, Generator
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

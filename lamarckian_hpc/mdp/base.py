@@ -10,7 +10,8 @@ a single-agent Gymnasium environment is the special case of one agent that lives
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -101,5 +102,5 @@ class MDP(ABC):
         """Advance once every present agent has an action (a synchronous game)."""
         return len(self.pending_actions) >= len(self.agent_ids())
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: most environments hold nothing to release)
         """Release the environment's resources."""

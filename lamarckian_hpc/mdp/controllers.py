@@ -9,8 +9,9 @@ host a learner against a scripted opponent, two learners, or a learner and a fro
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

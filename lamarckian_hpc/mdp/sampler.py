@@ -11,14 +11,15 @@ per policy however many environments and agents there are.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from .agent import ACT, DECIDE, STEP, AgentHandle, Decision
 from .base import MDP, AgentId
-from .gc_pause import gc_paused
 from .controllers import Controller, EpisodeResult
+from .gc_pause import gc_paused
 
 
 class PolicyOutput:

@@ -12,8 +12,15 @@ from typing import Any
 
 from .aec_adapter import AECEnvMDP
 from .global_state import GlobalStateMDP
-from .mapping import (PolicyMapping, PolicyMappingFn, alternating_seats_mapping, configured_mapping, fixed_mapping,
-                      random_mapping, round_robin_mapping)
+from .mapping import (
+    PolicyMapping,
+    PolicyMappingFn,
+    alternating_seats_mapping,
+    configured_mapping,
+    fixed_mapping,
+    random_mapping,
+    round_robin_mapping,
+)
 from .pettingzoo_adapter import ParallelEnvMDP, one_hot
 
 _ON_TORCH = {"MultiPolicyLearner": "policies", "build_policy_models": "policies", "policy_layers": "policies"}

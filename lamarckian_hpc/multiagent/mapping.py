@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import itertools
 from collections import Counter
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 

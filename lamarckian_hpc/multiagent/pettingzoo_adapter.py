@@ -11,7 +11,8 @@ pettingzoo: any object with the parallel API works (`reset`, `step`, `agents`, t
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -10,7 +10,8 @@ would change it behind its back.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -9,8 +9,9 @@ gets the worst objectives (infinity) instead of stopping the run.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +20,8 @@ from ..ec import Evaluator, hypervolume
 from ..ec.evaluator import evaluate_one
 from ..storage import RunWriter
 from .evolve_components import EvolutionAlgorithm, hypervolume_reference, make_algorithm, make_problem
-from .workflow import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
 from .worker_pool import Request, WorkerFailure, WorkerPool
+from .workflow import GenerationalProgram, GenerationRecord, PopulationRuntime, run_population
 
 #: The `kind` of an evolve run's checkpoint (`runtime.learner.checkpoint.save_run_state`).
 CHECKPOINT_KIND = "evolve"

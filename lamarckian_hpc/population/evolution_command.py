@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ..config import EvolveConfig
 from ..run_result import CANNOT_START, RunFailed, RunResult
-from .evolution import EvolveProgram
 from .command import population_command
+from .evolution import EvolveProgram
 
 
 @dataclass(frozen=True)

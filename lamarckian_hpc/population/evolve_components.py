@@ -5,15 +5,29 @@ Every algorithm built here gives the interface of `ec.ask_tell.AskTell`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from ..config import EvolveConfig
 from ..config.evolve import EVOLVE_ALGORITHMS
-from ..ec import (GA, NSGA2, Evaluator, OpenAIES, Problem, dtlz, make_crossover, make_mutation, onemax, rastrigin,
-                  sphere, tsp, zdt)
+from ..ec import (
+    GA,
+    NSGA2,
+    Evaluator,
+    OpenAIES,
+    Problem,
+    dtlz,
+    make_crossover,
+    make_mutation,
+    onemax,
+    rastrigin,
+    sphere,
+    tsp,
+    zdt,
+)
 
 if TYPE_CHECKING:
     from ..ec.cmaes import CMAES

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from itertools import zip_longest
-from typing import Any
 
 import ray
 

@@ -27,9 +27,10 @@ import signal
 import socket
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from .pipe_messages import receive, send
 

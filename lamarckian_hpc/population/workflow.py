@@ -18,11 +18,11 @@ generation once `storage.checkpoint_interval_seconds` passed (sooner where savin
 from __future__ import annotations
 
 import logging
-
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -31,7 +31,6 @@ from ..runtime.observers import GenerationObserver, GenerationReport
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
 from .worker_pool import HostFactory, RayPool, Request, WorkerFailure, WorkerPool, make_pool
-
 
 log = logging.getLogger(__name__)
 

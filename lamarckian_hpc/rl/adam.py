@@ -17,7 +17,8 @@ not been taken) when a flag computed there says so. The CPU keeps the multi-tens
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor

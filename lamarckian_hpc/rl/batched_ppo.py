@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch

@@ -26,8 +26,9 @@ update is, bit for bit, the single learner's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np

@@ -15,7 +15,7 @@ device (a quarter of float32's bytes); the model converts them there.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

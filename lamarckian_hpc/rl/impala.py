@@ -5,7 +5,7 @@ global (`rl.data_parallel`)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -13,8 +13,8 @@ import torch
 from ..config import ImpalaConfig
 from ..mdp import ExperienceBatch
 from ..models import ActorCritic
-from .data_parallel import SINGLE_PROCESS, GlobalMinibatch, GradientReducer, agree_on_shard
 from .captured import CapturedSteps, RecordingFailed
+from .data_parallel import SINGLE_PROCESS, GlobalMinibatch, GradientReducer, agree_on_shard
 from .device import to_device
 from .optim import GuardedSteps
 from .returns import next_values_of_fragments

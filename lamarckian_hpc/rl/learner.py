@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -21,8 +22,8 @@ from ..mdp.staleness import STALENESS_METRICS, staleness_metrics
 from .adam import Adam
 from .batch import build_rollout_batch
 from .captured import CapturedSteps, why_not_captured
-from .device import choose_device
 from .data_parallel import SINGLE_PROCESS, GradientReducer, global_staleness_metrics
+from .device import choose_device
 from .dqn import dqn_loss, linear_epsilon
 from .impala import impala_update
 from .optim import NONFINITE_STEPS, GuardedSteps

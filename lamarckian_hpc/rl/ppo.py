@@ -9,7 +9,8 @@ shard, and `reducer` makes their updates the one update of the shards laid end t
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -18,8 +19,8 @@ from torch import Tensor
 from ..config import PPOConfig
 from ..models import ActorCritic
 from .adam import Adam
-from .data_parallel import SINGLE_PROCESS, GlobalMinibatch, GradientReducer, agree_on_shard, global_minibatches
 from .captured import CapturedSteps, RecordingFailed
+from .data_parallel import SINGLE_PROCESS, GlobalMinibatch, GradientReducer, agree_on_shard, global_minibatches
 from .device import to_device
 from .optim import GuardedSteps
 

@@ -10,7 +10,7 @@ The maths is here as functions of a minibatch (`critic_loss`, `actor_loss`, `alp
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np

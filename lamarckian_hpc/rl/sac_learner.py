@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -24,7 +25,7 @@ from .adam import Adam
 from .data_parallel import GradientReducer
 from .learner import ReplayLearner
 from .optim import GuardedSteps
-from .sac import TwinQ, actor_loss, alpha_loss, box_action_space, critic_loss, soft_update
+from .sac import TwinQ, actor_loss, alpha_loss, critic_loss, soft_update
 
 
 @contextmanager

@@ -22,8 +22,9 @@ field, and the learner drops and counts it; a message that passes cannot fail la
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .reader import RunReader, open_run
 from .private_files import fsync_folder
+from .reader import RunReader, open_run
 from .run_file import RunWriter
 from .trajectories import EpisodeRecord, TrajectorySpec
 

@@ -12,7 +12,7 @@ group's `genome_names` attribute, written at creation like everything SWMR must 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import h5py
 import numpy as np

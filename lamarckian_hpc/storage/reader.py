@@ -30,14 +30,8 @@ from typing import Any, TypeVar
 import h5py
 import numpy as np
 
-from lamarckian_hpc.storage.attributes import to_python, read_attributes
+from lamarckian_hpc.storage.attributes import read_attributes, to_python
 from lamarckian_hpc.storage.population import read_genome_names, read_population
-from lamarckian_hpc.storage.trajectories import (
-    LARGEST_COMPRESSION_RATIO,
-    read_episode_index,
-    read_episode_steps,
-    trajectory_policies,
-)
 from lamarckian_hpc.storage.run_file import (
     CONFIG_GROUP,
     CONFIG_JSON_ATTRIBUTE,
@@ -47,7 +41,12 @@ from lamarckian_hpc.storage.run_file import (
     METRICS_GROUP,
     STATUS_CLOSED_DATASET,
 )
-
+from lamarckian_hpc.storage.trajectories import (
+    LARGEST_COMPRESSION_RATIO,
+    read_episode_index,
+    read_episode_steps,
+    trajectory_policies,
+)
 
 ResultT = TypeVar("ResultT")
 

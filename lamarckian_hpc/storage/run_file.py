@@ -68,8 +68,8 @@ import numpy as np
 
 from .attributes import to_json, write_attributes
 from .disk_space import MEGABYTE, StorageFullError, ensure_free_space, failure_reason, is_write_failure
-from .private_files import create_private_file, fsync_file, fsync_folder, make_private_folder
 from .population import append_population_rows, create_population_datasets
+from .private_files import create_private_file, fsync_file, fsync_folder, make_private_folder
 from .trajectories import EpisodeRecord, TrajectorySpec, TrajectoryTables
 
 SCHEMA_VERSION: int = 1
@@ -147,7 +147,7 @@ def collect_meta(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "python_version": platform.python_version(),
         "hostname": hostname,
         "hosts": [hostname],
-        "start_time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "start_time": datetime.datetime.now(datetime.UTC).isoformat(),
         "pid": os.getpid(),
         "command_line": list(sys.argv),
     }

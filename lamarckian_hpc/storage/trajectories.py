@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import h5py
 import numpy as np

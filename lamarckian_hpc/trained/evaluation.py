@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..mdp import make_gym_env
+from ..runtime.run_shape import POLICY_ID
+from ..runtime.runners.recording import trajectory_spec
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
-from ..runtime.runners.recording import trajectory_spec
-from ..runtime.run_shape import POLICY_ID
 from .policy import TrainedPolicy
 
 AGENT_ID = "agent_0"

@@ -11,18 +11,19 @@ weights; nothing else of the learner (optimizer, replay buffer) is built.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from ..config import RunConfig, apply_overrides
-from ..storage import RunFileReadError, open_run
 from ..runtime.algorithms import RL_ALGORITHMS, build_model, rl_algorithm
 from ..runtime.learner.checkpoint import CheckpointMismatch, check_fits, load_checkpoint, resolve_checkpoint
 from ..runtime.run_shape import spaces_of
+from ..storage import RunFileReadError, open_run
 
 if TYPE_CHECKING:
     import torch

@@ -24,9 +24,9 @@ import copy
 import io
 import logging
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -35,8 +35,8 @@ from torch import nn
 
 from ..models.cnn import ConvEncoder
 from ..models.layers import Tanh
-from ..storage import open_run
 from ..runtime.algorithms import rl_algorithm
+from ..storage import open_run
 from .policy import TrainedPolicy
 
 INPUT_NAME = "observations"

@@ -4,7 +4,7 @@ the paper's k = 5 for DTLZ1, 10 for DTLZ2-6 and 20 for DTLZ7 (so 7, 12 and 22 va
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

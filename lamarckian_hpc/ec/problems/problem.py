@@ -3,8 +3,8 @@ Evaluator (`ec.evaluator`), so the evolution driver runs it exactly as it will r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -3,7 +3,7 @@ sizes are the paper's: 30 variables for ZDT1-3, 10 for ZDT4 and ZDT6."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -4,7 +4,7 @@ MLP (an actor, the serial trainer's sampling, a PBT member's) uses the torch-fre
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np

@@ -25,11 +25,11 @@ import zmq
 
 from ...comm import LEARNER, ExperienceSender, JobKeys, Message, WeightSubscriber, limit_bytes
 from ...config import RunConfig
-from ..algorithms import rl_algorithm
 from ...mdp import EnvironmentFailingError
+from ..algorithms import rl_algorithm
 from ..messages import Recorded, env_failing_message, experience_message, gradients_message, hello_message
-from .sampling import SamplingSide
 from ..run_shape import credit_window, message_steps, steps_per_update
+from .sampling import SamplingSide
 from .sides import make_sampling_side
 
 log = logging.getLogger(__name__)

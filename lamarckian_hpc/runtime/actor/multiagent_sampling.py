@@ -12,8 +12,9 @@ process never imports torch; keep torch imports out of this module.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -24,9 +25,9 @@ from ...config import EnvConfig, RunConfig
 from ...config.train import NATIVE_MDP_PREFIX, PETTINGZOO_PREFIX
 from ...mdp import MDP, EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, Sampler
 from ...multiagent import AECEnvMDP, GlobalStateMDP, ParallelEnvMDP, PolicyMapping, configured_mapping
+from ..run_shape import recorded_every
 from .network_layout import actor_critic_layout
 from .numpy_policy import NumpyActorCriticPolicy
-from ..run_shape import recorded_every
 
 #: Broadcast meta key: {policy id: version} of the weights in the message.
 POLICY_VERSIONS = "policy_versions"

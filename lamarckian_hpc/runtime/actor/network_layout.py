@@ -12,8 +12,8 @@ that the two agree. Must not import torch: actor processes import it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np

@@ -12,15 +12,14 @@ speed. Must not import torch: actor processes import it.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import gymnasium as gym
-
 import numpy as np
 
+from ...config import RunConfig
 from ...mdp import PolicyOutput, legal_actions
 from ...mdp.action_masks import MASKED_LOGIT
-from ...config import RunConfig
 from .network_layout import NetworkLayout, actor_critic_layout, check_weights, initial_weights, q_network_layout
 
 LEAKY_RELU_SLOPE = 0.01  # torch.nn.LeakyReLU's default negative_slope

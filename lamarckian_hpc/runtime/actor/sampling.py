@@ -9,8 +9,9 @@ out of this module's top level.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -18,8 +19,17 @@ import numpy as np
 from ... import envs  # noqa: F401  (registers the built-in lamarckian/ ids)
 from ...comm import Message
 from ...config import RunConfig
-from ...mdp import (EpisodeResult, EpisodeSelector, ExperienceBatch, ExperienceBuffer, GymMDP, PolicyOutput, Sampler,
-                   TrainingController, make_gym_env)
+from ...mdp import (
+    EpisodeResult,
+    EpisodeSelector,
+    ExperienceBatch,
+    ExperienceBuffer,
+    GymMDP,
+    PolicyOutput,
+    Sampler,
+    TrainingController,
+    make_gym_env,
+)
 from ..algorithms import rl_algorithm
 from ..run_shape import POLICY_ID, recorded_every
 

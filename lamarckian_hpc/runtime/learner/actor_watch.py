@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
 class RunStalledError(RuntimeError):

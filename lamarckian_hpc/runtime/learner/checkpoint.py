@@ -40,16 +40,16 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from ...storage import (RunWriter, StorageFullError, create_private_file, ensure_free_space, failure_reason,
-                       fsync_folder)
-from .episodes import RecentEpisodes
+from ...storage import RunWriter, StorageFullError, create_private_file, ensure_free_space, failure_reason, fsync_folder
 from ..observers import TrainResult, UpdateReport
+from .episodes import RecentEpisodes
 
 log = logging.getLogger(__name__)
 

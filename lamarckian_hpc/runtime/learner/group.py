@@ -24,9 +24,10 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Iterable, Literal, Sequence
+from typing import Literal
 
 import psutil
 import torch
@@ -268,10 +269,10 @@ class TorchDistributedReducer:
             groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
         for members in groups.values():
             if len(members) == 1 and members[0].is_contiguous():
-                self._run("all_reduce", lambda: dist.all_reduce(members[0]))
+                self._run("all_reduce", lambda members=members: dist.all_reduce(members[0]))
                 continue
             flat = torch.cat([member.reshape(-1) for member in members])
-            self._run("all_reduce", lambda: dist.all_reduce(flat))
+            self._run("all_reduce", lambda flat=flat: dist.all_reduce(flat))
             offset = 0
             for member in members:
                 member.copy_(flat[offset : offset + member.numel()].view_as(member))

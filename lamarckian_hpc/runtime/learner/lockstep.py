@@ -36,9 +36,10 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -11,17 +11,17 @@ have no learner: their weights are published as they were built and never change
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-import torch
 
 from ...config import RunConfig
+from ...mdp.staleness import STALENESS_METRICS
 from ...multiagent import build_policy_models
 from ...multiagent.policies import MultiPolicyLearner
-from .episodes import RecentEpisodes
-from ...mdp.staleness import STALENESS_METRICS
 from ..actor.multiagent_sampling import POLICY_VERSIONS, MultiAgentSpaces, flat_weights
+from .episodes import RecentEpisodes
 
 
 class PolicyLearners(MultiPolicyLearner):

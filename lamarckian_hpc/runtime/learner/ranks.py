@@ -28,9 +28,10 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import ray
@@ -39,23 +40,33 @@ import zmq
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ...comm import BROADCAST, ExperienceReceiver, JobKeys, limit_bytes
-from ...config import RunConfig
-from .actor_watch import ActorWatch, RunStalledError
 from ...comm.topology import build_tree
-from ..algorithms import make_learner
-from ..placement.cpu_quota import join_cpu_group
-from ..messages import KINDS, MessageSpec, concatenate
-from ..placement.node_watch import NodeLostError
-from ..placement.ray_setup import answers, reachable_host, worker_runtime_env
-from ..run_shape import spaces_of
-from .group import LearnerGroupSpec, TorchDistributedReducer, choose_backend, form_group, free_port
-from ..placement.relay_tree import choose_layout
-from .intake import ExperienceIntake
-from ..placement.shards import ShardPlan, plan_flat, plan_tree
+from ...config import RunConfig
 from ...rl.data_parallel import empty_experience
 from ...rl.device import choose_device
-from .lockstep import (FAILED, STALLED, WAITED, RankZeroStages, RankZeroWaitError, RankZeroWatch, agree,
-                       post_stop, posted_stops, reduce_numbers)
+from ..algorithms import make_learner
+from ..messages import KINDS, MessageSpec, concatenate
+from ..placement.cpu_quota import join_cpu_group
+from ..placement.node_watch import NodeLostError
+from ..placement.ray_setup import answers, reachable_host, worker_runtime_env
+from ..placement.relay_tree import choose_layout
+from ..placement.shards import ShardPlan, plan_flat, plan_tree
+from ..run_shape import spaces_of
+from .actor_watch import ActorWatch, RunStalledError
+from .group import LearnerGroupSpec, TorchDistributedReducer, choose_backend, form_group, free_port
+from .intake import ExperienceIntake
+from .lockstep import (
+    FAILED,
+    STALLED,
+    WAITED,
+    RankZeroStages,
+    RankZeroWaitError,
+    RankZeroWatch,
+    agree,
+    post_stop,
+    posted_stops,
+    reduce_numbers,
+)
 
 log = logging.getLogger(__name__)
 

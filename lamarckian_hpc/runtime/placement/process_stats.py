@@ -6,7 +6,6 @@ import time
 
 import psutil
 
-
 #: The shortest span a utilization is measured over. Finding the process tree reads every process's
 #: /proc entry on the machine: done at every update, that is a visible share of a fast learner's time.
 MIN_INTERVAL_SECONDS = 2.0

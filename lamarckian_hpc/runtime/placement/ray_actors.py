@@ -13,8 +13,9 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import ray
 

@@ -29,7 +29,8 @@ import secrets
 import shutil
 import tempfile
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 #: The object store of a local Ray: weights and small results only, so a small store is plenty
 #: and leaves the machine's memory to the actors.

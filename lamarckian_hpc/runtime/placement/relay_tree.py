@@ -36,9 +36,9 @@ from ...comm.relay import RelaySpec
 from ...comm.topology import BroadcastTree, build_tree
 from ...config import RunConfig
 from ...storage.join_folder import JOINED_NODE_RESOURCE
-from .shards import ShardPlan
 from .ray_actors import start_relay
 from .ray_setup import answers
+from .shards import ShardPlan
 
 log = logging.getLogger(__name__)
 

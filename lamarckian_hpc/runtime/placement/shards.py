@@ -20,8 +20,8 @@ run (SRL's static routing), so a rank's receiver, credits and sequence numbers n
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ...comm.topology import BroadcastTree
 

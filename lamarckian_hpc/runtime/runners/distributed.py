@@ -24,40 +24,54 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 import torch
 import zmq
 
+from ...comm import (
+    MEGABYTE,
+    ExperienceReceiver,
+    JobKeys,
+    largest_message_bytes,
+    limit_bytes,
+    message_limit,
+    stop_authenticator,
+)
+from ...comm.limits import io_threads_for, raise_open_file_limit
 from ...config import RunConfig
 from ...mdp import ExperienceBatch
-from ...comm import (MEGABYTE, ExperienceReceiver, JobKeys, largest_message_bytes, limit_bytes, message_limit,
-                    stop_authenticator)
-from ...comm.limits import io_threads_for, raise_open_file_limit
+from ...rl.data_parallel import empty_experience
+from ...storage.join_folder import JoinFolder
+from ..algorithms import make_learner, rl_algorithm
 from ..learner.actor_watch import ActorWatch
-from ..placement.cpu_quota import join_learner_cpu_group
 from ..learner.checkpoint import TrainingCheckpoint, TrainingProgress
 from ..learner.episodes import RecentEpisodes
-from ..algorithms import make_learner, rl_algorithm
+from ..learner.intake import ExperienceIntake
+from ..learner.lockstep import GATHER, agree, reduce_numbers, update_whole
+from ..learner.policy_learners import PolicyLearners, policy_metrics
+from ..learner.ranks import LearnerGroup, plan_shards, rank_config, serving_joins, start_ranks, starve_seconds
 from ..messages import KINDS, ActorGradients, MessageSpec, concatenate
 from ..observers import TrainObserver, TrainResult, UpdateReport
-from ..learner.policy_learners import PolicyLearners, policy_metrics
+from ..placement.cpu_quota import join_learner_cpu_group
+from ..placement.joined_nodes import JoinedNodes, JoinRoutes
 from ..placement.process_stats import TreeCpuMeter
 from ..placement.ray_actors import init_ray, start_actors
 from ..placement.ray_setup import answers, ray_cpus, reachable_host, shutdown_ray
-from .recording import RecordedEpisodes
-from ..run_shape import (POLICY_ID, EnvironmentProbe, credit_budget, message_steps, probe_environment, steps_per_update,
-                         with_message_ticks)
-from ..placement.joined_nodes import JoinedNodes, JoinRoutes
 from ..placement.relay_tree import RankRoutes, RelayTree, plan_nodes
-from ...storage.join_folder import JoinFolder
-from ..learner.lockstep import GATHER, agree, reduce_numbers, update_whole
-from ..learner.ranks import (LearnerGroup, plan_shards, rank_config, serving_joins,
-                            starve_seconds, start_ranks)
 from ..placement.shards import ShardPlan
-from ...rl.data_parallel import empty_experience
-from ..learner.intake import ExperienceIntake
+from ..run_shape import (
+    POLICY_ID,
+    EnvironmentProbe,
+    credit_budget,
+    message_steps,
+    probe_environment,
+    steps_per_update,
+    with_message_ticks,
+)
+from .recording import RecordedEpisodes
 
 log = logging.getLogger(__name__)
 

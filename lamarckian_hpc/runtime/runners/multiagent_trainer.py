@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -22,6 +22,7 @@ from ..learner.episodes import RecentEpisodes
 from ..observers import TrainObserver, TrainResult, UpdateReport
 from .recording import RecordedEpisodes
 from .training_loop import TrainingLoop
+
 
 class SerialTrainer:
     def __init__(self, config: RunConfig, observers: Sequence[TrainObserver] = ()) -> None:

@@ -14,17 +14,18 @@ batches from actors instead.)
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ...config import RunConfig
 from ...mdp import EpisodeResult, ExperienceBatch, ExperienceBuffer, Sampler
 from ...rl.learner import LearnerBase
+from ..actor.sides import make_sampling_side
 from ..algorithms import make_learner
 from ..run_shape import spaces_of, steps_per_update
-from ..actor.sides import make_sampling_side
 
 
 class LoopSampling(Protocol):

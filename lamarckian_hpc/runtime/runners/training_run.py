@@ -8,20 +8,28 @@ the same way.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ...config import RunConfig
 from ...storage import MEGABYTE, RunWriter, continue_run_file
 from ..algorithms import rl_algorithm
-from ..learner.checkpoint import (Checkpointer, CheckpointMismatch, TrainingCheckpoint, check_fits, load_checkpoint,
-                         newer_checkpoints, resolve_checkpoint)
-from ..sinks.configured import build_sinks
-from ..placement.node_watch import NodeLostError
+from ..learner.checkpoint import (
+    Checkpointer,
+    CheckpointMismatch,
+    TrainingCheckpoint,
+    check_fits,
+    load_checkpoint,
+    newer_checkpoints,
+    resolve_checkpoint,
+)
 from ..observers import TrainObserver, TrainResult
-from .recording import MetricsRecorder, trajectory_writer_options
+from ..placement.node_watch import NodeLostError
 from ..run_shape import POLICY_ID
 from ..sinks.base import MetricSink
+from ..sinks.configured import build_sinks
+from .recording import MetricsRecorder, trajectory_writer_options
 
 log = logging.getLogger(__name__)
 
