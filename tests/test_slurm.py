@@ -19,11 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from optional_parts import require_slurm, skip_unless_required
 
 from lamarckian_hpc.cli import main
 from lamarckian_hpc.config.launch import slurm_time_minutes
-
-from optional_parts import require_slurm, skip_unless_required
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"
@@ -132,6 +131,21 @@ def test_nodes_join_ray_in_waves_that_grow_while_the_head_keeps_up():
     assert next_wave_size(32, 4.0, 4.0, False, settings) == 32          # capped
 
 
+def test_every_node_of_a_job_is_given_the_runs_node_loss_timeout():
+    """Ray counts a node dead after `runtime.node_loss_seconds` of unanswered checks, once a
+    second, on every node of the job (its own defaults give about 15 s)."""
+    from lamarckian_hpc.cluster.ray_cluster import RaySettings, _ray_env
+    from lamarckian_hpc.config import ConfigError, load_config
+
+    env = _ray_env("token", RaySettings(node_loss_seconds=45))
+    assert env["RAY_health_check_period_ms"] == env["RAY_health_check_timeout_ms"] == "1000"
+    assert env["RAY_health_check_failure_threshold"] == "45"
+    assert _ray_env("token", RaySettings())["RAY_health_check_failure_threshold"] == "30"
+    assert load_config(CONFIG).runtime.node_loss_seconds == 30
+    with pytest.raises(ConfigError, match="runtime.node_loss_seconds"):
+        load_config(CONFIG, ["runtime.node_loss_seconds=1"])
+
+
 def test_a_rank_whose_mpi_never_lets_it_end_is_ended_with_its_exit_code_and_keeps_its_result(tmp_path):
     """A node cut off the network and back left rank 0 stuck inside MPI (a test of the release's
     request in the fabric's TCP provider) and the job alive for ever: once its part is done, a
@@ -152,6 +166,7 @@ def test_a_kept_outcome_is_the_one_the_launcher_collects(tmp_path, monkeypatch):
     """What rank 0 keeps when MPI holds it (`keep_job_outcome`) is what the launcher reads back: the
     result of a run that finished, or the one line of the error that stopped it."""
     import submitit
+
     from lamarckian_hpc.cluster.job import keep_job_outcome
     from lamarckian_hpc.cluster.launcher import _exception_line
     from lamarckian_hpc.runtime.placement.node_watch import NodeLostError
@@ -258,7 +273,7 @@ def test_learner_and_cpu_jobs_go_to_their_own_partitions(tmp_path):
         jobs[partition] = (submitted.stdout.strip().split(";")[0], out)
     try:
         for job_id, _ in jobs.values():
-            _wait_until(lambda: job_state(job_id).final, 120, f"job {job_id} to end")
+            _wait_until(lambda job_id=job_id: job_state(job_id).final, 120, f"job {job_id} to end")
     finally:
         subprocess.run(["scancel", *(job_id for job_id, _ in jobs.values())], capture_output=True, timeout=30)
     seen = {}

@@ -26,10 +26,11 @@ from typing import Any
 
 import submitit
 
-from .ray_cluster import RayClusterInfo, RaySettings, run_on_ray_cluster
 from ..config import RunConfig
-from .slurm_env import SlurmJob
 from ..storage.join_folder import JoinFolder, RunContact, join_folder_of
+from .ray_cluster import RayClusterInfo, RaySettings, run_on_ray_cluster
+from .ray_node import NODE_LOSS_SECONDS
+from .slurm_env import SlurmJob
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,9 @@ class RunJob(submitit.helpers.Checkpointable):
 
     def __call__(self, spec: RunJobSpec) -> dict[str, Any] | None:
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
-        settings = RaySettings(object_store_bytes=spec.ray_object_store_mb * 1024 * 1024)
+        node_loss = dict(spec.config.get("runtime", {})).get("node_loss_seconds") or NODE_LOSS_SECONDS
+        settings = RaySettings(object_store_bytes=spec.ray_object_store_mb * 1024 * 1024,
+                               node_loss_seconds=float(node_loss))
         log_dir = spec.log_dir.replace("%j", os.environ.get("SLURM_JOB_ID", "local"))
         driver = DRIVERS[spec.command]
         return run_on_ray_cluster(lambda info: driver(spec, info), settings=settings, log_dir=log_dir,

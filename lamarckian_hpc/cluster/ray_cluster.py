@@ -43,15 +43,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import msgpack
 import numpy as np
 
 from .discovery import ClusterLayout, NodeInfo, bcast_bytes, discover
-from .ray_node import POLL_SECONDS, RayClusterError, RayNodeJoin, RaySettings, remove_earlier_attempts
+from .ray_node import POLL_SECONDS, RayClusterError, RayNodeJoin, RaySettings, health_check_env, remove_earlier_attempts
 
 __all__ = ["RayClusterError", "RayClusterInfo", "RaySettings", "run_on_ray_cluster", "ray_start_command"]
 
@@ -220,7 +221,7 @@ class HeadGone:
 def _ray_env(token: str, settings: RaySettings) -> dict[str, str]:
     # No metrics collection: nothing here reads Ray's Prometheus metrics, and it is per-node work.
     return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_enable_metrics_collection": "0", **settings.extra_env}
+            "RAY_enable_metrics_collection": "0", **health_check_env(settings.node_loss_seconds), **settings.extra_env}
 
 
 def _wait_for_nodes(labels: tuple[str, ...], timeout_seconds: float, processes: RayNodeJoin) -> dict[str, str]:

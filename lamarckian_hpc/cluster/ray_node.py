@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 import os
 import shutil
 import signal
@@ -21,6 +22,24 @@ POLL_SECONDS = 0.1
 STARTED_LINE = b"Ray runtime started."  # what `ray start` prints once its node has registered
 
 
+#: How long a node of a job may stay silent before its Ray counts it dead (`runtime.node_loss_seconds`).
+NODE_LOSS_SECONDS = 30.0
+#: Ray's health checks of every node, once a second, each given a second to answer.
+HEALTH_CHECK_PERIOD_MS = 1000
+
+
+def health_check_env(node_loss_seconds: float) -> dict[str, str]:
+    """Ray's settings for noticing a lost node after `node_loss_seconds`: its control store asks
+    every node once a second and counts the node dead after that many checks in a row went
+    unanswered. Ray never takes back a node it declared dead (its raylet exits when it hears of
+    it), so this is the longest silence a run rides through; Ray's own defaults (every 3 s, 5
+    misses) allow about 15 s."""
+    checks = max(2, math.ceil(node_loss_seconds * 1000 / HEALTH_CHECK_PERIOD_MS))
+    return {"RAY_health_check_period_ms": str(HEALTH_CHECK_PERIOD_MS),
+            "RAY_health_check_timeout_ms": str(HEALTH_CHECK_PERIOD_MS),
+            "RAY_health_check_failure_threshold": str(checks)}
+
+
 @dataclass(frozen=True)
 class RaySettings:
     """How the job's Ray nodes start, join and stop (the job's `cluster` settings)."""
@@ -30,6 +49,7 @@ class RaySettings:
     stop_timeout_seconds: float = 15.0
     temp_root: str | None = None          # default: $TMPDIR or /tmp
     extra_env: dict[str, str] = field(default_factory=dict)
+    node_loss_seconds: float = NODE_LOSS_SECONDS  # a node silent this long is lost (`health_check_env`)
     join_wave_max: int = 32               # nodes join in waves of 1, 2, 4, ... up to this many ...
     join_wave_slowdown: float = 1.5       # ... doubling while a wave is up within this times the first's time
     join_attempts: int = 4                # `ray start` runs per node, when it exits before its node is up

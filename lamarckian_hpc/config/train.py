@@ -249,6 +249,12 @@ class RuntimeConfig(Section):
     on_node_loss: Literal["fail", "continue"] = Field(
         "fail", description="When a node of a multi-node run is lost: fail stops with an error naming it, "
                             "checkpoint saved for a resume; continue trains on with the actors of the nodes left.")
+    node_loss_seconds: float = Field(
+        30.0, ge=5, le=3600,
+        description="How long a node of a Slurm job may stay silent (a frozen host, a cut link) before the run "
+                    "counts it lost and does what runtime.on_node_loss says; a shorter silence is ridden through. "
+                    "Ray's own default is about 15 s. Longer rides through longer cuts, and notices a dead node "
+                    "that much later.")
     bind_address: str | None = Field(
         None, description="The learner's address that actors and relays on other hosts connect to; default this "
                           "node's address in the Ray cluster (loopback for the run's own local Ray). Set it on nodes "

@@ -1,8 +1,9 @@
 """Noticing that a node of a multi-node run is gone, and doing what `runtime.on_node_loss` says.
 
 A lost node (a crashed host, a killed slurmd and everything of the job on it) takes its Ray raylet
-and its actors with it. Ray's control store marks the node dead after its health checks fail (about
-15 s with Ray's defaults); the learner itself would only see fewer messages arrive. This observer
+and its actors with it. Ray's control store marks the node dead once its health checks have failed
+for `runtime.node_loss_seconds` (a Slurm job's Ray is started so, `cluster.ray_node.health_check_env`;
+a shorter silence is ridden through); the learner itself would only see fewer messages arrive. This observer
 asks Ray which of the run's nodes are still alive, at most once per `interval_seconds`, after an
 update or while the distributed learner waits for experience (`on_wait`), and then either stops
 the run with `NodeLostError` naming the node (`fail`: the learner's state is whole, so
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Literal, Mapping
+from collections.abc import Mapping
+from typing import Literal
 
 from ..observers import TrainResult, UpdateReport
 
