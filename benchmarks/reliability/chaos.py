@@ -13,8 +13,8 @@ node its own network namespace, its actors in their own CPU quota):
 - actor_kill_sync: SIGKILL of two actors (`ray::ActorProcess`) on two other nodes, with
   `runtime.sampling=sync`;
 - link_cut: the third node's link (eth0 in its namespace) down for 20 s, then up, with
-  `runtime.on_node_loss=continue` (Ray marks a node dead after about 15 s without heartbeats;
-  with `fail`, the default, the run stops there with a checkpoint, exit 1);
+  `runtime.on_node_loss=continue` (Ray marks a node dead after `runtime.node_loss_seconds` of
+  unanswered health checks; with `fail`, the default, the run stops there with a checkpoint, exit 1);
 - bad_messages: a process holding the job's actor keys (the key folder beside the run file) sends
   10,000 messages that decode but are wrong inside (meta of the wrong types, NaN and inf, arrays
   whose lengths do not match, 0-d arrays) to the learner's experience address (the run file's
