@@ -66,6 +66,7 @@ def test_the_driver_keeps_the_head_nodes_first_gpu_and_ray_hands_out_the_others(
     assert gpus_left_to_ray(0, None) == (0, "")
 
 
+@pytest.mark.second_pass  # a Ray of its own: about 15 s on two cores
 def test_a_learner_rank_on_the_head_is_given_a_gpu_other_than_the_drivers(tmp_path):
     """A real Ray head started as a job's head is (the GPUs are declared, none is opened): a rank
     asking for one GPU is handed device 1, never the driver's device 0."""
