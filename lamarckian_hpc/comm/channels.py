@@ -522,11 +522,11 @@ class ExperienceReceiver:
         if message.kind == CREDIT:
             meta = message.meta
             counts = [meta.get(name, 0) for name in ("window", "received", "spent")]
-            if not all(type(count) is int and 0 <= count < 1 << 62 for count in counts):
+            if not all(type(count) is int and 0 <= count < MAX_LIMIT for count in counts):
                 self.malformed += 1
                 log_malformed(self.malformed, "credit request", WireError(f"counts {counts!r}"))
                 return False
-            self.ledger.want(route, *counts)
+            self.ledger.want(route, *counts)  # the window asked for is a wish: the ledger caps it at a share
             return False
         number = message.meta.get(CREDIT)
         if number is not None:
@@ -534,9 +534,7 @@ class ExperienceReceiver:
                 self.malformed += 1
                 log_malformed(self.malformed, "credited message", WireError(f"credit number {number!r}"))
                 return False
-            self.ledger.spend(route, number)
-        else:
-            self.ledger.seen(route)
+            self.ledger.spend(route, number)  # the only message that keeps an account alive
         self.received += 1
         return True
 

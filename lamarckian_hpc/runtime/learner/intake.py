@@ -59,15 +59,7 @@ class ExperienceIntake:
             return None
         try:
             if message.kind == HELLO:
-                index, pid, host = read_hello(message, self.spec)
-                if self.actor_pids.get(index) != pid:  # a process's first hello; a repeat (`announce`) counts once
-                    self.hellos[index] = self.hellos.get(index, 0) + 1
-                    self.watch.on_hello(index, host)
-                    self.next_sequence[index] = 0  # a new process numbers its messages from 0
-                    self.actor_pids[index] = pid
-                previous, self.actor_routes[index] = self.actor_routes.get(index), self.receiver.last_route
-                if previous is not None and previous != self.receiver.last_route:
-                    self.receiver.ledger.write_off(previous)  # the old process's credits died with it
+                self._on_hello(*read_hello(message, self.spec))
                 return None
             if message.kind == ENV_FAILING:
                 index, error = read_env_failing(message, self.spec)
@@ -82,6 +74,24 @@ class ExperienceIntake:
         if (item.steps if isinstance(item, ActorGradients) else len(item.batch)) > 0:
             self.watch.on_experience()
         return item
+
+    def _on_hello(self, index: int, pid: int, host: str) -> None:
+        """An actor process said hello (a repeat, `announce`, counts once). A new process of an
+        index that had one before is a restart: the old process's route is closed at once, its
+        credits back in the pool and never granted again (they died with it; left to the reclaim,
+        they would wait two minutes). The same process on a new route (a relay above it re-attached)
+        keeps its account: its credit request takes it over (`comm.credits`)."""
+        route = self.receiver.last_route
+        if self.actor_pids.get(index) != pid:
+            self.hellos[index] = self.hellos.get(index, 0) + 1
+            self.watch.on_hello(index, host)
+            self.next_sequence[index] = 0  # a new process numbers its messages from 0
+            restarted = index in self.actor_pids
+            self.actor_pids[index] = pid
+            previous = self.actor_routes.get(index)
+            if restarted and previous is not None and previous != route:
+                self.receiver.ledger.close(previous)
+        self.actor_routes[index] = route
 
     def _drop_malformed(self, sender: str, kind: str, error: MalformedMessage) -> None:
         """Count a message the run cannot use (`malformed_messages`); log it unless its sender's
