@@ -107,6 +107,17 @@ def test_a_written_off_route_is_granted_nothing_until_its_sender_asks_on_it_agai
     assert new_routes(ledger.grants()) == {lost}
 
 
+def test_a_live_route_written_off_keeps_its_turn_and_is_granted_at_once() -> None:
+    """A synchronous batch completed without an actor's share: the actor samples on, and gets its
+    credits back at once to sample the next version, not after asking again."""
+    ledger = CreditLedger(budget=4)
+    live = (b"relay", b"live")
+    ledger.want(live, window=2)
+    ledger.grants()
+    assert ledger.write_off(live, live=True) == 2 and ledger.in_flight == 0
+    assert new_routes(ledger.grants()) == {live} and ledger.in_flight == 2
+
+
 def test_a_closed_route_is_never_granted_again_not_even_by_its_request_still_on_the_way() -> None:
     ledger = CreditLedger(budget=4)
     dead = (b"relay", b"dead")

@@ -27,8 +27,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from lamarckian_hpc.comm import ExperienceReceiver, ExperienceSender, Message
 from lamarckian_hpc.comm.channels import grant_message
-from lamarckian_hpc.comm.wire import encode
 from lamarckian_hpc.comm.credits import PAUSE_SECONDS, CreditLedger
+from lamarckian_hpc.comm.wire import encode
 
 RECLAIM = 100.0
 

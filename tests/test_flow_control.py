@@ -13,14 +13,22 @@ import pytest
 import zmq
 
 from lamarckian_hpc.comm import BROADCAST, ExperienceReceiver, ExperienceSender, JobKeys, Message, WeightPublisher
-import lamarckian_hpc.comm.credits as credits
 from lamarckian_hpc.comm.credits import CreditLedger
 from lamarckian_hpc.comm.relay import Relay, RelaySpec
 from lamarckian_hpc.comm.topology import build_tree
 from lamarckian_hpc.config import load_config
-from lamarckian_hpc.runtime.run_shape import (MESSAGE_SAMPLING_SECONDS, EnvironmentProbe, credit_budget, credit_window,
-                                              env_step_seconds, message_steps, probe_environment, spaces_of,
-                                              timed_message_ticks, with_message_ticks)
+from lamarckian_hpc.runtime.run_shape import (
+    MESSAGE_SAMPLING_SECONDS,
+    EnvironmentProbe,
+    credit_budget,
+    credit_window,
+    env_step_seconds,
+    message_steps,
+    probe_environment,
+    spaces_of,
+    timed_message_ticks,
+    with_message_ticks,
+)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROUTE = (b"r",)

@@ -34,8 +34,9 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import zmq

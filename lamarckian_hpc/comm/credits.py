@@ -62,8 +62,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 #: How long an account may hold credits without a message before they count as lost.
 RECLAIM_SECONDS = 120.0
@@ -187,11 +187,13 @@ class CreditLedger:
         account.spent = number
         self._queue(route, account)
 
-    def write_off(self, route: Route) -> int:
+    def write_off(self, route: Route, live: bool = False) -> int:
         """The receiver knows the credits of `route` will not come back (its share of a batch was
         lost on the way): they return to the pool at once, and one that turns up after all is
         `late`. The route gets no credit again until its sender asks again on it: a route written
-        off may be dead, and what it was granted would wait there for the reclaim. How many."""
+        off may be dead, and what it was granted would wait there for the reclaim. `live`: the
+        receiver knows its sender samples on (a synchronous batch completed without its share), so
+        it keeps its turn and samples the next version at once. How many."""
         account = self.accounts.get(route)
         if account is None:
             return 0
@@ -199,8 +201,11 @@ class CreditLedger:
         account.spent = account.granted
         self.in_flight -= lost
         self.written_off += lost
-        account.dormant = True  # its turn, if queued, is skipped in `grants`
-        self._resend.discard(route)
+        if live:
+            self._queue(route, account)
+        else:
+            account.dormant = True  # its turn, if queued, is skipped in `grants`
+            self._resend.discard(route)
         return lost
 
     def close(self, route: Route) -> int:

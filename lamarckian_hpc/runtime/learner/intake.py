@@ -14,9 +14,20 @@ from typing import Any
 
 from ...comm import ExperienceReceiver
 from ...config import RunConfig
+from ..messages import (
+    ENV_FAILING,
+    GRADIENTS,
+    HELLO,
+    ActorExperience,
+    ActorGradients,
+    MalformedMessage,
+    MessageSpec,
+    read_env_failing,
+    read_experience,
+    read_gradients,
+    read_hello,
+)
 from .actor_watch import ActorWatch
-from ..messages import (ENV_FAILING, GRADIENTS, HELLO, ActorExperience, ActorGradients, MalformedMessage, MessageSpec,
-                        read_env_failing, read_experience, read_gradients, read_hello)
 
 log = logging.getLogger(__name__)
 

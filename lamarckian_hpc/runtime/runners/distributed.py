@@ -338,7 +338,7 @@ class DistributedTrainer(ExperienceIntake):
         missing = [index for index in live if contributed.get(index, 0) < share]
         for index in missing:
             if index in self.actor_routes:
-                self.receiver.ledger.write_off(self.actor_routes[index])
+                self.receiver.ledger.write_off(self.actor_routes[index], live=True)
         self.incomplete_batches += 1
         log.warning("synchronous batch of version %d completed with %d of %d steps after %.0f s without experience "
                     "(runtime.sync_fill_seconds=%g): short of the shares of actors %s (lost on the way, or "
