@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from ..runtime.observers import GenerationObserver, GenerationReport
 from ..storage import RunWriter
 from ..storage.trajectories import EpisodeRecord
 from .worker_pool import HostFactory, RayPool, Request, WorkerFailure, WorkerPool, make_pool
+
+if TYPE_CHECKING:
+    from .pool_growth import PoolGrowth
 
 log = logging.getLogger(__name__)
 
@@ -215,8 +218,9 @@ def resume_lost_members(pool: WorkerPool, requests: Sequence[Request], answers: 
     return again
 
 
-def _pool_growth(runtime: PopulationRuntime, pool: WorkerPool) -> Any:
-    """The pool's growth onto joined nodes, where the run has a join folder and a Ray pool."""
+def _pool_growth(runtime: PopulationRuntime, pool: WorkerPool) -> PoolGrowth | None:
+    """The pool's growth onto joined nodes, where the run has a join folder and a Ray pool (imported
+    here: it imports Ray, which serial and forked runs never load)."""
     if runtime.join_folder is None or not isinstance(pool, RayPool):
         return None
     from ..storage.join_folder import JoinFolder
