@@ -21,7 +21,6 @@ from lamarckian_hpc.cluster.discovery import ADDRESS_ENV  # noqa: E402
 from lamarckian_hpc.comm.credits import CreditLedger  # noqa: E402
 from lamarckian_hpc.config import load_config  # noqa: E402
 from lamarckian_hpc.runtime.observers import TrainResult, UpdateReport  # noqa: E402
-from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # noqa: E402
 from lamarckian_hpc.storage.join_folder import JoinFolder, JoinFolderError, RunContact  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +62,8 @@ class LeaveAfterJoined:
 
 @pytest.mark.second_pass  # a second Ray node on two cores: about 40 s
 def test_a_node_joins_a_running_run_is_trained_on_and_leaves_with_its_credits_back(tmp_path, monkeypatch):
+    from lamarckian_hpc.runtime.runners.distributed import DistributedTrainer  # Ray: the test extra has none
+
     monkeypatch.setenv(ADDRESS_ENV, "127.0.0.1")  # both Ray nodes of this machine on loopback
     folder = JoinFolder(tmp_path / "run.join")
     leave = threading.Event()
