@@ -134,11 +134,11 @@ def learner_stop(job_id: str, run: Path, hosts: int, seconds: float = 150.0) -> 
 
 
 def _kill_titled(job_id: str, nodes: list[str], title: str) -> Fault:
-    nodes = common.testcluster_nodes()
+    cluster = common.testcluster_nodes()
 
     victims = {}
     for node in nodes:
-        found = nodes.job_processes_titled(node, job_id, title)
+        found = cluster.job_processes_titled(node, job_id, title)
         if not found:
             raise RuntimeError(f"no {title} of job {job_id} on {node}")
         victims[node] = found[0]
