@@ -255,6 +255,14 @@ class Intake(ExperienceIntake):
         self.malformed_logged = {}
 
 
+def _serve_until_window(intake, sender: ExperienceSender, who: str) -> None:
+    """Let the intake take messages until `sender` holds its window of 2 (at most 5 s)."""
+    deadline = time.monotonic() + 5
+    while sender.poll_credits(0) < 2:
+        intake._next_message()
+        assert time.monotonic() < deadline, f"{who} never got its window"
+
+
 def test_a_restarted_actor_gives_its_dead_routes_credits_back_at_once_and_for_good(context) -> None:
     """Actor 0's process holds its window of 2 and dies; the new process says hello with a new pid.
     The dead route's credits are back in the pool at once, and it is never granted again (they
@@ -267,19 +275,13 @@ def test_a_restarted_actor_gives_its_dead_routes_credits_back_at_once_and_for_go
     try:
         old.announce(hello_message(0, 100, "node"))
         old.ask()
-        deadline = time.monotonic() + 5
-        while old.poll_credits(0) < 2:
-            intake._next_message()
-            assert time.monotonic() < deadline, "the first process never got its window"
+        _serve_until_window(intake, old, "the first process")
         dead_route = intake.actor_routes[0]
         assert receiver.ledger.in_flight == 2
         old.send(credit_request(2, 2, 0))  # a request of the old process, still on its way
         new.announce(hello_message(0, 101, "node"))
         new.ask()
-        deadline = time.monotonic() + 5
-        while new.poll_credits(0) < 2:
-            intake._next_message()
-            assert time.monotonic() < deadline, "the new process never got its window"
+        _serve_until_window(intake, new, "the new process")
         for _ in range(5):
             intake._next_message()
         assert intake.actor_routes[0] != dead_route and dead_route not in receiver.ledger.accounts

@@ -147,9 +147,10 @@ def _evolve(spec: RunJobSpec, info: RayClusterInfo) -> dict[str, Any]:
 
     slurm = SlurmJob.from_environ()
     run_path = Path(spec.run_path)
-    join = JoinFolder(dict(spec.config.get("runtime", {})).get("join_folder") or join_folder_of(run_path))
+    runtime = dict(spec.config.get("runtime", {}))
+    join = JoinFolder(runtime.get("join_folder") or join_folder_of(run_path))
     overrides = [f"runtime.ray_address={info.head_address}", "runtime.mode=ray", f"runtime.join_folder={join.path}"]
-    if dict(spec.config.get("runtime", {})).get("num_workers") is None:
+    if runtime.get("num_workers") is None:
         overrides.append(f"runtime.num_workers={max(1, sum(node.cores for node in info.layout.nodes) - 1)}")
     resume = _has_checkpoint(run_path)
     if run_path.is_file() and not resume:
